@@ -1,0 +1,44 @@
+"""Tenancy: tenants, users, workspaces, projects, API keys, tickets, audit and outbox.
+
+These records change rarely and hold no long-running state, so they are plain
+services over the store rather than actors; they live in the actors layer because
+they write, and the HTTP layer may only read the store directly.
+"""
+
+from . import api_keys, audit, outbox, tickets, workspaces
+from .attribution import EXTERNAL_FIELDS, Attribution, resolve_attribution, tenant_resolution_failed
+from .passwords import hash_password, verify_password
+from .records import api_key_public, project_public, tenant_public, user_public, workspace_public
+from .scopes import KNOWN_SCOPES, PRODUCT_SCOPES, TENANT_ROLES, WORKSPACE_ROLES, role_at_least, scope_allows
+from .tenants import NewTenant, create_tenant, create_user, get_tenant, list_tenants, tenant_role
+
+__all__ = [
+    "EXTERNAL_FIELDS",
+    "KNOWN_SCOPES",
+    "PRODUCT_SCOPES",
+    "TENANT_ROLES",
+    "WORKSPACE_ROLES",
+    "Attribution",
+    "NewTenant",
+    "api_key_public",
+    "api_keys",
+    "audit",
+    "create_tenant",
+    "create_user",
+    "get_tenant",
+    "hash_password",
+    "list_tenants",
+    "outbox",
+    "project_public",
+    "resolve_attribution",
+    "role_at_least",
+    "scope_allows",
+    "tenant_public",
+    "tenant_resolution_failed",
+    "tenant_role",
+    "tickets",
+    "user_public",
+    "verify_password",
+    "workspace_public",
+    "workspaces",
+]

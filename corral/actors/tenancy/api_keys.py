@@ -1,0 +1,129 @@
+"""API keys: created with their plaintext shown once, stored as SHA-256 digests.
+
+Revocation is a status change read by every request's authentication (no cache),
+so a revoked key is refused on its next request on every node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from corral.errors import ApiError, forbidden, not_found, validation_error
+from corral.ids import new_uuid, random_token
+from corral.storage import Database, Row, utc_now_iso
+
+from .scopes import PRODUCT_SCOPES, unknown_scopes
+
+KEY_PREFIXES = {"user": "msk_u_", "platform": "msk_p_", "admin": "msk_a_"}
+DEFAULT_RPM = {"user": 600, "platform": 30_000, "admin": 30_000}
+PUBLIC_KEY_TYPES = ("user", "platform")
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def key_type_of(token: str) -> str | None:
+    for key_type, prefix in KEY_PREFIXES.items():
+        if token.startswith(prefix):
+            return key_type
+    return None
+
+
+def validate_scopes(value: Any, ceiling: frozenset[str] | None) -> list[str]:
+    """The requested scope list, checked against the known list and the creator's own scopes."""
+    if value is None:
+        scopes = list(PRODUCT_SCOPES if ceiling is None else sorted(ceiling))
+    elif not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise validation_error({"scopes": "must be a list of scope strings"})
+    else:
+        scopes = list(dict.fromkeys(value))
+    unknown = unknown_scopes(scopes)
+    if unknown:
+        raise validation_error({"scopes": f"unknown scopes: {', '.join(unknown)}"})
+    if ceiling is not None and not set(scopes) <= ceiling:
+        extra = sorted(set(scopes) - ceiling)
+        raise forbidden(f"a key cannot grant scopes its creator lacks: {', '.join(extra)}", "insufficient_scope")
+    return scopes
+
+
+def validate_allowed_ips(value: Any) -> list[str] | None:
+    import ipaddress
+
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise validation_error({"allowed_ips": "must be a list of IP addresses or CIDR blocks"})
+    for entry in value:
+        try:
+            ipaddress.ip_network(str(entry), strict=False)
+        except ValueError as exc:
+            raise validation_error({"allowed_ips": f"{entry!r} is not an IP address or CIDR block"}) from exc
+    return [str(v) for v in value]
+
+
+async def create_api_key(
+    db: Database,
+    *,
+    tenant_id: str,
+    user_id: str | None,
+    name: str,
+    key_type: str,
+    scopes: list[str],
+    allowed_ips: list[str] | None = None,
+    workspace_id: str | None = None,
+    rate_limit_rpm: int | None = None,
+) -> tuple[Row, str]:
+    """Returns the stored row and the plaintext key, which is never stored or shown again."""
+    plaintext = KEY_PREFIXES[key_type] + random_token(32)
+    row = {
+        "id": new_uuid(),
+        "tenant_id": tenant_id,
+        "user_id": user_id,
+        "name": name,
+        "key_type": key_type,
+        "key_purpose": "api",
+        "key_prefix": plaintext[:12],
+        "key_digest": digest(plaintext),
+        "scopes": json.dumps(scopes),
+        "allowed_ips": json.dumps(allowed_ips) if allowed_ips is not None else None,
+        "workspace_id": workspace_id,
+        "rate_limit_rpm": rate_limit_rpm or DEFAULT_RPM[key_type],
+        "status": "active",
+        "created_at": utc_now_iso(),
+        "revoked_at": None,
+        "last_used_at": None,
+    }
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    await db.execute(f"INSERT INTO api_keys ({columns}) VALUES ({marks})", tuple(row.values()))
+    return row, plaintext
+
+
+async def find_by_plaintext(db: Database, token: str) -> Row | None:
+    return await db.fetch_one("SELECT * FROM api_keys WHERE key_digest = ?", (digest(token),))
+
+
+async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> list[Row]:
+    return await db.fetch_all(
+        "SELECT * FROM api_keys WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ?"
+        " ORDER BY created_at DESC, id",
+        (tenant_id, user_id),
+    )
+
+
+async def revoke_api_key(db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool) -> Row:
+    row = await db.fetch_one("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?", (key_id, tenant_id))
+    if row is None or (not may_revoke_any and row["user_id"] != user_id):
+        raise not_found("api key not found")
+    if row["status"] != "revoked":
+        now = utc_now_iso()
+        await db.execute("UPDATE api_keys SET status = 'revoked', revoked_at = ? WHERE id = ?", (now, key_id))
+        row = {**row, "status": "revoked", "revoked_at": now}
+    return row
+
+
+def admin_key_refused() -> ApiError:
+    return forbidden("admin keys are created by the operator, not through /api-keys")

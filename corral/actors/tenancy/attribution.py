@@ -1,0 +1,113 @@
+"""Attribution: which workspace and project a new resource belongs to.
+
+Rules (issue 2, item 6): `workspace_id` names an existing workspace of the tenant;
+otherwise `workspace_slug` / `workspace_name` name an existing workspace or create
+one; otherwise the tenant default. Projects likewise within the chosen workspace.
+The external ids are opaque strings carried through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from corral.errors import ApiError, validation_error
+from corral.ids import is_uuid
+from corral.storage import Database, Row, Transaction
+
+from .slugs import is_slug, slugify
+from .tenants import add_workspace_member, insert_project, insert_workspace
+
+EXTERNAL_FIELDS = ("external_workspace_id", "external_user_id", "external_project_id")
+
+
+def tenant_resolution_failed() -> ApiError:
+    return ApiError(422, "TENANT_RESOLUTION_FAILED", "tenant cannot be determined for the caller")
+
+
+@dataclass(frozen=True)
+class Attribution:
+    tenant_id: str
+    workspace_id: str
+    project_id: str
+    external_workspace_id: str | None = None
+    external_user_id: str | None = None
+    external_project_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _text(body: dict[str, Any], name: str, errors: dict[str, str]) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 255:
+        errors[name] = "must be a non-empty string of at most 255 characters"
+        return None
+    return value.strip()
+
+
+async def resolve_attribution(
+    db: Database, tenant_id: str | None, body: dict[str, Any], creator_id: str | None = None
+) -> Attribution:
+    if tenant_id is None:
+        raise tenant_resolution_failed()
+    errors: dict[str, str] = {}
+    fields = {name: _text(body, name, errors) for name in (
+        "workspace_id", "workspace_slug", "workspace_name", "project_id", "project_slug", "project_name", *EXTERNAL_FIELDS
+    )}
+    for name in ("workspace_id", "project_id"):
+        if fields[name] is not None and not is_uuid(str(fields[name])):
+            errors[name] = "must be a UUID"
+    for name in ("workspace_slug", "project_slug"):
+        if fields[name] is not None and not is_slug(str(fields[name])):
+            errors[name] = "must be a DNS label (lowercase letters, digits, hyphens)"
+    if errors:
+        raise validation_error(errors)
+
+    def work(tx: Transaction) -> Attribution:
+        workspace = _workspace(tx, tenant_id, fields, creator_id)
+        project = _project(tx, workspace, fields)
+        return Attribution(
+            tenant_id, workspace["id"], project["id"], *(fields[name] for name in EXTERNAL_FIELDS)
+        )
+
+    return await db.transaction(work)
+
+
+def _workspace(tx: Transaction, tenant_id: str, fields: dict[str, str | None], creator_id: str | None) -> Row:
+    if fields["workspace_id"]:
+        row = tx.fetch_one("SELECT * FROM workspaces WHERE id = ? AND tenant_id = ?", (fields["workspace_id"], tenant_id))
+        if row is None:
+            raise validation_error({"workspace_id": "no such workspace in this tenant"})
+        return row
+    if fields["workspace_slug"] or fields["workspace_name"]:
+        slug = fields["workspace_slug"] or slugify(str(fields["workspace_name"]), "workspace")
+        row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND slug = ?", (tenant_id, slug))
+        if row is None:
+            row = insert_workspace(tx, tenant_id, fields["workspace_name"] or slug, slug)
+            if creator_id is not None:
+                add_workspace_member(tx, row["id"], creator_id, "owner", creator_id)
+            insert_project(tx, row, "Default", "default", is_default=True)
+        return row
+    row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND is_default = 1", (tenant_id,))
+    if row is None:
+        raise tenant_resolution_failed()
+    return row
+
+
+def _project(tx: Transaction, workspace: Row, fields: dict[str, str | None]) -> Row:
+    if fields["project_id"]:
+        row = tx.fetch_one("SELECT * FROM projects WHERE id = ? AND workspace_id = ?", (fields["project_id"], workspace["id"]))
+        if row is None:
+            raise validation_error({"project_id": "no such project in this workspace"})
+        return row
+    if fields["project_slug"] or fields["project_name"]:
+        slug = fields["project_slug"] or slugify(str(fields["project_name"]), "project")
+        row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND slug = ?", (workspace["id"], slug))
+        return row or insert_project(tx, workspace, fields["project_name"] or slug, slug)
+    row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND is_default = 1", (workspace["id"],))
+    if row is None:
+        row = insert_project(tx, workspace, "Default", "default", is_default=True)
+    return row

@@ -1,0 +1,67 @@
+"""The audit log: one row for every authenticated mutation, with its outcome."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from corral.ids import new_ulid
+from corral.storage import Database, Row, utc_now_iso
+
+
+@dataclass
+class AuditEntry:
+    tenant_id: str
+    actor_type: str
+    action: str
+    method: str
+    path: str
+    status_code: int
+    outcome: str
+    request_id: str
+    api_key_id: str | None = None
+    actor_user_id: str | None = None
+    workspace_id: str | None = None
+    project_id: str | None = None
+    external_workspace_id: str | None = None
+    external_user_id: str | None = None
+    external_project_id: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+
+
+async def record(db: Database, entry: AuditEntry) -> str:
+    row = {"id": new_ulid(), **asdict(entry), "created_at": utc_now_iso()}
+    columns = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    await db.execute(f"INSERT INTO audit_events ({columns}) VALUES ({marks})", tuple(row.values()))
+    return str(row["id"])
+
+
+async def list_entries(
+    db: Database,
+    tenant_id: str,
+    *,
+    api_key_id: str | None = None,
+    workspace_id: str | None = None,
+    before: str | None = None,
+    limit: int = 100,
+) -> list[Row]:
+    """Newest first; `before` is the id cursor of the previous page's last row."""
+    clauses, params = ["tenant_id = ?"], [tenant_id]
+    for column, value in (("api_key_id", api_key_id), ("workspace_id", workspace_id)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if before:
+        clauses.append("id < ?")
+        params.append(before)
+    sql = f"SELECT * FROM audit_events WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?"
+    return await db.fetch_all(sql, (*params, limit))
+
+
+def audit_public(row: Row) -> dict[str, Any]:
+    record = dict(row)
+    record["actor"] = {"type": record.pop("actor_type"), "user_id": record.pop("actor_user_id")}
+    record["timestamp"] = record.pop("created_at")
+    return record

@@ -1,0 +1,18 @@
+"""Slugs: DNS labels made from names (lowercase letters, digits and hyphens, <= 63)."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+_NON_LABEL = re.compile(r"[^a-z0-9]+")
+SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def slugify(name: str, fallback: str = "item") -> str:
+    slug = _NON_LABEL.sub("-", name.lower()).strip("-")[:63].strip("-")
+    return slug or f"{fallback}-{secrets.token_hex(3)}"
+
+
+def is_slug(value: str) -> bool:
+    return bool(SLUG_PATTERN.match(value))

@@ -1,0 +1,92 @@
+"""The Quart-Trio application: every router mounted behind the one pipeline."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from quart import Response
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
+
+from corral.actors.platform import Platform
+from corral.errors import ApiError, internal_error, not_found
+
+from .openapi import build_document
+from .pipeline import Pipeline, error_response, new_request_id
+from .replies import json_response
+from .routing import Route, Router
+
+log = logging.getLogger("corral.http")
+
+MAX_BODY_BYTES = 11 * 1024 * 1024
+"""Room for a 10 MB upload plus its multipart framing; the files API enforces 10 MB itself."""
+
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "INVALID_BODY"}
+
+
+def default_routers() -> list[Router]:
+    from .routes import all_routers
+
+    return all_routers()
+
+
+def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> QuartTrio:
+    app = QuartTrio("corral")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    app.config["JSON_SORT_KEYS"] = False
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    pipeline = Pipeline(platform)
+    routes: list[Route] = [route for router in (routers or default_routers()) for route in router.routes]
+    app.extensions["corral.routes"] = routes
+    app.extensions["corral.platform"] = platform
+    app.extensions["corral.pipeline"] = pipeline
+    document = build_document(routes)
+    app.extensions["corral.openapi"] = document
+
+    for route in routes:
+        app.add_url_rule(route.rule, endpoint=route.endpoint, view_func=pipeline.view(route), methods=[route.method])
+
+    async def healthz() -> Response:
+        return json_response({"status": "ok"}, 200)
+
+    async def openapi() -> Response:
+        response = json_response(document, 200)
+        response.headers["X-Request-Id"] = new_request_id()
+        response.headers.update(pipeline.anonymous_decision().headers())
+        return response
+
+    app.add_url_rule("/healthz", endpoint="healthz", view_func=healthz, methods=["GET"])
+    app.add_url_rule("/api/v1/openapi.json", endpoint="openapi", view_func=openapi, methods=["GET"])
+
+    @app.errorhandler(HTTPException)
+    async def http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        code = _HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "INVALID_REQUEST")
+        message = "no such route" if status == 404 else (error.description or error.name)
+        if status == 413:
+            message = f"request body exceeds {MAX_BODY_BYTES} bytes"
+        return _decorate(pipeline, error_response(ApiError(status, code, message), new_request_id()))
+
+    @app.errorhandler(Exception)
+    async def unexpected(error: Exception) -> Response:
+        request_id = new_request_id()
+        log.exception("unhandled error outside a route (request %s)", request_id, exc_info=error)
+        return _decorate(pipeline, error_response(internal_error(), request_id))
+
+    return app
+
+
+def _decorate(pipeline: Pipeline, response: Response) -> Response:
+    response.headers.setdefault("X-Request-Id", new_request_id())
+    response.headers.update(pipeline.anonymous_decision().headers())
+    return response
+
+
+def routes_of(app: QuartTrio) -> list[Route]:
+    routes: Any = app.extensions["corral.routes"]
+    return list(routes)
+
+
+__all__ = ["create_app", "not_found", "routes_of"]

@@ -1,0 +1,114 @@
+"""Authentication: a bearer API key or JWT becomes a `Principal`, or a 401.
+
+Keys are looked up by digest on every request (no cache), so revocation takes
+effect on the next request on every node.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import time
+
+from corral.actors.platform import Platform
+from corral.actors.tenancy import api_keys
+from corral.errors import ApiError, forbidden, unauthorized
+
+from . import tokens
+from .principal import Principal
+
+_KIND_BY_TYPE = {"user": "user_key", "platform": "platform_key", "admin": "admin_key"}
+_LAST_USED_EVERY = 60.0
+
+
+class Authenticator:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self._last_used_written: dict[str, float] = {}
+
+    async def authenticate(self, authorization: str | None, client_ip: str | None) -> Principal:
+        if not authorization:
+            raise unauthorized("Authorization header missing")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise unauthorized("Authorization header must be 'Bearer <token>'")
+        if token.startswith("msk_"):
+            return await self._from_key(token, client_ip)
+        return await self._from_jwt(token)
+
+    async def _from_key(self, token: str, client_ip: str | None) -> Principal:
+        platform = self.platform
+        if token.startswith("msk_a_") and platform.is_bootstrap_admin_key(token):
+            return Principal("operator", None, None, None, None, None, 30_000)
+        row = await api_keys.find_by_plaintext(platform.db, token)
+        if row is None or row["status"] != "active":
+            raise unauthorized("invalid or revoked API key")
+        if row["allowed_ips"]:
+            _check_ip(json.loads(row["allowed_ips"]), client_ip)
+        tenant_role = None
+        email = None
+        if row["user_id"]:
+            member = await platform.db.fetch_one(
+                "SELECT m.role, u.email FROM tenant_members m JOIN users u ON u.id = m.user_id"
+                " WHERE m.tenant_id = ? AND m.user_id = ?",
+                (row["tenant_id"], row["user_id"]),
+            )
+            if member is None:
+                raise unauthorized("the key's user is no longer a member of its tenant")
+            tenant_role, email = member["role"], member["email"]
+        await self._touch(row["id"])
+        return Principal(
+            kind=_KIND_BY_TYPE[row["key_type"]],
+            tenant_id=row["tenant_id"],
+            user_id=row["user_id"],
+            api_key_id=row["id"],
+            scopes=frozenset(json.loads(row["scopes"])),
+            tenant_role=tenant_role,
+            rate_limit_rpm=int(row["rate_limit_rpm"]),
+            workspace_id=row["workspace_id"],
+            email=email,
+        )
+
+    async def _from_jwt(self, token: str) -> Principal:
+        claims = tokens.decode(self.platform.jwt_secret, token)
+        if claims.token_type != "access":
+            raise unauthorized("refresh tokens are accepted only at /auth/refresh")
+        member = await self.platform.db.fetch_one(
+            "SELECT m.role, u.email FROM tenant_members m JOIN users u ON u.id = m.user_id"
+            " WHERE m.tenant_id = ? AND m.user_id = ?",
+            (claims.tenant_id, claims.user_id),
+        )
+        if member is None:
+            raise unauthorized("the session's user is no longer a member of its tenant")
+        return Principal(
+            kind="session",
+            tenant_id=claims.tenant_id,
+            user_id=claims.user_id,
+            api_key_id=None,
+            scopes=None,
+            tenant_role=member["role"],
+            rate_limit_rpm=600,
+            email=member["email"],
+        )
+
+    async def _touch(self, key_id: str) -> None:
+        """Record `last_used_at` at most once a minute per key, to keep writes off the hot path."""
+        now = time.monotonic()
+        if now - self._last_used_written.get(key_id, -_LAST_USED_EVERY) < _LAST_USED_EVERY:
+            return
+        self._last_used_written[key_id] = now
+        from corral.storage import utc_now_iso
+
+        await self.platform.db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (utc_now_iso(), key_id))
+
+
+def _check_ip(allowed: list[str], client_ip: str | None) -> None:
+    if client_ip is None:
+        raise forbidden("this key is restricted to certain source addresses")
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError as exc:
+        raise forbidden("this key is restricted to certain source addresses") from exc
+    if not any(address in ipaddress.ip_network(net, strict=False) for net in allowed):
+        raise ApiError(403, "FORBIDDEN", f"source address {client_ip} is not allowed for this key")

@@ -1,0 +1,105 @@
+"""What a handler receives: the platform, the caller, the request, and body helpers."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from quart import Request
+
+from corral.actors.platform import Platform
+from corral.actors.tenancy import tenant_resolution_failed
+from corral.errors import ApiError, invalid_body, invalid_id, unauthorized
+from corral.ids import is_uuid
+
+from .principal import Principal
+from .routing import Route
+
+
+@dataclass
+class AuditTarget:
+    """What a mutation touched, filled in by the handler for the audit row."""
+
+    tenant_id: str | None = None
+    workspace_id: str | None = None
+    project_id: str | None = None
+    resource_type: str | None = None
+    resource_id: str | None = None
+    external_workspace_id: str | None = None
+    external_user_id: str | None = None
+    external_project_id: str | None = None
+
+    def update(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            if hasattr(self, name) and value is not None:
+                setattr(self, name, value)
+
+
+@dataclass
+class RequestContext:
+    platform: Platform
+    request: Request
+    route: Route
+    request_id: str
+    client_ip: str | None
+    principal_or_none: Principal | None = None
+    audit: AuditTarget = field(default_factory=AuditTarget)
+    _body: Any = None
+    _body_read: bool = False
+
+    @property
+    def principal(self) -> Principal:
+        if self.principal_or_none is None:
+            raise unauthorized()
+        return self.principal_or_none
+
+    @property
+    def tenant_id(self) -> str:
+        """The caller's tenant, or 422 TENANT_RESOLUTION_FAILED (e.g. the bootstrap operator key)."""
+        tenant_id = self.principal.tenant_id
+        if tenant_id is None:
+            raise tenant_resolution_failed()
+        return tenant_id
+
+    @property
+    def db(self) -> Any:
+        return self.platform.db
+
+    async def json(self) -> dict[str, Any]:
+        """The body as a JSON object; an empty body is `{}`; anything else is INVALID_BODY."""
+        if not self._body_read:
+            raw = await self.request.get_data(cache=True, as_text=False)
+            self._body_read = True
+            if not raw or not raw.strip():
+                self._body = {}
+            else:
+                try:
+                    self._body = json.loads(raw)
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise invalid_body("request body is not valid JSON") from exc
+        if not isinstance(self._body, dict):
+            raise invalid_body("request body must be a JSON object")
+        return self._body
+
+    def query(self, name: str, default: str | None = None) -> str | None:
+        return self.request.args.get(name, default)
+
+    def query_int(self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+        raw = self.request.args.get(name)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError as exc:
+            raise ApiError(400, "INVALID_PARAM", f"{name} must be an integer") from exc
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f" and at most {maximum}" if maximum is not None else ""
+            raise ApiError(400, "INVALID_PARAM", f"{name} must be at least {minimum}{bound}")
+        return value
+
+
+def require_uuid(value: str, noun: str = "id") -> str:
+    if not is_uuid(value):
+        raise invalid_id(noun)
+    return value.lower()

@@ -1,0 +1,145 @@
+"""The request pipeline every route runs through.
+
+Order: request id, authentication (by the route's `auth`), rate limit, operator and
+scope checks, the handler, the error envelope, the common headers, and finally the
+audit row of an authenticated mutation. Errors are always the JSON envelope; an
+unexpected exception is logged with its request id and answered 500 INTERNAL_ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from quart import Response, request
+
+from corral.actors.platform import Platform
+from corral.actors.tenancy import audit
+from corral.errors import ApiError, forbidden, internal_error
+from corral.ids import new_ulid
+
+from .auth import Authenticator
+from .context import RequestContext
+from .principal import Principal
+from .ratelimit import ANONYMOUS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
+from .replies import Reply, json_response
+from .routing import Route
+
+log = logging.getLogger("corral.http")
+
+
+def new_request_id() -> str:
+    return f"req_{new_ulid()}"
+
+
+def client_ip() -> str | None:
+    return request.remote_addr
+
+
+def error_response(error: ApiError, request_id: str) -> Response:
+    headers = {**error.headers, "X-Request-Id": request_id}
+    return json_response(error.body(request_id), error.status, headers)
+
+
+def rate_limited(decision: RateDecision) -> ApiError:
+    return ApiError(429, "RATE_LIMITED", f"rate limit of {decision.limit} requests per minute exceeded; retry in {decision.retry_after} s")
+
+
+class Pipeline:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self.authenticator = Authenticator(platform)
+        self.limiter = RateLimiter()
+
+    def anonymous_decision(self) -> RateDecision:
+        return self.limiter.hit(f"ip:{client_ip()}", ANONYMOUS_RPM)
+
+    def view(self, route: Route) -> Callable[..., Awaitable[Response]]:
+        async def view(**params: Any) -> Response:
+            return await self.run(route, params)
+
+        view.__name__ = route.endpoint
+        return view
+
+    async def run(self, route: Route, params: dict[str, Any]) -> Response:
+        ctx = RequestContext(self.platform, request, route, new_request_id(), client_ip())
+        decision: RateDecision | None = None
+        try:
+            decision = await self._admit(ctx, route)
+            result = await route.handler(ctx, **params)
+            response = _to_response(result, route)
+        except ApiError as error:
+            response = error_response(error, ctx.request_id)
+        except Exception:
+            log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id)
+            response = error_response(internal_error(), ctx.request_id)
+        if decision is None:
+            decision = self.anonymous_decision()
+        response.headers["X-Request-Id"] = ctx.request_id
+        response.headers.update(decision.headers())
+        if route.is_mutation and ctx.principal_or_none is not None:
+            await self._audit(ctx, route, response.status_code)
+        return response
+
+    async def _admit(self, ctx: RequestContext, route: Route) -> RateDecision | None:
+        if route.auth == "public":
+            decision = self.anonymous_decision()
+        elif route.auth == "public_auth":
+            decision = self.limiter.hit(f"auth-ip:{ctx.client_ip}", PUBLIC_AUTH_RPM)
+        elif route.auth == "ticket" and "ticket" in ctx.request.args:
+            return None  # the handler redeems the ticket; anonymous bucket applies
+        else:
+            principal = await self.authenticator.authenticate(ctx.request.headers.get("Authorization"), ctx.client_ip)
+            ctx.principal_or_none = principal
+            decision = self.limiter.hit(principal.rate_bucket, principal.rate_limit_rpm)
+            if decision.allowed:
+                _authorize(principal, route)
+        if not decision.allowed:
+            raise ApiError(429, "RATE_LIMITED", rate_limited(decision).message, headers=decision.headers())
+        return decision
+
+    async def _audit(self, ctx: RequestContext, route: Route, status: int) -> None:
+        principal = ctx.principal
+        tenant_id = ctx.audit.tenant_id or principal.tenant_id
+        if tenant_id is None:
+            return
+        target = ctx.audit
+        entry = audit.AuditEntry(
+            tenant_id=tenant_id,
+            actor_type=principal.kind,
+            action=route.action or route.endpoint,
+            method=route.method,
+            path=ctx.request.path,
+            status_code=status,
+            outcome="success" if status < 400 else "failure",
+            request_id=ctx.request_id,
+            api_key_id=principal.api_key_id,
+            actor_user_id=principal.user_id,
+            workspace_id=target.workspace_id,
+            project_id=target.project_id,
+            external_workspace_id=target.external_workspace_id,
+            external_user_id=target.external_user_id,
+            external_project_id=target.external_project_id,
+            resource_type=target.resource_type,
+            resource_id=target.resource_id,
+        )
+        try:
+            await audit.record(self.platform.db, entry)
+        except Exception:
+            log.exception("could not write the audit row of request %s", ctx.request_id)
+
+
+def _authorize(principal: Principal, route: Route) -> None:
+    if route.auth == "admin" and not principal.is_operator:
+        raise forbidden("this endpoint needs an admin key")
+    if route.scope is not None:
+        principal.require_scope(route.scope)
+
+
+def _to_response(result: Any, route: Route) -> Response:
+    if isinstance(result, Response):
+        return result
+    if isinstance(result, Reply):
+        return json_response(result.body, result.status, result.headers)
+    return json_response(result, route.status)

@@ -1,0 +1,94 @@
+"""Self-service API keys: create (plaintext once), list the caller's, revoke."""
+
+from __future__ import annotations
+
+from corral.actors import tenancy
+from corral.actors.tenancy import api_keys
+from corral.errors import forbidden, validation_error
+
+from ..context import RequestContext, require_uuid
+from ..replies import Reply, data
+from ..routing import Router
+from ..validation import Fields
+
+router = Router("api-keys")
+
+
+@router.post(
+    "/api-keys",
+    summary="Create a user or platform key; the plaintext key is in this response only",
+    scope="keys:write",
+    action="api_keys.create",
+    status=201,
+    request={
+        "type": "object",
+        "required": ["name", "key_type"],
+        "properties": {
+            "name": {"type": "string"},
+            "key_type": {"enum": ["user", "platform"]},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "rate_limit_rpm": {"type": "integer", "minimum": 1},
+            "workspace_id": {"type": "string", "format": "uuid", "description": "restricts a platform key to one workspace"},
+        },
+    },
+)
+async def create_key(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    body = await ctx.json()
+    fields = Fields(body)
+    name = fields.string("name", required=True, max_length=100)
+    key_type = body.get("key_type", "user")
+    if key_type == "admin":
+        raise api_keys.admin_key_refused()
+    if key_type not in api_keys.PUBLIC_KEY_TYPES:
+        fields.errors["key_type"] = "must be user or platform"
+    rpm = fields.integer("rate_limit_rpm", minimum=1)
+    workspace_id = fields.string("workspace_id")
+    fields.check()
+    assert name
+    tenant_id = ctx.tenant_id
+    if principal.user_id is None:
+        raise forbidden("keys are created for a user; use /admin/api-keys")
+    if key_type == "platform" and not principal.is_tenant_admin:
+        raise forbidden("platform keys can be created only by tenant owners and admins")
+    if rpm is not None and rpm > api_keys.DEFAULT_RPM[key_type]:
+        raise validation_error({"rate_limit_rpm": f"must be at most {api_keys.DEFAULT_RPM[key_type]}"})
+    if workspace_id is not None:
+        if key_type != "platform":
+            raise validation_error({"workspace_id": "only platform keys are restricted to a workspace"})
+        require_uuid(workspace_id, "workspace id")
+        if not await ctx.db.fetch_one("SELECT 1 FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id)):
+            raise validation_error({"workspace_id": "no such workspace in this tenant"})
+    scopes = api_keys.validate_scopes(body.get("scopes"), principal.scopes)
+    row, plaintext = await api_keys.create_api_key(
+        ctx.db,
+        tenant_id=tenant_id,
+        user_id=principal.user_id,
+        name=name,
+        key_type=key_type,
+        scopes=scopes,
+        workspace_id=workspace_id,
+        rate_limit_rpm=rpm,
+    )
+    ctx.audit.update(resource_type="api_key", resource_id=row["id"], workspace_id=workspace_id)
+    return data(tenancy.api_key_public(row, plaintext), 201)
+
+
+@router.get("/api-keys", summary="The caller's keys (never their plaintext)", scope="keys:read")
+async def list_keys(ctx: RequestContext) -> Reply:
+    rows = await api_keys.list_user_keys(ctx.db, ctx.tenant_id, ctx.principal.user_id)
+    return data([tenancy.api_key_public(row) for row in rows])
+
+
+@router.delete(
+    "/api-keys/{id}",
+    summary="Revoke a key: irreversible, refused from the next request on",
+    scope="keys:write",
+    action="api_keys.revoke",
+)
+async def revoke_key(ctx: RequestContext, id: str) -> Reply:
+    key_id = require_uuid(id, "api key id")
+    principal = ctx.principal
+    row = await api_keys.revoke_api_key(ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin)
+    ctx.audit.update(resource_type="api_key", resource_id=key_id)
+    return data(tenancy.api_key_public(row))

@@ -1,0 +1,109 @@
+"""Sessions: JWT login and refresh, and single-use SSE tickets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.actors.tenancy import tickets, verify_password
+from corral.errors import ApiError, unauthorized
+from corral.ids import is_uuid
+
+from .. import tokens
+from ..context import RequestContext
+from ..replies import Reply
+from ..routing import Router
+from ..validation import require_present
+
+router = Router("auth")
+
+
+def _bad_credentials() -> ApiError:
+    return ApiError(401, "UNAUTHORIZED", "invalid email or password")
+
+
+def _session(ctx: RequestContext, user: dict[str, Any], tenant_id: str) -> dict[str, Any]:
+    settings = ctx.platform.settings
+    secret = ctx.platform.jwt_secret
+    return {
+        "token": tokens.mint(secret, user_id=user["id"], tenant_id=tenant_id, token_type="access", ttl=settings.access_token_ttl),
+        "refresh_token": tokens.mint(
+            secret, user_id=user["id"], tenant_id=tenant_id, token_type="refresh", ttl=settings.refresh_token_ttl
+        ),
+        "token_type": "Bearer",
+        "expires_in": settings.access_token_ttl,
+        "tenant_id": tenant_id,
+        "user": {"id": user["id"], "email": user["email"]},
+    }
+
+
+@router.post(
+    "/auth/login",
+    summary="Exchange an email and password for an access token (about 1 h) and a refresh token (7 days)",
+    auth="public_auth",
+    request={
+        "type": "object",
+        "required": ["email", "password"],
+        "properties": {"email": {"type": "string"}, "password": {"type": "string"}, "tenant_id": {"type": "string"}},
+    },
+)
+async def login(ctx: RequestContext) -> Reply:
+    body = await ctx.json()
+    require_present(body, "email", "password")
+    email, password, tenant_id = body.get("email"), body.get("password"), body.get("tenant_id")
+    if not isinstance(email, str) or not isinstance(password, str):
+        raise _bad_credentials()
+    user = await ctx.db.fetch_one("SELECT * FROM users WHERE email_lower = ?", (email.strip().lower(),))
+    if not await verify_password(user["password_hash"] if user else None, password) or user is None:
+        raise _bad_credentials()
+    if tenant_id is not None:
+        if not isinstance(tenant_id, str) or not is_uuid(tenant_id):
+            raise _bad_credentials()
+        membership = await ctx.db.fetch_one(
+            "SELECT tenant_id FROM tenant_members WHERE user_id = ? AND tenant_id = ?", (user["id"], tenant_id)
+        )
+    else:
+        membership = await ctx.db.fetch_one(
+            "SELECT tenant_id FROM tenant_members WHERE user_id = ? ORDER BY joined_at, tenant_id LIMIT 1", (user["id"],)
+        )
+    if membership is None:
+        raise ApiError(422, "TENANT_RESOLUTION_FAILED", "tenant cannot be determined for the caller")
+    return Reply(_session(ctx, user, membership["tenant_id"]))
+
+
+@router.post(
+    "/auth/refresh",
+    summary="Exchange a refresh token for a new access token and a new refresh token",
+    auth="public_auth",
+    request={"type": "object", "required": ["refresh_token"], "properties": {"refresh_token": {"type": "string"}}},
+)
+async def refresh(ctx: RequestContext) -> Reply:
+    body = await ctx.json()
+    require_present(body, "refresh_token")
+    token = body["refresh_token"]
+    if not isinstance(token, str):
+        raise unauthorized("invalid refresh token")
+    claims = tokens.decode(ctx.platform.jwt_secret, token)
+    if claims.token_type != "refresh":
+        raise unauthorized("not a refresh token")
+    user = await ctx.db.fetch_one(
+        "SELECT u.* FROM users u JOIN tenant_members m ON m.user_id = u.id WHERE u.id = ? AND m.tenant_id = ?",
+        (claims.user_id, claims.tenant_id),
+    )
+    if user is None:
+        raise unauthorized("the session's user is no longer a member of its tenant")
+    return Reply(_session(ctx, user, claims.tenant_id))
+
+
+@router.post("/auth/sse-ticket", summary="Mint a single-use SSE ticket valid for 60 seconds")
+async def sse_ticket(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    ttl = ctx.platform.settings.sse_ticket_ttl
+    ticket = await tickets.mint_ticket(
+        ctx.db,
+        tenant_id=ctx.tenant_id,
+        user_id=principal.user_id,
+        api_key_id=principal.api_key_id,
+        scopes=principal.scopes,
+        ttl_seconds=ttl,
+    )
+    return Reply({"ticket": ticket, "expires_in": ttl})

@@ -1,0 +1,50 @@
+"""The caller's own tenant, and its audit log."""
+
+from __future__ import annotations
+
+from corral.actors import tenancy
+from corral.actors.tenancy import audit
+from corral.errors import forbidden
+
+from ..context import RequestContext, require_uuid
+from ..replies import Reply, data
+from ..routing import Router
+
+router = Router("tenant")
+
+
+@router.get("/tenant", summary="The caller's tenant, with the caller's role in it", scope="org:read")
+async def current_tenant(ctx: RequestContext) -> Reply:
+    row = await tenancy.get_tenant(ctx.db, ctx.tenant_id)
+    assert row is not None
+    return data({**tenancy.tenant_public(row), "role": ctx.principal.tenant_role})
+
+
+@router.get(
+    "/audit-log",
+    summary="Audit events of key-authenticated mutations, newest first (tenant owners and admins)",
+    scope="audit:read",
+    query={
+        "api_key_id": "only this key's actions",
+        "workspace_id": "only actions in this workspace",
+        "limit": "page size, default 100, max 1000",
+        "cursor": "next_cursor of the previous page",
+    },
+)
+async def audit_log(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    if not principal.is_tenant_admin:
+        raise forbidden("the audit log is visible to tenant owners and admins")
+    api_key_id = ctx.query("api_key_id")
+    workspace_id = ctx.query("workspace_id")
+    if api_key_id is not None:
+        require_uuid(api_key_id, "api_key_id")
+    if workspace_id is not None:
+        require_uuid(workspace_id, "workspace_id")
+    limit = ctx.query_int("limit", 100, maximum=1000)
+    rows = await audit.list_entries(
+        ctx.db, ctx.tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1
+    )
+    page = rows[:limit]
+    next_cursor = page[-1]["id"] if len(rows) > limit else None
+    return data([audit.audit_public(row) for row in page], next_cursor=next_cursor)

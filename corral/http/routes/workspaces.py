@@ -1,0 +1,194 @@
+"""Workspaces and projects (the specification leaves their routes to us; docs/api.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.actors import tenancy
+from corral.actors.tenancy import workspaces as ws
+from corral.actors.tenancy.slugs import is_slug
+from corral.storage import Row
+
+from ..context import RequestContext, require_uuid
+from ..replies import Reply, data
+from ..routing import Router
+from ..validation import Fields
+
+router = Router("workspaces")
+
+NAME_SLUG = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}},
+}
+
+
+def _name_and_slug(body: dict[str, Any], *, name_required: bool) -> tuple[str | None, str | None]:
+    fields = Fields(body)
+    name = fields.string("name", required=name_required, max_length=100)
+    slug = fields.string("slug", max_length=63)
+    if slug is not None and not is_slug(slug):
+        fields.errors["slug"] = "must be a DNS label (lowercase letters, digits, hyphens)"
+    fields.check()
+    return name, slug
+
+
+async def _workspace(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[Row, str]:
+    principal = ctx.principal
+    workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, require_uuid(workspace_id, "workspace id"))
+    if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
+        raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
+    role = await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
+    ctx.audit.update(workspace_id=workspace["id"])
+    return workspace, role
+
+
+@router.get("/workspaces", summary="Workspaces the caller can see, with the caller's role", scope="org:read")
+async def list_workspaces(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    pairs = await ws.list_workspaces(ctx.db, ctx.tenant_id, principal.user_id, principal.tenant_role)
+    if principal.workspace_id is not None:
+        pairs = [(row, role) for row, role in pairs if row["id"] == principal.workspace_id]
+    return data([tenancy.workspace_public(row, role) for row, role in pairs])
+
+
+@router.post(
+    "/workspaces",
+    summary="Create a workspace (with a default project); the creator becomes its owner",
+    scope="org:write",
+    action="workspaces.create",
+    status=201,
+    request={**NAME_SLUG, "required": ["name"]},
+)
+async def create_workspace(ctx: RequestContext) -> Reply:
+    name, slug = _name_and_slug(await ctx.json(), name_required=True)
+    assert name
+    principal = ctx.principal
+    if principal.workspace_id is not None:
+        raise ws.forbidden("this key is restricted to one workspace")
+    workspace = await ws.create_workspace(ctx.db, ctx.tenant_id, name, slug, principal.user_id)
+    ctx.audit.update(workspace_id=workspace["id"], resource_type="workspace", resource_id=workspace["id"])
+    return data(tenancy.workspace_public(workspace, "owner" if principal.user_id else principal.tenant_role), 201)
+
+
+@router.get("/workspaces/{id}", summary="One workspace", scope="org:read")
+async def get_workspace(ctx: RequestContext, id: str) -> Reply:
+    workspace, role = await _workspace(ctx, id, "viewer")
+    return data(tenancy.workspace_public(workspace, role))
+
+
+@router.patch(
+    "/workspaces/{id}",
+    summary="Rename a workspace or change its slug (admin or owner)",
+    scope="org:write",
+    action="workspaces.update",
+    request=NAME_SLUG,
+)
+async def update_workspace(ctx: RequestContext, id: str) -> Reply:
+    workspace, role = await _workspace(ctx, id, "admin")
+    name, slug = _name_and_slug(await ctx.json(), name_required=False)
+    ctx.audit.update(resource_type="workspace", resource_id=workspace["id"])
+    return data(tenancy.workspace_public(await ws.update_workspace(ctx.db, workspace, name, slug), role))
+
+
+@router.delete(
+    "/workspaces/{id}",
+    summary="Delete a workspace and its projects (owner); the default workspace stays",
+    scope="org:write",
+    action="workspaces.delete",
+)
+async def delete_workspace(ctx: RequestContext, id: str) -> Reply:
+    workspace, _ = await _workspace(ctx, id, "owner")
+    ctx.audit.update(resource_type="workspace", resource_id=workspace["id"])
+    await ws.delete_workspace(ctx.db, workspace)
+    return data({"id": workspace["id"], "deleted": True})
+
+
+@router.get("/workspaces/{id}/projects", summary="Projects of a workspace", scope="org:read")
+async def list_workspace_projects(ctx: RequestContext, id: str) -> Reply:
+    workspace, _ = await _workspace(ctx, id, "viewer")
+    return data([tenancy.project_public(row) for row in await ws.list_projects(ctx.db, ctx.tenant_id, [workspace["id"]])])
+
+
+@router.get(
+    "/projects",
+    summary="Projects in every workspace the caller can see",
+    scope="org:read",
+    query={"workspace_id": "only this workspace's projects"},
+)
+async def list_projects(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    wanted = ctx.query("workspace_id")
+    if wanted is not None:
+        workspace, _ = await _workspace(ctx, wanted, "viewer")
+        ids = [workspace["id"]]
+    else:
+        pairs = await ws.list_workspaces(ctx.db, ctx.tenant_id, principal.user_id, principal.tenant_role)
+        ids = [row["id"] for row, _ in pairs if principal.workspace_id in (None, row["id"])]
+    return data([tenancy.project_public(row) for row in await ws.list_projects(ctx.db, ctx.tenant_id, ids)])
+
+
+@router.post(
+    "/projects",
+    summary="Create a project in a workspace (member or above); default: the tenant's default workspace",
+    scope="org:write",
+    action="projects.create",
+    status=201,
+    request={**NAME_SLUG, "required": ["name"], "properties": {**NAME_SLUG["properties"], "workspace_id": {"type": "string", "format": "uuid"}}},
+)
+async def create_project(ctx: RequestContext) -> Reply:
+    body = await ctx.json()
+    name, slug = _name_and_slug(body, name_required=True)
+    assert name
+    workspace_id = body.get("workspace_id")
+    if workspace_id is None:
+        workspace_id = await ctx.db.fetch_value(
+            "SELECT id FROM workspaces WHERE tenant_id = ? AND is_default = 1", (ctx.tenant_id,)
+        )
+    workspace, _ = await _workspace(ctx, str(workspace_id), "member")
+    project = await ws.create_project(ctx.db, workspace, name, slug)
+    ctx.audit.update(project_id=project["id"], resource_type="project", resource_id=project["id"])
+    return data(tenancy.project_public(project), 201)
+
+
+async def _project(ctx: RequestContext, project_id: str, minimum: str) -> Row:
+    project = await ws.get_project(ctx.db, ctx.tenant_id, require_uuid(project_id, "project id"))
+    try:
+        await _workspace(ctx, project["workspace_id"], minimum)
+    except ws.ApiError as error:
+        if error.status == 404:
+            raise ws.not_found(ws.PROJECT_NOT_FOUND) from None
+        raise
+    ctx.audit.update(project_id=project["id"])
+    return project
+
+
+@router.get("/projects/{id}", summary="One project", scope="org:read")
+async def get_project(ctx: RequestContext, id: str) -> Reply:
+    return data(tenancy.project_public(await _project(ctx, id, "viewer")))
+
+
+@router.patch(
+    "/projects/{id}",
+    summary="Rename a project or change its slug (member or above)",
+    scope="org:write",
+    action="projects.update",
+    request=NAME_SLUG,
+)
+async def update_project(ctx: RequestContext, id: str) -> Reply:
+    project = await _project(ctx, id, "member")
+    name, slug = _name_and_slug(await ctx.json(), name_required=False)
+    ctx.audit.update(resource_type="project", resource_id=project["id"])
+    return data(tenancy.project_public(await ws.update_project(ctx.db, project, name, slug)))
+
+
+@router.delete(
+    "/projects/{id}",
+    summary="Delete a project (admin or owner of its workspace); the default project stays",
+    scope="org:write",
+    action="projects.delete",
+)
+async def delete_project(ctx: RequestContext, id: str) -> Reply:
+    project = await _project(ctx, id, "admin")
+    ctx.audit.update(resource_type="project", resource_id=project["id"])
+    await ws.delete_project(ctx.db, project)
+    return data({"id": project["id"], "deleted": True})

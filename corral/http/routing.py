@@ -1,0 +1,125 @@
+"""Routes declared once with everything the pipeline and the OpenAPI document need.
+
+A handler is `async def handler(ctx: RequestContext, **path_params)` and returns a
+`Reply` (or a quart Response for streams and downloads). The route's declaration
+says who may call it (`auth`), which scope it needs, and the audit action name of
+a mutation; `pipeline.py` enforces all of it, so no handler repeats those checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Auth = Literal["public", "public_auth", "user", "admin", "ticket"]
+Handler = Callable[..., Awaitable[Any]]
+
+_PARAM = re.compile(r"\{([a-z_]+)(?::([a-z]+))?\}")
+
+
+@dataclass
+class Route:
+    method: str
+    path: str
+    """OpenAPI form, relative to the mount point: `/api-keys/{id}`."""
+    handler: Handler
+    summary: str
+    tag: str
+    auth: Auth = "user"
+    scope: str | None = None
+    action: str | None = None
+    """Audit action name such as `api_keys.create`; mutations record it."""
+    request: dict[str, Any] | None = None
+    """JSON schema of the request body, for the OpenAPI document."""
+    status: int = 200
+    query: dict[str, str] = field(default_factory=dict)
+    """Query parameter name -> description."""
+    prefix: str = "/api/v1"
+    content_type: str = "application/json"
+
+    @property
+    def full_path(self) -> str:
+        return f"{self.prefix}{self.path}" if self.path != "/" else self.prefix
+
+    @property
+    def rule(self) -> str:
+        """The path in werkzeug rule syntax: `{id}` -> `<id>`, `{path:path}` -> `<path:path>`."""
+        return _PARAM.sub(lambda m: f"<{m[2]}:{m[1]}>" if m[2] else f"<{m[1]}>", self.full_path)
+
+    @property
+    def openapi_path(self) -> str:
+        return _PARAM.sub(lambda m: "{" + m[1] + "}", self.full_path)
+
+    @property
+    def path_params(self) -> list[str]:
+        return [m[1] for m in _PARAM.finditer(self.path)]
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.method.lower()} {self.full_path}"
+
+    @property
+    def is_mutation(self) -> bool:
+        return self.method in ("POST", "PUT", "PATCH", "DELETE")
+
+
+class Router:
+    """A group of routes under one OpenAPI tag."""
+
+    def __init__(self, tag: str, prefix: str = "/api/v1") -> None:
+        self.tag = tag
+        self.prefix = prefix
+        self.routes: list[Route] = []
+
+    def route(
+        self,
+        method: str,
+        path: str,
+        *,
+        summary: str,
+        auth: Auth = "user",
+        scope: str | None = None,
+        action: str | None = None,
+        request: dict[str, Any] | None = None,
+        status: int = 200,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            self.routes.append(
+                Route(
+                    method=method,
+                    path=path,
+                    handler=handler,
+                    summary=summary,
+                    tag=self.tag,
+                    auth=auth,
+                    scope=scope,
+                    action=action,
+                    request=request,
+                    status=status,
+                    query=query or {},
+                    prefix=self.prefix,
+                    content_type=content_type,
+                )
+            )
+            return handler
+
+        return register
+
+    def get(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        return self.route("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        return self.route("POST", path, **kwargs)
+
+    def put(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        return self.route("PUT", path, **kwargs)
+
+    def patch(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        return self.route("PATCH", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Callable[[Handler], Handler]:
+        return self.route("DELETE", path, **kwargs)

@@ -1,0 +1,56 @@
+"""`corral serve`: the platform and its HTTP API on hypercorn's trio worker.
+
+SIGTERM or SIGINT shuts down gracefully: the listener stops accepting, in-flight
+requests finish, actors stop; instances are left running for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from corral.actors.platform import Platform, open_platform
+from corral.config import Settings
+
+from .app import create_app
+
+log = logging.getLogger("corral")
+
+
+def hypercorn_config(host: str, port: int) -> Config:
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("hypercorn.error")
+    config.keep_alive_timeout = 75
+    config.graceful_timeout = 10
+    return config
+
+
+async def _wait_for_signal(stop: trio.Event) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for received in signals:
+            log.info("received %s; shutting down", signal.Signals(received).name)
+            stop.set()
+            return
+
+
+async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    settings = platform.settings
+    app = create_app(platform)
+    config = hypercorn_config(settings.host, settings.port)
+    await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+
+
+async def serve(settings: Settings) -> None:
+    stop = trio.Event()
+    async with open_platform(settings) as platform, trio.open_nursery() as nursery:
+        nursery.start_soon(_wait_for_signal, stop)
+        await nursery.start(run_api, platform, stop)
+        log.info("Corral API listening on http://%s:%d", settings.host, settings.port)
+        await stop.wait()
+        nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_grace_seconds

@@ -1,0 +1,37 @@
+"""Storage layer: the SQL store (SQLite or PostgreSQL), migrations, event log, secret encryption."""
+
+from corral.storage.clock import iso_in, parse_iso, to_iso, utc_now, utc_now_iso
+from corral.storage.crypto import DecryptionError, SecretBox, associated_data, load_or_create_kek
+from corral.storage.database import (
+    Database,
+    PostgresDatabase,
+    Row,
+    SqliteDatabase,
+    Transaction,
+    open_database,
+)
+from corral.storage.event_log import Event, EventLog, new_event_id
+from corral.storage.migrate import load_migrations, migrate
+
+__all__ = [
+    "Database",
+    "DecryptionError",
+    "Event",
+    "EventLog",
+    "PostgresDatabase",
+    "Row",
+    "SecretBox",
+    "SqliteDatabase",
+    "Transaction",
+    "associated_data",
+    "iso_in",
+    "load_migrations",
+    "load_or_create_kek",
+    "migrate",
+    "new_event_id",
+    "open_database",
+    "parse_iso",
+    "to_iso",
+    "utc_now",
+    "utc_now_iso",
+]

@@ -1,0 +1,213 @@
+"""One SQL interface over SQLite (embedded default) and PostgreSQL (production).
+
+SQL is written once with `?` placeholders; the PostgreSQL backend rewrites them.
+Rows come back as plain dicts. Multi-statement work goes through `transaction`,
+which runs a synchronous function on a worker thread with the connection held, so
+the function sees one consistent snapshot and commits or rolls back as a whole.
+
+SQLite reads run on the trio thread (about 5 us); writes and transactions go to a
+worker thread, serialised by a capacity limiter of one, so the event loop never
+waits on a lock. Every PostgreSQL call goes through a worker thread (psycopg 3's
+async API does not run under trio).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import trio
+
+Row = dict[str, Any]
+Params = Sequence[Any]
+T = TypeVar("T")
+
+
+class Transaction(ABC):
+    """A connection inside an open transaction, used synchronously on a worker thread."""
+
+    dialect: str
+
+    @abstractmethod
+    def execute(self, sql: str, params: Params = ()) -> int:
+        """Run a statement; returns the number of rows it changed."""
+
+    @abstractmethod
+    def fetch_all(self, sql: str, params: Params = ()) -> list[Row]: ...
+
+    def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = self.fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    def fetch_value(self, sql: str, params: Params = ()) -> Any:
+        row = self.fetch_one(sql, params)
+        return None if row is None else next(iter(row.values()))
+
+
+class Database(ABC):
+    """The asynchronous face of the store, shared by every layer that may use it."""
+
+    dialect: str
+    url: str
+
+    @abstractmethod
+    async def transaction(self, work: Callable[[Transaction], T]) -> T:
+        """Run `work(tx)` on a worker thread inside one transaction and return its result."""
+
+    async def execute(self, sql: str, params: Params = ()) -> int:
+        return await self.transaction(lambda tx: tx.execute(sql, params))
+
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        return await self.transaction(lambda tx: tx.fetch_all(sql, params))
+
+    async def fetch_one(self, sql: str, params: Params = ()) -> Row | None:
+        rows = await self.fetch_all(sql, params)
+        return rows[0] if rows else None
+
+    async def fetch_value(self, sql: str, params: Params = ()) -> Any:
+        row = await self.fetch_one(sql, params)
+        return None if row is None else next(iter(row.values()))
+
+    @abstractmethod
+    async def close(self) -> None: ...
+
+
+# --- SQLite -------------------------------------------------------------------------
+
+
+class _SqliteTransaction(Transaction):
+    dialect = "sqlite"
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        return self._conn.execute(sql, tuple(params)).rowcount
+
+    def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._conn.execute(sql, tuple(params))
+        names = [d[0] for d in cursor.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _sqlite_connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+class SqliteDatabase(Database):
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.url = f"sqlite:///{self.path}"
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._writer = _sqlite_connect(self.path)
+        self._reader = _sqlite_connect(self.path) if self.path != ":memory:" else self._writer
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._thread_lock = threading.Lock()
+
+    def _run(self, work: Callable[[Transaction], T]) -> T:
+        with self._thread_lock:
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(_SqliteTransaction(self._writer))
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("COMMIT")
+            return result
+
+    async def transaction(self, work: Callable[[Transaction], T]) -> T:
+        return await trio.to_thread.run_sync(self._run, work, limiter=self._write_limiter)
+
+    async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        """Reads run on the trio thread against their own WAL reader connection."""
+        if self._reader is self._writer:
+            return await super().fetch_all(sql, params)
+        return _SqliteTransaction(self._reader).fetch_all(sql, params)
+
+    async def close(self) -> None:
+        if self._reader is not self._writer:
+            self._reader.close()
+        with self._thread_lock:
+            self._writer.close()
+
+
+# --- PostgreSQL ---------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+@functools.lru_cache(maxsize=2048)
+def to_pyformat(sql: str) -> str:
+    """Rewrite `?` placeholders for psycopg, escaping literal percent signs first."""
+    return _PLACEHOLDER.sub("%s", sql.replace("%", "%%"))
+
+
+class _PostgresTransaction(Transaction):
+    dialect = "postgresql"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> int:
+        cursor = self._conn.execute(to_pyformat(sql), tuple(params))
+        return int(cursor.rowcount)
+
+    def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
+        cursor = self._conn.execute(to_pyformat(sql), tuple(params))
+        if cursor.description is None:
+            return []
+        return [dict(row) for row in cursor.fetchall()]
+
+
+class PostgresDatabase(Database):
+    dialect = "postgresql"
+
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10) -> None:
+        from psycopg.rows import dict_row
+        from psycopg_pool import ConnectionPool
+
+        self.url = url
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"row_factory": dict_row, "autocommit": False},
+            open=True,
+        )
+        self._limiter = trio.CapacityLimiter(max_size)
+
+    def _run(self, work: Callable[[Transaction], T]) -> T:
+        with self._pool.connection() as conn, conn.transaction():
+            return work(_PostgresTransaction(conn))
+
+    async def transaction(self, work: Callable[[Transaction], T]) -> T:
+        return await trio.to_thread.run_sync(self._run, work, limiter=self._limiter)
+
+    async def close(self) -> None:
+        await trio.to_thread.run_sync(self._pool.close)
+
+
+def open_database(url: str) -> Database:
+    """Open the store named by a `sqlite:///path` or `postgresql://...` URL."""
+    if url.startswith("sqlite:///"):
+        # sqlite:///relative/path and sqlite:////absolute/path, as SQLAlchemy spells them.
+        return SqliteDatabase(url[len("sqlite:///") :])
+    if url.startswith("sqlite://"):
+        return SqliteDatabase(":memory:")
+    if url.startswith(("postgresql://", "postgres://")):
+        return PostgresDatabase(url)
+    raise ValueError(f"unsupported database URL: {url.split(':', 1)[0]}:...")

@@ -1,0 +1,127 @@
+"""The event log: every platform event, ULID-ordered, replayable for 15 minutes.
+
+ULIDs are generated monotonically within this process, so the ids of one resource's
+events sort in the order they were appended even within one millisecond; that is
+what `Last-Event-ID` replay relies on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from ulid import ULID
+
+from corral.storage.clock import to_iso, utc_now, utc_now_iso
+from corral.storage.database import Database
+
+DEFAULT_RETENTION_SECONDS = 15 * 60
+
+
+class MonotonicUlid:
+    """ULIDs that strictly increase even when many are made in one millisecond."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def new(self) -> str:
+        with self._lock:
+            candidate = int(ULID())
+            millis_now = int(time.time() * 1000) << 80
+            candidate = max(candidate, millis_now)
+            if candidate <= self._last:
+                candidate = self._last + 1
+            self._last = candidate
+            return str(ULID.from_int(candidate)).lower()
+
+
+_ids = MonotonicUlid()
+
+
+def new_event_id() -> str:
+    return _ids.new()
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    resource_type: str
+    resource_id: str
+    data: dict[str, Any]
+    tenant_id: str | None = None
+    id: str = field(default_factory=new_event_id)
+    created_at: str = field(default_factory=utc_now_iso)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": self.type,
+            "tenant_id": self.tenant_id,
+            "resource_type": self.resource_type,
+            "resource_id": self.resource_id,
+            "data": self.data,
+            "created_at": self.created_at,
+        }
+
+
+def _from_row(row: dict[str, Any]) -> Event:
+    return Event(
+        id=row["id"],
+        type=row["type"],
+        tenant_id=row["tenant_id"],
+        resource_type=row["resource_type"],
+        resource_id=row["resource_id"],
+        data=json.loads(row["data"]),
+        created_at=row["created_at"],
+    )
+
+
+class EventLog:
+    def __init__(self, db: Database, retention_seconds: int = DEFAULT_RETENTION_SECONDS) -> None:
+        self.db = db
+        self.retention_seconds = retention_seconds
+
+    async def append(self, event: Event) -> Event:
+        await self.db.execute(
+            "INSERT INTO events (id, tenant_id, resource_type, resource_id, type, data, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                event.id,
+                event.tenant_id,
+                event.resource_type,
+                event.resource_id,
+                event.type,
+                json.dumps(event.data, separators=(",", ":")),
+                event.created_at,
+            ),
+        )
+        return event
+
+    async def list(
+        self,
+        resource_type: str,
+        resource_id: str,
+        *,
+        after: str | None = None,
+        limit: int = 1000,
+    ) -> list[Event]:
+        """A resource's retained events in id order, those after `after` when given."""
+        cutoff = self._cutoff()
+        rows = await self.db.fetch_all(
+            "SELECT * FROM events WHERE resource_type = ? AND resource_id = ?"
+            " AND id > ? AND created_at >= ? ORDER BY id LIMIT ?",
+            (resource_type, resource_id, after or "", cutoff, limit),
+        )
+        return [_from_row(row) for row in rows]
+
+    async def prune(self) -> int:
+        """Drop events older than the retention window; returns how many."""
+        return await self.db.execute("DELETE FROM events WHERE created_at < ?", (self._cutoff(),))
+
+    def _cutoff(self) -> str:
+        return to_iso(utc_now() - timedelta(seconds=self.retention_seconds))

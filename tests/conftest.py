@@ -1,0 +1,57 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from corral.storage import Database, migrate, open_database
+from tests.pg_server import create_database, postgres_server
+from tests.support import Api, Tenant, running_server
+
+_db_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    with postgres_server() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh empty database URL, once for each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path_factory.mktemp('db') / 'corral.db'}"
+    server = request.getfixturevalue("postgres_url")
+    return create_database(server, f"test_{next(_db_names)}")
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A migrated store on each backend."""
+    database = open_database(database_url)
+    await migrate(database)
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+@pytest.fixture
+async def api(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Api]:
+    """A real server (SQLite store) on a free port, and a client for it."""
+    async with running_server(tmp_path_factory.mktemp("corral")) as client:
+        yield client
+
+
+@pytest.fixture
+async def tenant(api: Api) -> Tenant:
+    return await api.create_tenant()
+
+
+@pytest.fixture
+async def other_tenant(api: Api) -> Tenant:
+    return await api.create_tenant("Other")

@@ -1,0 +1,115 @@
+"""Test helpers: a real Corral server on a free port, and a client that speaks to it."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from corral.actors.platform import Platform, open_platform
+from corral.config import Settings
+from corral.http import run_api
+
+ADMIN_KEY = "msk_a_test-operator-key-0123456789abcdef"
+PASSWORD = "correct horse battery"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Tenant:
+    id: str
+    name: str
+    owner_id: str
+    owner_email: str
+    workspace_id: str
+    project_id: str
+    key: str
+    key_id: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+class Api:
+    """An httpx client bound to a running server, with shortcuts for common set-up."""
+
+    def __init__(self, client: httpx.AsyncClient, platform: Platform) -> None:
+        self.client = client
+        self.platform = platform
+        self._n = 0
+
+    async def request(self, method: str, path: str, *, key: str | None = None, **kwargs: Any) -> httpx.Response:
+        headers = dict(kwargs.pop("headers", {}) or {})
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key}"
+        return await self.client.request(method, path, headers=headers, **kwargs)
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self.request(method, path, key=ADMIN_KEY, **kwargs)
+
+    async def create_tenant(self, name: str | None = None) -> Tenant:
+        self._n += 1
+        name = name or f"Tenant {self._n}"
+        email = f"owner{self._n}-{trio.current_time():.6f}@example.test"
+        response = await self.admin(
+            "POST", "/api/v1/admin/tenants", json={"name": name, "owner_email": email, "owner_password": PASSWORD}
+        )
+        assert response.status_code == 201, response.text
+        body = response.json()["data"]
+        return Tenant(
+            id=body["tenant"]["id"],
+            name=name,
+            owner_id=body["owner"]["id"],
+            owner_email=email,
+            workspace_id=body["workspace"]["id"],
+            project_id=body["project"]["id"],
+            key=body["api_key"]["key"],
+            key_id=body["api_key"]["id"],
+        )
+
+    async def create_user(self, tenant: Tenant, role: str = "member") -> tuple[str, str]:
+        """A new member of `tenant`; returns (user_id, email)."""
+        self._n += 1
+        email = f"user{self._n}-{trio.current_time():.6f}@example.test"
+        response = await self.admin(
+            "POST", "/api/v1/admin/users", json={"email": email, "password": PASSWORD, "tenant_id": tenant.id, "role": role}
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["data"]["user"]["id"], email
+
+    async def login(self, email: str, password: str = PASSWORD) -> dict[str, Any]:
+        response = await self.client.post("/api/v1/auth/login", json={"email": email, "password": password})
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+
+@contextlib.asynccontextmanager
+async def running_server(data_dir: Path, database_url: str = "", **overrides: Any) -> AsyncIterator[Api]:
+    settings = Settings(
+        data_dir=data_dir,
+        database_url=database_url,
+        port=free_port(),
+        preview_port=free_port(),
+        admin_key=ADMIN_KEY,
+        **overrides,
+    )
+    stop = trio.Event()
+    async with open_platform(settings) as platform, trio.open_nursery() as nursery:
+        await nursery.start(run_api, platform, stop)
+        base = f"http://127.0.0.1:{settings.port}"
+        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+            yield Api(client, platform)
+        stop.set()

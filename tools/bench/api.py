@@ -1,0 +1,98 @@
+"""API throughput: an authenticated GET through Corral beside a raw hypercorn-trio ASGI app.
+
+Both servers run on the same hypercorn trio worker in the same run; wrk drives each
+at 1 and 16 connections. The ratio of requests per second is the figure to watch
+(goal: at least 0.5 of the raw baseline).
+
+    .venv/bin/python -m tools.bench.api [--seconds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from tools.bench.common import LoadResult, free_port, run_wrk, wait_http
+
+ADMIN_KEY = "msk_a_bench-operator-key-0123456789"
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+@contextlib.contextmanager
+def process(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(argv, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def corral_key(base: str) -> str:
+    response = httpx.post(
+        f"{base}/api/v1/admin/tenants",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+        json={"name": "bench", "owner_email": "bench@example.test", "owner_password": "bench-password"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    owner_key = response.json()["data"]["api_key"]["key"]
+    # A platform key, so that wrk's load stays below its rate limit (30,000 a minute).
+    response = httpx.post(
+        f"{base}/api/v1/api-keys",
+        headers={"Authorization": f"Bearer {owner_key}"},
+        json={"name": "bench", "key_type": "platform"},
+        timeout=30,
+    )
+    response.raise_for_status()
+    return str(response.json()["data"]["key"])
+
+
+def row(name: str, connections: int, result: LoadResult) -> str:
+    return f"{name:<28} {connections:>5} {result.requests_per_second:>10.0f} {result.p50_ms:>9.2f} {result.p99_ms:>9.2f} {result.errors:>7}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=int, default=5)
+    args = parser.parse_args()
+
+    raw_port, api_port = free_port(), free_port()
+    results: dict[tuple[str, int], LoadResult] = {}
+    with tempfile.TemporaryDirectory() as data_dir:
+        hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
+        with process(hypercorn, {}):
+            wait_http(f"http://127.0.0.1:{raw_port}/")
+            for connections in (1, 16):
+                results[("raw ASGI hello world", connections)] = run_wrk(f"http://127.0.0.1:{raw_port}/", connections, args.seconds)
+        serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--data-dir", data_dir, "--log-level", "WARNING"]
+        with process(serve, {"CORRAL_ADMIN_KEY": ADMIN_KEY}):
+            base = f"http://127.0.0.1:{api_port}"
+            wait_http(f"{base}/healthz")
+            key = corral_key(base)
+            headers = {"Authorization": f"Bearer {key}"}
+            for connections in (1, 16):
+                results[("corral GET /api/v1/tenant", connections)] = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, headers)
+
+    print(f"{'server':<28} {'conns':>5} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'errors':>7}")
+    for (name, connections), result in results.items():
+        print(row(name, connections, result))
+    for connections in (1, 16):
+        ratio = results[("corral GET /api/v1/tenant", connections)].requests_per_second / results[("raw ASGI hello world", connections)].requests_per_second
+        print(f"ratio at {connections:>2} connection(s): {ratio:.2f} (goal >= 0.50)")
+
+
+if __name__ == "__main__":
+    main()
