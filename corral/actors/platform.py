@@ -21,6 +21,8 @@ from typing import Any
 
 import trio
 
+from corral.actors.bus import EventBus
+from corral.actors.system import ActorConfig, ActorSystem
 from corral.config import Settings
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
 
@@ -38,8 +40,11 @@ class Platform:
     jwt_secret: str
     admin_key_digest: str
     nursery: trio.Nursery
-    services: dict[str, Any] = field(default_factory=dict)
-    """Resource-specific services (runtime driver, network) registered by later layers."""
+    bus: EventBus
+    system: ActorSystem = field(init=False)
+    """The actor system; its actors see this platform as `self.services`."""
+    extensions: dict[str, Any] = field(default_factory=dict)
+    """Optional services registered by later parts (credits, runtime driver, ...)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -84,19 +89,31 @@ async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
     try:
         await migrate(db)
         admin_key = bootstrap_admin_key(settings)
+        events = EventLog(db, settings.event_retention_seconds)
         async with trio.open_nursery() as nursery:
             platform = Platform(
                 settings=settings,
                 db=db,
-                events=EventLog(db, settings.event_retention_seconds),
+                events=events,
                 secrets=SecretBox(load_or_create_kek(data_dir / "kek")),
                 jwt_secret=await _jwt_secret(db, settings.jwt_secret),
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
+                bus=EventBus(events),
             )
+            platform.system = ActorSystem(
+                db,
+                bus=platform.bus,
+                services=platform,
+                config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
+            )
+            await nursery.start(platform.system.run)
             try:
                 yield platform
             finally:
+                with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
+                    scope.shield = True
+                    await platform.system.shutdown()
                 nursery.cancel_scope.cancel()
     finally:
         await db.close()

@@ -57,6 +57,8 @@ class Authenticator:
             if member is None:
                 raise unauthorized("the key's user is no longer a member of its tenant")
             tenant_role, email = member["role"], member["email"]
+        elif row["key_type"] in ("platform", "admin"):
+            tenant_role = "admin"  # an operator-made key without a user: tenant-wide automation
         await self._touch(row["id"])
         return Principal(
             kind=_KIND_BY_TYPE[row["key_type"]],

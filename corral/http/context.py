@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quart import Request
+from werkzeug.exceptions import HTTPException
 
 from corral.actors.platform import Platform
 from corral.actors.tenancy import tenant_resolution_failed
@@ -69,14 +70,17 @@ class RequestContext:
     async def json(self) -> dict[str, Any]:
         """The body as a JSON object; an empty body is `{}`; anything else is INVALID_BODY."""
         if not self._body_read:
-            raw = await self.request.get_data(cache=True, as_text=False)
+            try:
+                raw = await self.request.get_data(cache=True, as_text=False)
+            except HTTPException as exc:  # too large, or the client stalled
+                raise _unreadable_body(exc) from exc
             self._body_read = True
             if not raw or not raw.strip():
                 self._body = {}
             else:
                 try:
                     self._body = json.loads(raw)
-                except (ValueError, UnicodeDecodeError) as exc:
+                except (ValueError, UnicodeDecodeError, RecursionError) as exc:
                     raise invalid_body("request body is not valid JSON") from exc
         if not isinstance(self._body, dict):
             raise invalid_body("request body must be a JSON object")
@@ -97,6 +101,12 @@ class RequestContext:
             bound = f" and at most {maximum}" if maximum is not None else ""
             raise ApiError(400, "INVALID_PARAM", f"{name} must be at least {minimum}{bound}")
         return value
+
+
+def _unreadable_body(error: HTTPException) -> ApiError:
+    if error.code == 413:
+        return ApiError(413, "PAYLOAD_TOO_LARGE", "request body is too large")
+    return invalid_body(f"request body could not be read: {error.description or error.name}")
 
 
 def require_uuid(value: str, noun: str = "id") -> str:

@@ -74,10 +74,12 @@ class Pipeline:
         except Exception:
             log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id)
             response = error_response(internal_error(), ctx.request_id)
-        if decision is None:
-            decision = self.anonymous_decision()
         response.headers["X-Request-Id"] = ctx.request_id
-        response.headers.update(decision.headers())
+        if decision is not None:
+            response.headers.update(decision.headers())
+        elif "X-RateLimit-Limit" not in response.headers:
+            # A refusal before admission (401, 429) carries the bucket it hit, if any.
+            response.headers.update(self.anonymous_decision().headers())
         if route.is_mutation and ctx.principal_or_none is not None:
             await self._audit(ctx, route, response.status_code)
         return response

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 WINDOW_SECONDS = 60
@@ -39,9 +40,9 @@ class RateDecision:
 
 
 class RateLimiter:
-    def __init__(self, clock: type[time.time] | None = None) -> None:  # type: ignore[valid-type]
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._windows: dict[str, tuple[int, int]] = {}
-        self._clock = clock or time.time
+        self._clock = clock
 
     def hit(self, bucket: str, limit: int) -> RateDecision:
         """Count one request against `bucket` and say whether it may proceed."""

@@ -9,7 +9,14 @@ from . import api_keys, audit, outbox, tickets, workspaces
 from .attribution import EXTERNAL_FIELDS, Attribution, resolve_attribution, tenant_resolution_failed
 from .passwords import hash_password, verify_password
 from .records import api_key_public, project_public, tenant_public, user_public, workspace_public
-from .scopes import KNOWN_SCOPES, PRODUCT_SCOPES, TENANT_ROLES, WORKSPACE_ROLES, role_at_least, scope_allows
+from .scopes import (
+    KNOWN_SCOPES,
+    PRODUCT_SCOPES,
+    TENANT_ROLES,
+    WORKSPACE_ROLES,
+    role_at_least,
+    scope_allows,
+)
 from .tenants import NewTenant, create_tenant, create_user, get_tenant, list_tenants, tenant_role
 
 __all__ = [

@@ -1,9 +1,9 @@
 """Attribution: which workspace and project a new resource belongs to.
 
 Rules (issue 2, item 6): `workspace_id` names an existing workspace of the tenant;
-otherwise `workspace_slug` / `workspace_name` name an existing workspace or create
-one; otherwise the tenant default. Projects likewise within the chosen workspace.
-The external ids are opaque strings carried through.
+otherwise `workspace_slug` (by slug) / `workspace_name` (by name, any case) name an
+existing workspace or create one; otherwise the tenant default. Projects likewise
+within the chosen workspace. The external ids are opaque strings carried through.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from corral.storage import Database, Row, Transaction
 
 from .slugs import is_slug, slugify
 from .tenants import add_workspace_member, insert_project, insert_workspace
+from .workspaces import _free_slug as free_slug
+
+_WORKSPACE_SLUG_USED = "SELECT 1 FROM workspaces WHERE tenant_id = ? AND slug = ?"
+_PROJECT_SLUG_USED = "SELECT 1 FROM projects WHERE workspace_id = ? AND slug = ?"
 
 EXTERNAL_FIELDS = ("external_workspace_id", "external_user_id", "external_project_id")
 
@@ -83,8 +87,12 @@ def _workspace(tx: Transaction, tenant_id: str, fields: dict[str, str | None], c
             raise validation_error({"workspace_id": "no such workspace in this tenant"})
         return row
     if fields["workspace_slug"] or fields["workspace_name"]:
-        slug = fields["workspace_slug"] or slugify(str(fields["workspace_name"]), "workspace")
-        row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND slug = ?", (tenant_id, slug))
+        if fields["workspace_slug"]:
+            slug = fields["workspace_slug"]
+            row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND slug = ?", (tenant_id, slug))
+        else:
+            row = _by_name(tx, "workspaces", "tenant_id", tenant_id, str(fields["workspace_name"]))
+            slug = row["slug"] if row else free_slug(tx, _WORKSPACE_SLUG_USED, tenant_id, slugify(str(fields["workspace_name"]), "workspace"))
         if row is None:
             row = insert_workspace(tx, tenant_id, fields["workspace_name"] or slug, slug)
             if creator_id is not None:
@@ -104,10 +112,23 @@ def _project(tx: Transaction, workspace: Row, fields: dict[str, str | None]) -> 
             raise validation_error({"project_id": "no such project in this workspace"})
         return row
     if fields["project_slug"] or fields["project_name"]:
-        slug = fields["project_slug"] or slugify(str(fields["project_name"]), "project")
-        row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND slug = ?", (workspace["id"], slug))
+        if fields["project_slug"]:
+            slug = fields["project_slug"]
+            row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND slug = ?", (workspace["id"], slug))
+        else:
+            row = _by_name(tx, "projects", "workspace_id", workspace["id"], str(fields["project_name"]))
+            slug = row["slug"] if row else free_slug(tx, _PROJECT_SLUG_USED, workspace["id"], slugify(str(fields["project_name"]), "project"))
         return row or insert_project(tx, workspace, fields["project_name"] or slug, slug)
     row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND is_default = 1", (workspace["id"],))
     if row is None:
         row = insert_project(tx, workspace, "Default", "default", is_default=True)
     return row
+
+
+def _by_name(tx: Transaction, table: str, scope: str, scope_id: str, name: str) -> Row | None:
+    """The oldest record named `name` (any case), so a name keeps finding a renamed-slug record."""
+    return tx.fetch_one(
+        f"SELECT * FROM {table} WHERE {scope} = ? AND lower(name) = lower(?) ORDER BY created_at, id LIMIT 1",
+        (scope_id, name),
+    )
+

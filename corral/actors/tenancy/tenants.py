@@ -105,7 +105,7 @@ async def create_tenant(db: Database, name: str, owner_email: str, owner_passwor
 
     def work(tx: Transaction) -> NewTenant:
         now = utc_now_iso()
-        tenant = {"id": new_uuid(), "name": name, "custom_domain": None, "sandbox_limit": 10, "created_at": now, "updated_at": now}
+        tenant: Row = {"id": new_uuid(), "name": name, "custom_domain": None, "sandbox_limit": 10, "created_at": now, "updated_at": now}
         tx.execute(
             "INSERT INTO tenants (id, name, custom_domain, sandbox_limit, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
             tuple(tenant.values()),

@@ -58,7 +58,7 @@ async def create_tenant(ctx: RequestContext) -> Reply:
     created = await tenancy.create_tenant(ctx.db, name, email, password)
     ctx.audit.update(tenant_id=created.tenant["id"], resource_type="tenant", resource_id=created.tenant["id"])
     if credits:
-        grant = ctx.platform.services.get("grant_credits")
+        grant = ctx.platform.extensions.get("grant_credits")
         if grant is not None:
             await grant(created.tenant["id"], credits, "initial credits")
     key_row, plaintext = await api_keys.create_api_key(
@@ -182,16 +182,19 @@ async def outbox(ctx: RequestContext) -> Reply:
     return data(await tenancy.outbox.list_mail(ctx.db))
 
 
-@router.get("/admin/actors", summary="Live actors: kind, id, state, mailbox depth, restarts, last error, age", auth="admin")
+@router.get(
+    "/admin/actors",
+    summary="Live actors: kind, id, state, mailbox depth, restarts, last error, age",
+    auth="admin",
+    query={"kind": "only actors of this kind"},
+)
 async def list_actors(ctx: RequestContext) -> Reply:
-    system = ctx.platform.services.get("actors")
-    return data(system.introspect() if system is not None else [])
+    return data(ctx.platform.system.introspect(ctx.query("kind")))
 
 
 @router.get("/admin/actors/{kind}/{id}", summary="One live actor", auth="admin")
 async def show_actor(ctx: RequestContext, kind: str, id: str) -> Reply:
-    system = ctx.platform.services.get("actors")
-    found = system.introspect_one(kind, id) if system is not None else None
+    found = ctx.platform.system.introspect_one(kind, id)
     if found is None:
         raise not_found("actor not found")
     return data(found)

@@ -33,6 +33,7 @@ async def current_tenant(ctx: RequestContext) -> Reply:
 )
 async def audit_log(ctx: RequestContext) -> Reply:
     principal = ctx.principal
+    tenant_id = ctx.tenant_id
     if not principal.is_tenant_admin:
         raise forbidden("the audit log is visible to tenant owners and admins")
     api_key_id = ctx.query("api_key_id")
@@ -43,7 +44,7 @@ async def audit_log(ctx: RequestContext) -> Reply:
         require_uuid(workspace_id, "workspace_id")
     limit = ctx.query_int("limit", 100, maximum=1000)
     rows = await audit.list_entries(
-        ctx.db, ctx.tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1
+        ctx.db, tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1
     )
     page = rows[:limit]
     next_cursor = page[-1]["id"] if len(rows) > limit else None

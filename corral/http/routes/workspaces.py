@@ -16,7 +16,7 @@ from ..validation import Fields
 
 router = Router("workspaces")
 
-NAME_SLUG = {
+NAME_SLUG: dict[str, Any] = {
     "type": "object",
     "properties": {"name": {"type": "string"}, "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}},
 }
@@ -139,7 +139,7 @@ async def create_project(ctx: RequestContext) -> Reply:
     body = await ctx.json()
     name, slug = _name_and_slug(body, name_required=True)
     assert name
-    workspace_id = body.get("workspace_id")
+    workspace_id = body.get("workspace_id") or ctx.principal.workspace_id  # a restricted key's own workspace
     if workspace_id is None:
         workspace_id = await ctx.db.fetch_value(
             "SELECT id FROM workspaces WHERE tenant_id = ? AND is_default = 1", (ctx.tenant_id,)

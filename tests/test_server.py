@@ -1,0 +1,123 @@
+"""`corral serve` as a user runs it: real processes, signals, restarts, two nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.pg_server import create_database
+from tests.support import ADMIN_KEY, PASSWORD, free_port
+
+CORRAL = [sys.executable, "-m", "corral"]
+
+
+@contextlib.contextmanager
+def corral_serve(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CORRAL, "serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                output = proc.stdout.read().decode() if proc.stdout else ""
+                raise AssertionError(f"corral serve did not start:\n{output}")
+            time.sleep(0.05)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _create_tenant(base: str, admin_key: str) -> dict:  # type: ignore[type-arg]
+    response = httpx.post(
+        f"{base}/api/v1/admin/tenants",
+        headers={"Authorization": f"Bearer {admin_key}"},
+        json={"name": "Acme", "owner_email": "ada@acme.test", "owner_password": PASSWORD},
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["data"]  # type: ignore[no-any-return]
+
+
+def test_first_start_generates_admin_key_and_sigterm_stops_cleanly(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_ADMIN_KEY"}
+    with corral_serve(data_dir, env=env) as (base, proc):
+        key_file = data_dir / "admin-key"
+        assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        admin_key = key_file.read_text().strip()
+        assert admin_key.startswith("msk_a_")
+        tenants = httpx.get(f"{base}/api/v1/admin/tenants", headers={"Authorization": f"Bearer {admin_key}"})
+        assert tenants.status_code == 200 and tenants.json() == {"data": []}
+        assert (data_dir / "corral.db").exists()
+        assert stat.S_IMODE((data_dir / "kek").stat().st_mode) == 0o600
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        assert time.monotonic() - started < 12
+
+
+def test_state_survives_a_restart(tmp_path: Path) -> None:
+    env = {"CORRAL_ADMIN_KEY": ADMIN_KEY}
+    with corral_serve(tmp_path, env=env) as (base, proc):
+        created = _create_tenant(base, ADMIN_KEY)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    key = created["api_key"]["key"]
+    with corral_serve(tmp_path, env=env) as (base, _):
+        response = httpx.get(f"{base}/api/v1/tenant", headers={"Authorization": f"Bearer {key}"})
+        assert response.status_code == 200
+        assert response.json()["data"]["id"] == created["tenant"]["id"]
+        login = httpx.post(f"{base}/api/v1/auth/login", json={"email": "ada@acme.test", "password": PASSWORD})
+        assert login.status_code == 200
+
+
+def test_two_nodes_on_postgresql_share_state_and_revocation(tmp_path: Path, postgres_url: str) -> None:
+    url = create_database(postgres_url, "two_nodes")
+    env = {"CORRAL_ADMIN_KEY": ADMIN_KEY}
+    with (
+        corral_serve(tmp_path / "a", "--database-url", url, env=env) as (node_a, _),
+        corral_serve(tmp_path / "b", "--database-url", url, env=env) as (node_b, _),
+    ):
+        created = _create_tenant(node_a, ADMIN_KEY)
+        owner = {"Authorization": f"Bearer {created['api_key']['key']}"}
+        made = httpx.post(f"{node_a}/api/v1/api-keys", headers=owner, json={"name": "ci", "key_type": "user"})
+        assert made.status_code == 201
+        key = made.json()["data"]
+        auth = {"Authorization": f"Bearer {key['key']}"}
+        assert httpx.get(f"{node_b}/api/v1/tenant", headers=auth).status_code == 200
+        # A JWT minted on one node is accepted on the other: the signing secret is shared.
+        token = httpx.post(f"{node_a}/api/v1/auth/login", json={"email": "ada@acme.test", "password": PASSWORD}).json()["token"]
+        assert httpx.get(f"{node_b}/api/v1/tenant", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        revoked = httpx.delete(f"{node_a}/api/v1/api-keys/{key['id']}", headers=owner)
+        assert revoked.status_code == 200
+        refused = httpx.get(f"{node_b}/api/v1/tenant", headers=auth)
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "invalid_token"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["serve", "--help"]])
+def test_cli_help(argv: list[str]) -> None:
+    result = subprocess.run([*CORRAL, *argv], capture_output=True, text=True, check=True)
+    assert "corral" in result.stdout
