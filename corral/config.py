@@ -35,9 +35,23 @@ class Settings:
     sse_ticket_ttl: int = 60
     event_retention_seconds: int = 15 * 60
     jwt_secret: str | None = None
+    # The instance runtime (issue 3): where templates are cached, and the host network
+    # of this node's instances. Nodes (and test servers) on one machine need distinct
+    # bridges, subnets and nftables tables.
+    template_dir: Path | None = None
+    bridge: str = "corral0"
+    subnet: str = "10.88.0.0/16"
+    nft_table: str = "corral"
+    link_prefix: str = "cv"
+    netns_prefix: str = "corral-"
+    cgroup_parent: str = "corral"
+    sandbox_ready_wait: float = 10.0
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if self.template_dir is None:
+            self.template_dir = self.data_dir / "templates"
+        self.template_dir = Path(self.template_dir)
         if not self.database_url:
             self.database_url = f"sqlite:///{(self.data_dir / 'corral.db').absolute()}"
 
@@ -57,6 +71,13 @@ class Settings:
             "ca_bundle": env.get("CORRAL_CA_BUNDLE") or None,
             "webhook_retry_scale": float(env.get("CORRAL_WEBHOOK_RETRY_SCALE", "1.0")),
             "smtp_url": env.get("CORRAL_SMTP_URL") or None,
+            "template_dir": Path(env["CORRAL_TEMPLATE_DIR"]) if env.get("CORRAL_TEMPLATE_DIR") else None,
+            "bridge": env.get("CORRAL_BRIDGE", "corral0"),
+            "subnet": env.get("CORRAL_SUBNET", "10.88.0.0/16"),
+            "nft_table": env.get("CORRAL_NFT_TABLE", "corral"),
+            "link_prefix": env.get("CORRAL_LINK_PREFIX", "cv"),
+            "netns_prefix": env.get("CORRAL_NETNS_PREFIX", "corral-"),
+            "cgroup_parent": env.get("CORRAL_CGROUP_PARENT", "corral"),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

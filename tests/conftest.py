@@ -9,7 +9,7 @@ import pytest
 
 from corral.storage import Database, migrate, open_database
 from tests.pg_server import create_database, postgres_server
-from tests.support import Api, Tenant, running_server
+from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_runtime_host, running_server
 
 _db_names = itertools.count()
 
@@ -55,3 +55,30 @@ async def tenant(api: Api) -> Tenant:
 @pytest.fixture
 async def other_tenant(api: Api) -> Tenant:
     return await api.create_tenant("Other")
+
+
+@pytest.fixture(scope="session")
+def runtime_host() -> Iterator[None]:
+    """Root, the default template built (once per machine), and a clean host afterwards."""
+    import os
+
+    from corral.vm import TemplateStore
+
+    if os.geteuid() != 0:
+        pytest.fail("instance tests need root (tools/test runs as root in CI)")
+    cleanup_runtime_host()
+    TemplateStore(TEMPLATE_CACHE).ensure_sync("default", progress=lambda line: None)
+    yield
+    cleanup_runtime_host()
+
+
+@pytest.fixture
+async def runtime_api(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Api]:
+    """A real server that runs real instances; its sandboxes are destroyed afterwards."""
+    async with running_server(tmp_path_factory.mktemp("corral"), **RUNTIME_SETTINGS) as client:
+        try:
+            yield client
+        finally:
+            driver = await client.platform.runtime.driver()
+            for info in await driver.instances():
+                await driver.destroy(info.id)

@@ -113,3 +113,45 @@ async def running_server(data_dir: Path, database_url: str = "", **overrides: An
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             yield Api(client, platform)
         stop.set()
+
+
+TEMPLATE_CACHE = Path(__import__("os").environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
+
+RUNTIME_SETTINGS: dict[str, Any] = {
+    "template_dir": TEMPLATE_CACHE,
+    "bridge": "corrala0",
+    "subnet": "10.214.0.0/24",
+    "nft_table": "corral_api_test",
+    "link_prefix": "ca",
+    "netns_prefix": "corrala-",
+    "cgroup_parent": "corral-api-test",
+}
+"""Host names for API-level tests that run instances, apart from a real server's and the
+runtime tests' (`tests/vm`)."""
+
+
+def cleanup_runtime_host() -> None:
+    """Remove every instance, link, namespace, cgroup and table the API tests made."""
+    import contextlib
+    import os
+    import subprocess
+
+    from corral.vm import CgroupV1
+
+    settings = RUNTIME_SETTINGS
+    cgroups = CgroupV1(parent=settings["cgroup_parent"])
+    for instance_id in cgroups.instance_ids():
+        cgroups.kill_all(instance_id)
+        cgroups.remove(instance_id)
+    for controller in ("cpu", "cpuacct", "memory", "pids"):
+        with contextlib.suppress(OSError):
+            (Path("/sys/fs/cgroup") / controller / settings["cgroup_parent"]).rmdir()
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if name.startswith(settings["netns_prefix"]):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(settings["link_prefix"]) or name == settings["bridge"]:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", settings["nft_table"]], capture_output=True)

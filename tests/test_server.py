@@ -121,3 +121,41 @@ def test_two_nodes_on_postgresql_share_state_and_revocation(tmp_path: Path, post
 def test_cli_help(argv: list[str]) -> None:
     result = subprocess.run([*CORRAL, *argv], capture_output=True, text=True, check=True)
     assert "corral" in result.stdout
+
+
+def runtime_env() -> dict[str, str]:
+    from tests.support import RUNTIME_SETTINGS
+
+    names = {
+        "template_dir": "CORRAL_TEMPLATE_DIR", "bridge": "CORRAL_BRIDGE", "subnet": "CORRAL_SUBNET",
+        "nft_table": "CORRAL_NFT_TABLE", "link_prefix": "CORRAL_LINK_PREFIX", "netns_prefix": "CORRAL_NETNS_PREFIX",
+        "cgroup_parent": "CORRAL_CGROUP_PARENT",
+    }
+    return {"CORRAL_ADMIN_KEY": ADMIN_KEY, **{var: str(RUNTIME_SETTINGS[name]) for name, var in names.items()}}
+
+
+def test_instances_survive_kill_9_and_are_readopted(tmp_path: Path, runtime_host: None) -> None:
+    env = runtime_env()
+    with corral_serve(tmp_path, env=env) as (base, proc):
+        created = _create_tenant(base, ADMIN_KEY)
+        auth = {"Authorization": f"Bearer {created['api_key']['key']}"}
+        sandbox = httpx.post(f"{base}/api/v1/sandboxes", headers=auth, json={}, timeout=60).json()["data"]
+        assert sandbox["status"] == "running"
+        sid = sandbox["id"]
+        wrote = httpx.post(f"{base}/api/v1/sandboxes/{sid}/files/write", headers=auth, json={"path": "/workspace/keep.txt", "content": "still here"})
+        assert wrote.status_code == 201
+        started = httpx.post(f"{base}/api/v1/sandboxes/{sid}/exec", headers=auth, json={"command": "nohup sleep 1000 >/dev/null 2>&1 & echo $!"}).json()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # The instance outlived its control plane.
+    instance_state = tmp_path / "instances" / sid / "state.json"
+    assert instance_state.exists()
+    with corral_serve(tmp_path, env=env) as (base, proc):
+        result = httpx.post(f"{base}/api/v1/sandboxes/{sid}/exec", headers=auth, json={"command": f"cat /workspace/keep.txt; kill -0 {started['stdout'].strip()} && echo alive"}, timeout=60)
+        assert result.status_code == 200, result.text
+        assert result.json()["stdout"] == "still herealive\n"
+        listed = httpx.get(f"{base}/api/v1/sandboxes/{sid}/files", headers=auth)
+        assert "keep.txt" in [f["name"] for f in listed.json()["files"]]
+        assert httpx.delete(f"{base}/api/v1/sandboxes/{sid}", headers=auth).status_code == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0

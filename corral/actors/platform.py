@@ -21,7 +21,9 @@ from typing import Any
 
 import trio
 
+from corral.actors.agents import AgentPool
 from corral.actors.bus import EventBus
+from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.config import Settings
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
@@ -41,6 +43,8 @@ class Platform:
     admin_key_digest: str
     nursery: trio.Nursery
     bus: EventBus
+    runtime: RuntimeHolder
+    agents: AgentPool = field(default_factory=AgentPool)
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     extensions: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +85,17 @@ async def _jwt_secret(db: Database, configured: str | None) -> str:
     return str(value)
 
 
+async def _recover(platform: Platform) -> None:
+    """Re-adopt instances that outlived the last run; finish interrupted creations."""
+    from corral.actors.sandboxes.service import recover_interrupted  # the sandboxes need the platform
+
+    if platform.runtime.has_instances():
+        await platform.runtime.driver()
+    recovered = await recover_interrupted(platform)
+    if recovered:
+        log.info("resumed %d interrupted sandbox creation(s)", recovered)
+
+
 @contextlib.asynccontextmanager
 async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
     data_dir = Path(settings.data_dir)
@@ -100,6 +115,7 @@ async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
                 bus=EventBus(events),
+                runtime=RuntimeHolder(settings),
             )
             platform.system = ActorSystem(
                 db,
@@ -108,12 +124,15 @@ async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
             await nursery.start(platform.system.run)
+            await _recover(platform)
             try:
                 yield platform
             finally:
                 with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
                     scope.shield = True
                     await platform.system.shutdown()
+                    await platform.agents.aclose()
+                    await platform.runtime.aclose()
                 nursery.cancel_scope.cancel()
     finally:
         await db.close()

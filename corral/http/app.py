@@ -11,10 +11,10 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from corral.actors.platform import Platform
-from corral.errors import ApiError, internal_error, not_found
+from corral.errors import internal_error, not_found
 
 from .openapi import build_document
-from .pipeline import Pipeline, error_response, new_request_id
+from .pipeline import Pipeline, error_response, http_error, new_request_id
 from .replies import json_response
 from .routing import Route, Router
 
@@ -22,9 +22,6 @@ log = logging.getLogger("corral.http")
 
 MAX_BODY_BYTES = 11 * 1024 * 1024
 """Room for a 10 MB upload plus its multipart framing; the files API enforces 10 MB itself."""
-
-_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "INVALID_BODY"}
-
 
 def default_routers() -> list[Router]:
     from .routes import all_routers
@@ -61,13 +58,8 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.add_url_rule("/api/v1/openapi.json", endpoint="openapi", view_func=openapi, methods=["GET"])
 
     @app.errorhandler(HTTPException)
-    async def http_error(error: HTTPException) -> Response:
-        status = error.code or 500
-        code = _HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "INVALID_REQUEST")
-        message = "no such route" if status == 404 else (error.description or error.name)
-        if status == 413:
-            message = f"request body exceeds {MAX_BODY_BYTES} bytes"
-        return _decorate(pipeline, error_response(ApiError(status, code, message), new_request_id()))
+    async def unrouted(error: HTTPException) -> Response:
+        return _decorate(pipeline, error_response(http_error(error), new_request_id()))
 
     @app.errorhandler(Exception)
     async def unexpected(error: Exception) -> Response:

@@ -13,10 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from quart import Response, request
+from werkzeug.exceptions import HTTPException
 
 from corral.actors.platform import Platform
 from corral.actors.tenancy import audit
-from corral.errors import ApiError, forbidden, internal_error
+from corral.errors import ApiError, CorralError, forbidden, internal_error
 from corral.ids import new_ulid
 
 from .auth import Authenticator
@@ -40,6 +41,26 @@ def client_ip() -> str | None:
 def error_response(error: ApiError, request_id: str) -> Response:
     headers = {**error.headers, "X-Request-Id": request_id}
     return json_response(error.body(request_id), error.status, headers)
+
+
+def as_api_error(error: CorralError, request_id: str) -> ApiError:
+    """Runtime and network errors carry their API `code` and `status`; others are 500s."""
+    status = getattr(error, "status", 500)
+    code = getattr(error, "code", "INTERNAL_ERROR")
+    if status >= 500:
+        log.error("request %s failed: %s: %s", request_id, type(error).__name__, error)
+    message = str(error) if status < 500 or code != "INTERNAL_ERROR" else "internal server error"
+    return ApiError(status, code, message)
+
+
+HTTP_CODES = {400: "INVALID_BODY", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE"}
+
+
+def http_error(error: HTTPException) -> ApiError:
+    status = error.code or 500
+    code = HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "INVALID_REQUEST")
+    message = "no such route" if status == 404 else (error.description or error.name)
+    return ApiError(status, code, message)
 
 
 def rate_limited(decision: RateDecision) -> ApiError:
@@ -71,6 +92,10 @@ class Pipeline:
             response = _to_response(result, route)
         except ApiError as error:
             response = error_response(error, ctx.request_id)
+        except CorralError as error:
+            response = error_response(as_api_error(error, ctx.request_id), ctx.request_id)
+        except HTTPException as error:  # raised by quart while reading the body
+            response = error_response(http_error(error), ctx.request_id)
         except Exception:
             log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id)
             response = error_response(internal_error(), ctx.request_id)

@@ -36,7 +36,19 @@ async def _api_key(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": response.json()["data"]["id"]}
 
 
+async def _sandbox(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("POST", "/api/v1/sandboxes", key=tenant.key, json={"name": "isolated"})
+    assert response.status_code == 201, response.text
+    sandbox_id = response.json()["data"]["id"]
+    wrote = await api.request(
+        "POST", f"/api/v1/sandboxes/{sandbox_id}/files/write", key=tenant.key, json={"path": "/workspace/mine.txt", "content": "A"}
+    )
+    assert wrote.status_code == 201, wrote.text
+    return {"id": sandbox_id}
+
+
 FACTORIES: dict[str, Factory] = {
+    "/sandboxes/{id}": _sandbox,
     "/workspaces/{id}": _workspace,
     "/projects/{id}": _project,
     "/api-keys/{id}": _api_key,
@@ -44,6 +56,7 @@ FACTORIES: dict[str, Factory] = {
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
 OWNER_CHECKS: dict[str, str] = {
+    "/sandboxes/{id}": "/api/v1/sandboxes/{id}/files/stat?path=/workspace/mine.txt",
     "/workspaces/{id}": "/api/v1/workspaces/{id}",
     "/projects/{id}": "/api/v1/projects/{id}",
 }
@@ -58,7 +71,9 @@ def _prefixes(path: str) -> list[str]:
     return found
 
 
-async def test_other_tenants_resources_are_absent_on_every_route(api: Api, tenant: Tenant, other_tenant: Tenant) -> None:
+async def test_other_tenants_resources_are_absent_on_every_route(runtime_api: Api) -> None:
+    api = runtime_api
+    tenant, other_tenant = await api.create_tenant(), await api.create_tenant("Other")
     routes = [r for r in routes_of(create_app(api.platform)) if r.path_params and r.auth not in ("admin", "public", "public_auth")]
     assert routes, "no tenant routes with path parameters"
     uncovered = sorted({p for r in routes for p in _prefixes(r.path) if p not in FACTORIES})

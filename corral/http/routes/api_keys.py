@@ -51,6 +51,10 @@ async def create_key(ctx: RequestContext) -> Reply:
         raise forbidden("keys are created for a user; use /admin/api-keys")
     if key_type == "platform" and not principal.is_tenant_admin:
         raise forbidden("platform keys can be created only by tenant owners and admins")
+    if principal.workspace_id is not None:  # a restricted key makes only keys as narrow as itself
+        if key_type != "platform" or workspace_id not in (None, principal.workspace_id):
+            raise forbidden("this key is restricted to one workspace; so are the keys it creates")
+        workspace_id = principal.workspace_id
     if rpm is not None and rpm > api_keys.DEFAULT_RPM[key_type]:
         raise validation_error({"rate_limit_rpm": f"must be at most {api_keys.DEFAULT_RPM[key_type]}"})
     if workspace_id is not None:
@@ -76,7 +80,10 @@ async def create_key(ctx: RequestContext) -> Reply:
 
 @router.get("/api-keys", summary="The caller's keys (never their plaintext)", scope="keys:read")
 async def list_keys(ctx: RequestContext) -> Reply:
-    rows = await api_keys.list_user_keys(ctx.db, ctx.tenant_id, ctx.principal.user_id)
+    principal = ctx.principal
+    rows = await api_keys.list_user_keys(ctx.db, ctx.tenant_id, principal.user_id)
+    if principal.workspace_id is not None:
+        rows = [row for row in rows if row["workspace_id"] == principal.workspace_id]
     return data([tenancy.api_key_public(row) for row in rows])
 
 
@@ -89,6 +96,8 @@ async def list_keys(ctx: RequestContext) -> Reply:
 async def revoke_key(ctx: RequestContext, id: str) -> Reply:
     key_id = require_uuid(id, "api key id")
     principal = ctx.principal
-    row = await api_keys.revoke_api_key(ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin)
+    row = await api_keys.revoke_api_key(
+        ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin, principal.workspace_id
+    )
     ctx.audit.update(resource_type="api_key", resource_id=key_id)
     return data(tenancy.api_key_public(row))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from corral.actors import tenancy
 from corral.actors.tenancy import audit
-from corral.errors import forbidden
+from corral.errors import forbidden, not_found
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
@@ -39,9 +39,13 @@ async def audit_log(ctx: RequestContext) -> Reply:
     api_key_id = ctx.query("api_key_id")
     workspace_id = ctx.query("workspace_id")
     if api_key_id is not None:
-        require_uuid(api_key_id, "api_key_id")
+        api_key_id = require_uuid(api_key_id, "api_key_id")
     if workspace_id is not None:
-        require_uuid(workspace_id, "workspace_id")
+        workspace_id = require_uuid(workspace_id, "workspace_id")
+    if principal.workspace_id is not None:  # a key restricted to a workspace sees only that workspace's rows
+        if workspace_id not in (None, principal.workspace_id):
+            raise not_found("workspace not found")
+        workspace_id = principal.workspace_id
     limit = ctx.query_int("limit", 100, maximum=1000)
     rows = await audit.list_entries(
         ctx.db, tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1

@@ -35,10 +35,10 @@ def _name_and_slug(body: dict[str, Any], *, name_required: bool) -> tuple[str | 
 async def _workspace(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[Row, str]:
     principal = ctx.principal
     workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, require_uuid(workspace_id, "workspace id"))
+    ctx.audit.update(workspace_id=workspace["id"])  # refused attempts are audited against it too
     if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
         raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
     role = await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
-    ctx.audit.update(workspace_id=workspace["id"])
     return workspace, role
 
 
@@ -152,13 +152,13 @@ async def create_project(ctx: RequestContext) -> Reply:
 
 async def _project(ctx: RequestContext, project_id: str, minimum: str) -> Row:
     project = await ws.get_project(ctx.db, ctx.tenant_id, require_uuid(project_id, "project id"))
+    ctx.audit.update(project_id=project["id"])
     try:
         await _workspace(ctx, project["workspace_id"], minimum)
     except ws.ApiError as error:
         if error.status == 404:
             raise ws.not_found(ws.PROJECT_NOT_FOUND) from None
         raise
-    ctx.audit.update(project_id=project["id"])
     return project
 
 

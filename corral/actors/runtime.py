@@ -1,0 +1,73 @@
+"""The instance runtime of this node: template store, host network, namespace driver.
+
+Built on first use, so a node that never runs an instance never touches the host
+network; but at start a node whose data directory already holds instances builds it
+at once and re-adopts them (DESIGN.md: instances survive the control plane).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import trio
+
+from corral.config import Settings
+from corral.net import HostNetwork, NetworkConfig
+from corral.vm import CgroupV1, NamespaceDriver, RuntimeDriver, TemplateStore
+
+log = logging.getLogger("corral.runtime")
+
+
+class RuntimeHolder:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._driver: RuntimeDriver | None = None
+        self._network: HostNetwork | None = None
+        self._lock = trio.Lock()
+
+    @property
+    def instances_dir(self) -> Path:
+        return Path(self.settings.data_dir) / "instances"
+
+    def has_instances(self) -> bool:
+        return self.instances_dir.is_dir() and any(self.instances_dir.iterdir())
+
+    @property
+    def templates(self) -> TemplateStore:
+        assert self.settings.template_dir is not None
+        return TemplateStore(Path(self.settings.template_dir))
+
+    async def driver(self) -> RuntimeDriver:
+        if self._driver is not None:
+            return self._driver
+        async with self._lock:
+            if self._driver is None:
+                settings = self.settings
+                network = HostNetwork(
+                    NetworkConfig(
+                        state_dir=Path(settings.data_dir) / "network",
+                        bridge=settings.bridge,
+                        subnet=settings.subnet,
+                        nft_table=settings.nft_table,
+                        link_prefix=settings.link_prefix,
+                        netns_prefix=settings.netns_prefix,
+                    )
+                )
+                await network.setup()
+                self._network = network
+                driver = NamespaceDriver(
+                    Path(settings.data_dir), self.templates, network, CgroupV1(parent=settings.cgroup_parent)
+                )
+                adopted = await driver.adopt()
+                if adopted:
+                    log.info("re-adopted %d instance(s)", len(adopted))
+                self._driver = driver
+        return self._driver
+
+    async def aclose(self) -> None:
+        """Release the driver; instances and the host network stay for the next start."""
+        if self._driver is not None:
+            await self._driver.aclose()
+        if self._network is not None:
+            self._network.close()

@@ -1,0 +1,278 @@
+"""The files API of the specification's "Files (computer)" section, for any instance.
+
+One implementation serves sandboxes and computers: `mount_file_routes` registers the
+eleven routes below a resource path with a function that turns the path parameters
+into the instance's agent client (raising the resource's own not-found or
+not-running errors). Path rules (allowed prefixes, `..`, `~`, symlinks) are enforced
+by the guest agent, inside the instance, where symlinks resolve as they really are.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import mimetypes
+import posixpath
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+from quart import Response
+from werkzeug.exceptions import RequestEntityTooLarge
+
+from corral.errors import ApiError, invalid_body, validation_error
+from corral.vm import AgentClient
+
+from ..context import RequestContext
+from ..replies import Reply, raw
+from ..routing import Router
+
+MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+DEFAULT_DIR = "/workspace"
+
+Resolver = Callable[[RequestContext, str], Awaitable[AgentClient]]
+
+
+def missing_path() -> ApiError:
+    return ApiError(400, "MISSING_PATH", "path is required")
+
+
+def require_path(value: Any, name: str = "path") -> str:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if name == "path":
+            raise missing_path()
+        raise ApiError(400, "MISSING_PARAM", f"{name} is required")
+    if not isinstance(value, str):
+        raise ApiError(400, "INVALID_PATH", f"{name} must be a string")
+    if not value.startswith(("/", "~")):
+        raise ApiError(400, "INVALID_PATH", f"{name} must be an absolute path")
+    if "\x00" in value:
+        raise ApiError(400, "INVALID_PATH", f"{name} must not contain NUL bytes")
+    return value
+
+
+def too_large() -> ApiError:
+    return ApiError(413, "FILE_TOO_LARGE", f"file exceeds the {MAX_UPLOAD_BYTES // (1024 * 1024)} MB upload limit")
+
+
+def content_type_for(path: str) -> str:
+    guessed, _ = mimetypes.guess_type(path)
+    return guessed or "application/octet-stream"
+
+
+def attachment(filename: str) -> str:
+    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "_")
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"
+
+
+def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scope: str, write_scope: str, noun: str) -> None:
+    """Register the files API below `base` (e.g. `/sandboxes/{id}`)."""
+    prefix = f"{base}/files"
+    action = f"{noun}s.files"
+
+    @router.post(
+        f"{prefix}/upload",
+        summary=f"Upload a file into the {noun} (multipart: file, path; 10 MB)",
+        scope=write_scope,
+        action=f"{action}.upload",
+        status=201,
+    )
+    async def upload(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        try:
+            files = await ctx.request.files
+            form = await ctx.request.form
+        except RequestEntityTooLarge:
+            raise too_large() from None
+        storage = files.get("file")
+        if storage is None:
+            raise ApiError(400, "MISSING_FILE", "multipart part 'file' is required")
+        data = storage.read(MAX_UPLOAD_BYTES + 1)
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise too_large()
+        filename = posixpath.basename(storage.filename or "upload") or "upload"
+        target = form.get("path") or f"{DEFAULT_DIR}/"
+        target = require_path(target)
+        if target.endswith("/"):
+            target = target + filename
+        written = await agent.write_file(target, data)
+        path = written.get("path", target)
+        return raw({"success": True, "file": {"path": path, "filename": posixpath.basename(path), "size_bytes": len(data)}}, 201)
+
+    @router.post(
+        f"{prefix}/write",
+        summary="Write a file from a string (encoding utf8 or base64)",
+        scope=write_scope,
+        action=f"{action}.write",
+        status=201,
+        request={
+            "type": "object",
+            "required": ["path", "content"],
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "encoding": {"enum": ["utf8", "base64"]}},
+        },
+    )
+    async def write(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        body = await ctx.json()
+        path = require_path(body.get("path"))
+        content = body.get("content")
+        if content is None:
+            raise ApiError(400, "MISSING_PARAM", "content is required")
+        if not isinstance(content, str):
+            raise validation_error({"content": "must be a string"})
+        encoding = body.get("encoding", "utf8")
+        if encoding in ("utf8", "utf-8"):
+            data = content.encode()
+        elif encoding == "base64":
+            try:
+                data = base64.b64decode(content, validate=True)
+            except (binascii.Error, ValueError):
+                raise invalid_body("content is not valid base64") from None
+        else:
+            raise validation_error({"encoding": "must be utf8 or base64"})
+        if len(data) > MAX_UPLOAD_BYTES:
+            raise too_large()
+        written = await agent.write_file(path, data)
+        return raw({"success": True, "file": {"path": written.get("path", path), "size_bytes": len(data)}}, 201)
+
+    @router.get(f"{prefix}", summary="List a directory (default /workspace)", scope=read_scope, query={"path": "directory"})
+    async def list_dir(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        path = require_path(ctx.query("path") or DEFAULT_DIR)
+        listing = await agent.list_files(path)
+        return raw({"files": listing["files"], "path": listing.get("path", path)})
+
+    @router.get(
+        f"{prefix}/download",
+        summary="Download a file (Content-Disposition set, Content-Type by extension)",
+        scope=read_scope,
+        query={"path": "file to download (required)"},
+        content_type="application/octet-stream",
+    )
+    async def download(ctx: RequestContext, id: str) -> Response:
+        agent = await resolve(ctx, id)
+        path = require_path(ctx.query("path"))
+        content = await agent.read_file(path)
+        filename = posixpath.basename(content.path or path) or "download"
+        return Response(
+            content.data,
+            status=200,
+            headers={"Content-Disposition": attachment(filename), "Content-Type": content_type_for(filename)},
+        )
+
+    @router.post(
+        f"{prefix}/export",
+        summary="A file's bytes as base64 with its metadata",
+        scope=read_scope,
+        action=f"{action}.export",
+        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+    )
+    async def export(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        path = require_path((await ctx.json()).get("path"))
+        content = await agent.read_file(path)
+        if content.size_bytes == 0:
+            raise ApiError(404, "FILE_NOT_FOUND", "file is empty")
+        filename = posixpath.basename(content.path or path)
+        return raw(
+            {
+                "success": True,
+                "file": {
+                    "path": content.path or path,
+                    "filename": filename,
+                    "size_bytes": content.size_bytes,
+                    "content_type": content_type_for(filename),
+                    "modified_at": content.modified_at,
+                },
+                "content_base64": base64.b64encode(content.data).decode(),
+            }
+        )
+
+    @router.delete(
+        f"{prefix}",
+        summary="Delete a file or directory",
+        scope=write_scope,
+        action=f"{action}.delete",
+        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+    )
+    async def delete(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        body = await ctx.json()
+        path = require_path(body.get("path") or ctx.query("path"))
+        result = await agent.delete(path)
+        return raw({"success": True, "path": result.get("path", path)})
+
+    @router.get(f"{prefix}/stat", summary="A file's metadata", scope=read_scope, query={"path": "file (required)"})
+    async def stat(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        return raw(await agent.stat(require_path(ctx.query("path"))))
+
+    @router.post(
+        f"{prefix}/mkdir",
+        summary="Create a directory",
+        scope=write_scope,
+        action=f"{action}.mkdir",
+        status=201,
+        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}}},
+    )
+    async def mkdir(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        body = await ctx.json()
+        path = require_path(body.get("path"))
+        recursive = body.get("recursive", False)
+        if not isinstance(recursive, bool):
+            raise validation_error({"recursive": "must be a boolean"})
+        result = await agent.mkdir(path, recursive=recursive)
+        return raw({"success": True, "path": result.get("path", path)}, 201)
+
+    async def _two_paths(ctx: RequestContext) -> tuple[str, str]:
+        body = await ctx.json()
+        return require_path(body.get("source"), "source"), require_path(body.get("destination"), "destination")
+
+    two_paths = {
+        "type": "object",
+        "required": ["source", "destination"],
+        "properties": {"source": {"type": "string"}, "destination": {"type": "string"}},
+    }
+
+    @router.post(f"{prefix}/rename", summary="Rename or move a file", scope=write_scope, action=f"{action}.rename", request=two_paths)
+    async def rename(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        source, destination = await _two_paths(ctx)
+        result = await agent.rename(source, destination)
+        return raw({"success": True, "source": result.get("source", source), "destination": result.get("destination", destination)})
+
+    @router.post(
+        f"{prefix}/copy",
+        summary="Copy a single file (no directories)",
+        scope=write_scope,
+        action=f"{action}.copy",
+        status=201,
+        request=two_paths,
+    )
+    async def copy(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        source, destination = await _two_paths(ctx)
+        result = await agent.copy(source, destination)
+        return raw({"success": True, "source": result.get("source", source), "destination": result.get("destination", destination)}, 201)
+
+    @router.post(
+        f"{prefix}/chmod",
+        summary="Change a file's mode (octal string)",
+        scope=write_scope,
+        action=f"{action}.chmod",
+        request={"type": "object", "required": ["path", "mode"], "properties": {"path": {"type": "string"}, "mode": {"type": "string"}}},
+    )
+    async def chmod(ctx: RequestContext, id: str) -> Reply:
+        agent = await resolve(ctx, id)
+        body = await ctx.json()
+        path = require_path(body.get("path"))
+        mode = body.get("mode")
+        if mode is None or mode == "":
+            raise ApiError(400, "MISSING_MODE", "mode is required")
+        if isinstance(mode, int) and not isinstance(mode, bool):
+            mode = f"{mode:o}" if mode > 0o777 else str(mode)
+        if not isinstance(mode, str) or not mode.isdigit() or any(c not in "01234567" for c in mode) or len(mode) > 4:
+            raise ApiError(400, "INVALID_MODE", "mode must be an octal string such as 755 or 0644")
+        result = await agent.chmod(path, mode)
+        return raw({"success": True, "path": result.get("path", path), "mode": result.get("mode", mode)})

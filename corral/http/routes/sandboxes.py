@@ -1,0 +1,128 @@
+"""Sandboxes (contract §4): lifecycle, exec, and the files API below each sandbox."""
+
+from __future__ import annotations
+
+from corral.actors import sandboxes
+from corral.errors import ApiError
+from corral.storage import Row
+from corral.vm import AgentClient
+
+from ..context import RequestContext, require_uuid
+from ..replies import Reply, data, raw
+from ..routing import Router
+from .files import mount_file_routes
+
+router = Router("sandboxes")
+
+FILTERS = ("workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id", "status")
+
+CREATE_BODY = {
+    "type": "object",
+    "properties": {
+        "template_id": {"type": "string", "default": "default"},
+        "name": {"type": "string"},
+        "size": {"enum": ["small", "medium", "large"]},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "auto_stop": {"type": "integer", "minimum": 0},
+        "metadata": {"type": "object"},
+        "workspace_id": {"type": "string"},
+        "project_id": {"type": "string"},
+        "workspace_slug": {"type": "string"},
+        "project_slug": {"type": "string"},
+        "external_workspace_id": {"type": "string"},
+        "external_user_id": {"type": "string"},
+        "external_project_id": {"type": "string"},
+    },
+}
+
+
+async def _sandbox(ctx: RequestContext, id: str) -> Row:
+    sandbox_id = require_uuid(id, "sandbox id")
+    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id)
+    ctx.audit.update(
+        workspace_id=row["workspace_id"],
+        project_id=row["project_id"],
+        resource_type="sandbox",
+        resource_id=sandbox_id,
+        external_workspace_id=row["external_workspace_id"],
+        external_user_id=row["external_user_id"],
+        external_project_id=row["external_project_id"],
+    )
+    return row
+
+
+@router.post("/sandboxes", summary="Create a sandbox (status creating, or already running)", scope="sandboxes:write", action="sandboxes.create", status=201, request=CREATE_BODY)
+async def create(ctx: RequestContext) -> Reply:
+    principal = ctx.principal
+    body = await ctx.json()
+    row = await sandboxes.create_sandbox(ctx.platform, ctx.tenant_id, principal.user_id, body)
+    ctx.audit.update(
+        workspace_id=row["workspace_id"], project_id=row["project_id"], resource_type="sandbox", resource_id=row["id"],
+        external_workspace_id=row["external_workspace_id"], external_user_id=row["external_user_id"],
+        external_project_id=row["external_project_id"],
+    )
+    return data(sandboxes.sandbox_public(row), 201)
+
+
+@router.get("/sandboxes", summary="List sandboxes, filtered by attribution", scope="sandboxes:read", query={name: f"only sandboxes with this {name}" for name in FILTERS})
+async def list_(ctx: RequestContext) -> Reply:
+    filters = {name: value for name in FILTERS if (value := ctx.query(name))}
+    rows = await sandboxes.list_sandboxes(ctx.platform, ctx.tenant_id, filters)
+    return data([sandboxes.sandbox_public(row) for row in rows], total=len(rows))
+
+
+@router.get("/sandboxes/{id}", summary="One sandbox", scope="sandboxes:read")
+async def get(ctx: RequestContext, id: str) -> Reply:
+    return data(sandboxes.sandbox_public(await _sandbox(ctx, id)))
+
+
+@router.post("/sandboxes/{id}/stop", summary="Stop a running sandbox; its files are kept", scope="sandboxes:write", action="sandboxes.stop")
+async def stop(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Stop())))
+
+
+@router.post("/sandboxes/{id}/start", summary="Start a stopped or suspended sandbox", scope="sandboxes:write", action="sandboxes.start")
+async def start(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Start())))
+
+
+@router.post("/sandboxes/{id}/fork", summary="A new sandbox with a copy of this one's files", scope="sandboxes:write", action="sandboxes.fork", status=201)
+async def fork(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    new = await sandboxes.fork_sandbox(ctx.platform, ctx.tenant_id, ctx.principal.user_id, row)
+    return data(sandboxes.sandbox_public(new), 201)
+
+
+@router.delete("/sandboxes/{id}", summary="Destroy a sandbox and everything in it", scope="sandboxes:write", action="sandboxes.delete")
+async def delete(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Destroy())
+    return data({"id": row["id"], "deleted": True})
+
+
+@router.post(
+    "/sandboxes/{id}/exec",
+    summary="Run a command under /bin/sh -c (timeout default 30 s, max 300 s)",
+    scope="sandboxes:write",
+    action="sandboxes.exec",
+    request={
+        "type": "object",
+        "required": ["command"],
+        "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}, "cwd": {"type": "string"}, "env": {"type": "object"}},
+    },
+)
+async def exec_(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return raw(await sandboxes.exec_command(ctx.platform, row, await ctx.json()))
+
+
+async def _agent(ctx: RequestContext, id: str) -> AgentClient:
+    row = await _sandbox(ctx, id)
+    if row["status"] not in ("running", "creating"):
+        raise ApiError(409, "SANDBOX_NOT_RUNNING", "sandbox is not running")
+    return await sandboxes.agent_for(ctx.platform, row["id"])
+
+
+mount_file_routes(router, "/sandboxes/{id}", _agent, read_scope="sandboxes:read", write_scope="sandboxes:write", noun="sandbox")
