@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 import uuid
 
 from ulid import ULID
@@ -14,9 +16,28 @@ def new_uuid() -> str:
     return str(uuid.uuid4())
 
 
+class MonotonicUlid:
+    """ULIDs that strictly increase within this process, even within one millisecond."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last = 0
+
+    def new(self) -> str:
+        with self._lock:
+            candidate = max(int(ULID()), int(time.time() * 1000) << 80)
+            if candidate <= self._last:
+                candidate = self._last + 1
+            self._last = candidate
+            return str(ULID.from_int(candidate)).lower()
+
+
+_ulids = MonotonicUlid()
+
+
 def new_ulid() -> str:
-    """A ULID as 26 lowercase characters; lexicographic order is creation order."""
-    return str(ULID()).lower()
+    """A ULID as 26 lowercase characters; text order is creation order in this process."""
+    return _ulids.new()
 
 
 def prefixed(prefix: str) -> str:

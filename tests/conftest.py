@@ -9,9 +9,28 @@ import pytest
 
 from corral.storage import Database, migrate, open_database
 from tests.pg_server import create_database, postgres_server
-from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_runtime_host, running_server
+from tests.support import (
+    RUNTIME_SETTINGS,
+    TEMPLATE_CACHE,
+    Api,
+    Tenant,
+    cleanup_runtime_host,
+    running_server,
+)
 
 _db_names = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def quick_argon2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Still argon2id, at the minimum cost: the default (64 MiB, 3 passes) takes ~0.25 s a hash.
+
+    Servers the tests start as separate processes keep the production cost."""
+    from argon2 import PasswordHasher
+
+    from corral.actors.tenancy import passwords
+
+    monkeypatch.setattr(passwords, "_hasher", PasswordHasher(time_cost=1, memory_cost=1024, parallelism=1))
 
 
 @pytest.fixture(scope="session")

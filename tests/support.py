@@ -120,7 +120,7 @@ TEMPLATE_CACHE = Path(__import__("os").environ.get("CORRAL_TEMPLATE_CACHE", "/va
 RUNTIME_SETTINGS: dict[str, Any] = {
     "template_dir": TEMPLATE_CACHE,
     "bridge": "corrala0",
-    "subnet": "10.214.0.0/24",
+    "subnet": "10.216.0.0/24",
     "nft_table": "corral_api_test",
     "link_prefix": "ca",
     "netns_prefix": "corrala-",

@@ -87,7 +87,9 @@ async def _jwt_secret(db: Database, configured: str | None) -> str:
 
 async def _recover(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run; finish interrupted creations."""
-    from corral.actors.sandboxes.service import recover_interrupted  # the sandboxes need the platform
+    from corral.actors.sandboxes.service import (
+        recover_interrupted,  # the sandboxes need the platform
+    )
 
     if platform.runtime.has_instances():
         await platform.runtime.driver()

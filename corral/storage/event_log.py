@@ -1,50 +1,26 @@
 """The event log: every platform event, ULID-ordered, replayable for 15 minutes.
 
-ULIDs are generated monotonically within this process, so the ids of one resource's
-events sort in the order they were appended even within one millisecond; that is
-what `Last-Event-ID` replay relies on.
+ULIDs are generated monotonically within this process (`corral.ids`), so the ids
+of one resource's events sort in the order they were appended even within one
+millisecond; that is what `Last-Event-ID` replay relies on.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ulid import ULID
-
+from corral.ids import new_ulid
 from corral.storage.clock import to_iso, utc_now, utc_now_iso
 from corral.storage.database import Database
 
 DEFAULT_RETENTION_SECONDS = 15 * 60
 
 
-class MonotonicUlid:
-    """ULIDs that strictly increase even when many are made in one millisecond."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = 0
-
-    def new(self) -> str:
-        with self._lock:
-            candidate = int(ULID())
-            millis_now = int(time.time() * 1000) << 80
-            candidate = max(candidate, millis_now)
-            if candidate <= self._last:
-                candidate = self._last + 1
-            self._last = candidate
-            return str(ULID.from_int(candidate)).lower()
-
-
-_ids = MonotonicUlid()
-
-
 def new_event_id() -> str:
-    return _ids.new()
+    return new_ulid()
 
 
 @dataclass(frozen=True)

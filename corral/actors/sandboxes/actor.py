@@ -9,7 +9,6 @@ while a template builds or an instance boots.
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import logging
 from collections.abc import Iterator
 from typing import Any

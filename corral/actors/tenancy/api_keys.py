@@ -114,9 +114,14 @@ async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> l
     )
 
 
-async def revoke_api_key(db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool) -> Row:
+async def revoke_api_key(
+    db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool, workspace_id: str | None = None
+) -> Row:
+    """`workspace_id`: the revoking key's restriction; it reaches only keys restricted to the same workspace."""
     row = await db.fetch_one("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?", (key_id, tenant_id))
     if row is None or (not may_revoke_any and row["user_id"] != user_id):
+        raise not_found("api key not found")
+    if workspace_id is not None and row["workspace_id"] != workspace_id:
         raise not_found("api key not found")
     if row["status"] != "revoked":
         now = utc_now_iso()

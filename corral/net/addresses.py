@@ -1,0 +1,78 @@
+"""A persisted allocator of instance addresses.
+
+One JSON file maps owner (instance id) to address. Every change happens under an
+exclusive `flock` and is written atomically (temp file + rename), so two processes
+on one data directory never hand out the same address and a crash never leaves a
+half-written file. The network address, the gateway (the bridge's address, the
+first host) and the broadcast address are never handed out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from .errors import AddressExhausted
+
+
+class AddressAllocator:
+    def __init__(self, path: Path, subnet: str) -> None:
+        self.path = Path(path)
+        self.network = ipaddress.IPv4Network(subnet)
+        self.gateway = next(self.network.hosts())
+
+    @contextmanager
+    def _locked(self) -> Iterator[dict[str, str]]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            assigned = self._read()
+            before = dict(assigned)
+            yield assigned
+            if assigned != before:
+                self._write(assigned)
+
+    def _read(self) -> dict[str, str]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if data.get("subnet") != str(self.network):
+            return {}
+        return dict(data.get("assigned", {}))
+
+    def _write(self, assigned: dict[str, str]) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"subnet": str(self.network), "assigned": assigned}, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+    def allocate(self, owner: str) -> ipaddress.IPv4Address:
+        """The owner's address; a new one (lowest free) if it has none yet."""
+        with self._locked() as assigned:
+            if owner in assigned:
+                return ipaddress.IPv4Address(assigned[owner])
+            used = set(assigned.values())
+            for host in self.network.hosts():
+                if host == self.gateway or str(host) in used:
+                    continue
+                assigned[owner] = str(host)
+                return host
+        raise AddressExhausted(f"no free address left in {self.network}")
+
+    def release(self, owner: str) -> None:
+        with self._locked() as assigned:
+            assigned.pop(owner, None)
+
+    def lookup(self, owner: str) -> ipaddress.IPv4Address | None:
+        with self._locked() as assigned:
+            value = assigned.get(owner)
+        return ipaddress.IPv4Address(value) if value else None
+
+    def assignments(self) -> dict[str, str]:
+        with self._locked() as assigned:
+            return dict(assigned)

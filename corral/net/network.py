@@ -1,0 +1,204 @@
+"""The host side of instance networking, as one object the runtime driver receives.
+
+`HostNetwork.setup()` prepares the bridge, forwarding and the nftables table;
+`attach(id)` gives an instance an address, a named network namespace, a veth pair
+into the bridge and its firewall chain; `detach(id)` removes all of it;
+`cleanup_stale(keep)` finds what a crash left behind (namespaces, veths, chains,
+addresses of instances that no longer exist) and removes it.
+
+Names are derived from the instance id, so every piece can be found again after a
+restart without any other record: netns `<netns_prefix><id>`, host veth
+`<link_prefix><first 12 hex digits>`, chain `inst_<same 12 digits>`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import links
+from .addresses import AddressAllocator
+from .firewall import CHAIN_PREFIX, Firewall, FirewallConfig, chain_name
+from .links import Netlink
+
+DEFAULT_AGENT_PORT = 49983
+
+
+def instance_key(instance_id: str) -> str:
+    return instance_id.replace("-", "").lower()[:12]
+
+
+def host_dns_servers(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
+    """The host's resolvers that an instance can reach (not loopback)."""
+    servers = []
+    try:
+        for line in Path(resolv_conf).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver":
+                try:
+                    address = ipaddress.ip_address(parts[1])
+                except ValueError:
+                    continue
+                if address.version == 4 and not address.is_loopback:
+                    servers.append(parts[1])
+    except OSError:
+        pass
+    return servers
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """Where instances live on the host. Tests use their own bridge, range and table."""
+
+    state_dir: Path
+    bridge: str = "corral0"
+    subnet: str = "10.88.0.0/16"
+    nft_table: str = "corral"
+    link_prefix: str = "cv"
+    netns_prefix: str = "corral-"
+    agent_port: int = DEFAULT_AGENT_PORT
+    dns_servers: tuple[str, ...] = field(default_factory=lambda: tuple(host_dns_servers()))
+
+    def __post_init__(self) -> None:
+        if len(self.link_prefix) > 3:
+            raise ValueError("link_prefix must be at most 3 characters (interface names are 15)")
+        if len(self.bridge) > 15:
+            raise ValueError("bridge name must be at most 15 characters")
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """An instance's network: what the driver records and the launcher needs."""
+
+    instance_id: str
+    address: str
+    prefixlen: int
+    gateway: str
+    netns: str
+    netns_path: str
+    host_link: str
+    chain: str
+    dns_servers: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["dns_servers"] = list(self.dns_servers)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Attachment:
+        values = dict(data)
+        values["dns_servers"] = tuple(values.get("dns_servers") or ())
+        return cls(**values)
+
+
+class HostNetwork:
+    def __init__(self, config: NetworkConfig) -> None:
+        self.config = config
+        self.network = ipaddress.IPv4Network(config.subnet)
+        self.addresses = AddressAllocator(Path(config.state_dir) / "addresses.json", config.subnet)
+        self.gateway = str(self.addresses.gateway)
+        self.firewall = Firewall(FirewallConfig(config.nft_table, config.bridge, config.subnet, config.agent_port))
+        self.netlink = Netlink()
+        self._ready = False
+
+    # -- naming ---------------------------------------------------------------
+
+    def netns_name(self, instance_id: str) -> str:
+        return f"{self.config.netns_prefix}{instance_id}"
+
+    def host_link(self, instance_id: str) -> str:
+        return f"{self.config.link_prefix}{instance_key(instance_id)}"
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Bridge with the gateway address, IPv4 forwarding, the nftables table."""
+        await self.netlink.call(links.ensure_bridge, self.config.bridge, self.gateway, self.network.prefixlen)
+        with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
+            f.write("1")
+        await self.firewall.ensure_table()
+        self._ready = True
+
+    async def attach(self, instance_id: str) -> Attachment:
+        """Everything the instance needs to be on the network; idempotent."""
+        if not self._ready:
+            await self.setup()
+        address = str(self.addresses.allocate(instance_id))
+        netns = self.netns_name(instance_id)
+        host_link = self.host_link(instance_id)
+        attachment = Attachment(
+            instance_id=instance_id,
+            address=address,
+            prefixlen=self.network.prefixlen,
+            gateway=self.gateway,
+            netns=netns,
+            netns_path=links.netns_path(netns),
+            host_link=host_link,
+            chain=chain_name(instance_key(instance_id)),
+            dns_servers=self.config.dns_servers,
+        )
+        try:
+            await self.netlink.call(lambda ipr: links.create_netns(netns))
+            await self.netlink.call(
+                links.create_veth, host_link, netns, self.config.bridge, address, self.network.prefixlen, self.gateway
+            )
+            await self.firewall.add_instance(instance_key(instance_id), address)
+        except BaseException:
+            await self.detach(instance_id)
+            raise
+        return attachment
+
+    def is_attached(self, instance_id: str) -> bool:
+        return os.path.exists(links.netns_path(self.netns_name(instance_id))) and os.path.exists(
+            f"/sys/class/net/{self.host_link(instance_id)}"
+        )
+
+    async def detach(self, instance_id: str) -> None:
+        """Remove the chain, the veth, the namespace and the address. Idempotent."""
+        address = self.addresses.lookup(instance_id)
+        await self.firewall.remove_instance(instance_key(instance_id), str(address) if address else None)
+        await self.netlink.call(links.delete_link, self.host_link(instance_id))
+        await self.netlink.call(lambda ipr: links.delete_netns(self.netns_name(instance_id)))
+        self.addresses.release(instance_id)
+
+    async def cleanup_stale(self, keep: set[str]) -> list[str]:
+        """Remove every piece belonging to an instance not in `keep`; return what went."""
+        removed: list[str] = []
+        keep_keys = {instance_key(i) for i in keep}
+        for name in links.netns_with_prefix(self.config.netns_prefix):
+            instance_id = name[len(self.config.netns_prefix) :]
+            if instance_id not in keep:
+                await self.netlink.call(lambda ipr, n=name: links.delete_netns(n))
+                removed.append(f"netns {name}")
+        for name in await self.netlink.call(links.links_with_prefix, self.config.link_prefix):
+            if name == self.config.bridge:
+                continue
+            if name[len(self.config.link_prefix) :] not in keep_keys:
+                await self.netlink.call(links.delete_link, name)
+                removed.append(f"link {name}")
+        elements = await self.firewall.egress_elements()
+        for chain in await self.firewall.instance_chains():
+            key = chain[len(CHAIN_PREFIX) :]
+            if key not in keep_keys:
+                address = next((a for a, c in elements if c == chain), None)
+                await self.firewall.remove_instance(key, address)
+                removed.append(f"chain {chain}")
+        for owner in self.addresses.assignments():
+            if owner not in keep:
+                self.addresses.release(owner)
+                removed.append(f"address of {owner}")
+        return removed
+
+    async def teardown(self) -> None:
+        """Remove the bridge and the table too (tests; uninstall). Instances must be gone."""
+        await self.cleanup_stale(set())
+        await self.firewall.delete_table()
+        await self.netlink.call(links.delete_link, self.config.bridge)
+        self._ready = False
+
+    def close(self) -> None:
+        self.netlink.close()

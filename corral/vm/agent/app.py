@@ -1,0 +1,256 @@
+"""The agent's HTTP API: routing, token check, and the process that runs it.
+
+Every request must carry `Authorization: Bearer <token>`; the token is compared in
+constant time. Bodies are JSON except file contents, which travel as raw bytes.
+Streams (exec output, process logs) are newline-delimited JSON in a chunked body.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from . import files
+from .errors import AgentError
+from .execution import base_environment, execute
+from .httpserver import Request, Response, Send, json_response, serve
+from .processes import ProcessTable
+
+MAX_TIMEOUT = 3600.0
+HEARTBEAT = 15.0
+
+
+@dataclass
+class AgentConfig:
+    """What the launcher hands the agent: where to listen and who may talk to it."""
+
+    address: str
+    port: int
+    token: str
+    hostname: str = "instance"
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def ndjson(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode() + b"\n"
+
+
+class Agent:
+    """Routes requests to the operations; owns the process table."""
+
+    def __init__(self, config: AgentConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self.base_env = base_environment(config.env, config.hostname)
+        self.processes = ProcessTable(nursery, self.base_env)
+        self.started = time.time()
+        self._token = config.token.encode()
+        self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
+            ("GET", re.compile(r"/health"), self.health),
+            ("POST", re.compile(r"/exec"), self.exec),
+            ("GET", re.compile(r"/files/read"), self.read_file),
+            ("PUT", re.compile(r"/files/write"), self.write_file),
+            ("GET", re.compile(r"/files/list"), self.list_files),
+            ("GET", re.compile(r"/files/stat"), self.stat_file),
+            ("POST", re.compile(r"/files/(mkdir|rename|copy|chmod|delete)"), self.file_op),
+            ("POST", re.compile(r"/processes"), self.spawn),
+            ("GET", re.compile(r"/processes"), self.list_processes),
+            ("GET", re.compile(r"/processes/([\w-]+)"), self.get_process),
+            ("DELETE", re.compile(r"/processes/([\w-]+)"), self.kill_process),
+            ("GET", re.compile(r"/processes/([\w-]+)/logs"), self.process_logs),
+            ("GET", re.compile(r"/processes/([\w-]+)/stream"), self.process_stream),
+        ]
+
+    async def handle(self, request: Request) -> Response:
+        auth = request.headers.get("authorization", "")
+        presented = auth[7:].encode() if auth.startswith("Bearer ") else b""
+        if not hmac.compare_digest(presented, self._token):
+            raise AgentError(401, "UNAUTHORIZED", "invalid agent token")
+        path_matched = False
+        for method, pattern, handler in self._routes:
+            match = pattern.fullmatch(request.path)
+            if match is None:
+                continue
+            path_matched = True
+            if method == request.method:
+                return await handler(request, *match.groups())
+        if path_matched:
+            raise AgentError(405, "METHOD_NOT_ALLOWED", f"{request.method} not allowed here")
+        raise AgentError(404, "NOT_FOUND", f"no route {request.path}")
+
+    # -- health ---------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return json_response(
+            {
+                "status": "ok",
+                "hostname": self.config.hostname,
+                "uptime_s": round(time.time() - self.started, 3),
+                "pid": os.getpid(),
+            }
+        )
+
+    # -- exec -----------------------------------------------------------------
+
+    async def exec(self, request: Request) -> Response:
+        body = request.json()
+        command = body.get("command")
+        if not isinstance(command, str) or not command:
+            raise AgentError(400, "MISSING_PARAM", "command is required")
+        timeout = min(float(body.get("timeout") or 30), MAX_TIMEOUT)
+        cwd = body.get("cwd") or "/workspace"
+        env = dict(self.base_env)
+        env.update({str(k): str(v) for k, v in (body.get("env") or {}).items()})
+        combined = bool(body.get("combined", False))
+        # Check what can be checked before the 200 goes out, so it is a proper error status.
+        if not os.path.isdir(cwd):
+            raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
+
+        async def writer(send: Send) -> None:
+            async def emit(event: dict[str, Any]) -> None:
+                await send(ndjson(event))
+
+            try:
+                final = await execute(command, cwd, env, timeout, emit, combined)
+            except AgentError as exc:
+                final = {"type": "error", "code": exc.code, "message": exc.message}
+            await send(ndjson(final), final=True)
+
+        return Response(200, headers={"content-type": "application/x-ndjson"}, writer=writer)
+
+    # -- files ----------------------------------------------------------------
+
+    async def read_file(self, request: Request) -> Response:
+        resolved, fd, st = files.open_for_read(request.query.get("path"))
+
+        async def writer(send: Send) -> None:
+            try:
+                while True:
+                    chunk = os.read(fd, 1 << 20)
+                    if not chunk:
+                        break
+                    await send(chunk)
+            finally:
+                os.close(fd)
+
+        headers = {
+            "content-type": "application/octet-stream",
+            "x-file-path": resolved,
+            "x-file-size": str(st.st_size),
+            "x-file-modified-at": files.iso(st.st_mtime),
+        }
+        return Response(200, headers=headers, writer=writer)
+
+    async def write_file(self, request: Request) -> Response:
+        parents = request.query.get("parents", "1") not in ("0", "false")
+        result = files.write_file(request.query.get("path"), request.body, parents)
+        return json_response(result, 201)
+
+    async def list_files(self, request: Request) -> Response:
+        return json_response(files.list_directory(request.query.get("path")))
+
+    async def stat_file(self, request: Request) -> Response:
+        return json_response(files.stat_path(request.query.get("path")))
+
+    async def file_op(self, request: Request, op: str) -> Response:
+        body = request.json()
+        if op == "mkdir":
+            result = files.make_directory(body.get("path"), bool(body.get("recursive", False)))
+        elif op == "rename":
+            result = files.rename(body.get("source"), body.get("destination"))
+        elif op == "copy":
+            result = files.copy(body.get("source"), body.get("destination"))
+        elif op == "chmod":
+            result = files.chmod(body.get("path"), body.get("mode"))
+        else:
+            result = await trio.to_thread.run_sync(files.delete, body.get("path"))
+        return json_response(result)
+
+    # -- processes ------------------------------------------------------------
+
+    async def spawn(self, request: Request) -> Response:
+        body = request.json()
+        cmd = body.get("cmd")
+        if not isinstance(cmd, str) or not cmd:
+            raise AgentError(400, "MISSING_PARAM", "cmd is required")
+        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
+        record = await self.processes.spawn(
+            cmd,
+            cwd=body.get("cwd") or "/workspace",
+            env=env,
+            name=body.get("name"),
+            process_id=body.get("id"),
+        )
+        return json_response(record.to_json(), 201)
+
+    async def list_processes(self, request: Request) -> Response:
+        return json_response({"processes": [p.to_json() for p in self.processes.list()]})
+
+    async def get_process(self, request: Request, process_id: str) -> Response:
+        return json_response(self.processes.get(process_id).to_json())
+
+    async def kill_process(self, request: Request, process_id: str) -> Response:
+        grace = float(request.query.get("grace") or 5)
+        record = await self.processes.kill(process_id, grace)
+        return json_response(record.to_json())
+
+    async def process_logs(self, request: Request, process_id: str) -> Response:
+        record = self.processes.get(process_id)
+        if "after" in request.query:
+            wait = min(float(request.query.get("wait") or 0), 60.0)
+            lines = await record.wait_after(int(request.query["after"]), wait)
+        else:
+            lines = record.tail(int(request.query.get("tail") or 200))
+        return json_response(
+            {
+                "lines": [entry.to_json() for entry in lines],
+                "process": record.to_json(),
+                "next": lines[-1].seq if lines else int(request.query.get("after") or 0),
+            }
+        )
+
+    async def process_stream(self, request: Request, process_id: str) -> Response:
+        record = self.processes.get(process_id)
+        after = int(request.query.get("after") or 0)
+
+        async def writer(send: Send) -> None:
+            seq = after
+            while True:
+                lines = await record.wait_after(seq, HEARTBEAT)
+                for entry in lines:
+                    await send(ndjson({"type": "log", **entry.to_json()}))
+                    seq = entry.seq
+                if record.finished and not record.after(seq):
+                    await send(ndjson({"type": "end", "process": record.to_json()}), final=True)
+                    return
+                if not lines:
+                    await send(ndjson({"type": "heartbeat"}))
+
+        return Response(200, headers={"content-type": "application/x-ndjson"}, writer=writer)
+
+
+async def open_listener(address: str, port: int) -> trio.SocketListener:
+    sock = trio.socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    await sock.bind((address, port))
+    sock.listen(128)
+    return trio.SocketListener(sock)
+
+
+async def run(config: AgentConfig, ready_fd: int | None = None) -> None:
+    """Serve until killed; write a line to `ready_fd` once the port accepts connections."""
+    listener = await open_listener(config.address, config.port)
+    async with trio.open_nursery() as nursery:
+        agent = Agent(config, nursery)
+        if ready_fd is not None:
+            os.write(ready_fd, ndjson({"ready": True, "agent_pid": os.getpid()}))
+            os.close(ready_fd)
+        await serve([listener], agent.handle)

@@ -1,0 +1,185 @@
+"""A small HTTP/1.1 server on trio streams and h11.
+
+The agent needs keep-alive (an exec round trip must cost a few milliseconds, not a
+new TCP handshake), streamed chunked responses (exec output, process logs) and
+nothing else, so this is hand-rolled instead of pulling a framework into every
+instance.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+import trio
+
+from .errors import AgentError
+
+MAX_BODY = 64 * 1024 * 1024
+READ_SIZE = 65536
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        if not self.body:
+            return {}
+        try:
+            value = json.loads(self.body)
+        except ValueError as exc:
+            raise AgentError(400, "INVALID_BODY", "request body is not valid JSON") from exc
+        if not isinstance(value, dict):
+            raise AgentError(400, "INVALID_BODY", "request body must be a JSON object")
+        return value
+
+
+class Send(Protocol):
+    """Sends one chunk; `final=True` ends the body in the same write."""
+
+    async def __call__(self, chunk: bytes, final: bool = False) -> None: ...
+
+
+Writer = Callable[[Send], Awaitable[None]]
+
+
+@dataclass
+class Response:
+    """A whole body, or a `writer` that streams chunks through the `send` it is given.
+
+    A writer (instead of an async generator) keeps nurseries out of generators, which
+    trio forbids for good reasons.
+    """
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    writer: Writer | None = None
+
+
+def json_response(value: Any, status: int = 200) -> Response:
+    return Response(status, json.dumps(value).encode(), {"content-type": "application/json"})
+
+
+def error_response(error: AgentError) -> Response:
+    return json_response({"error": {"code": error.code, "message": error.message}}, error.status)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _Connection:
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream = stream
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+
+    async def next_event(self) -> Any:
+        while True:
+            event = self.conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await self.stream.receive_some(READ_SIZE)
+                self.conn.receive_data(data)
+                continue
+            return event
+
+    async def send(self, event: Any) -> None:
+        data = self.conn.send(event)
+        if data:
+            await self.stream.send_all(data)
+
+
+async def _read_request(conn: _Connection, head: h11.Request) -> Request:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await conn.next_event()
+        if isinstance(event, h11.Data):
+            size += len(event.data)
+            if size > MAX_BODY:
+                raise AgentError(413, "FILE_TOO_LARGE", "request body too large")
+            chunks.append(bytes(event.data))
+        elif isinstance(event, h11.EndOfMessage):
+            break
+        elif isinstance(event, h11.ConnectionClosed):
+            raise trio.BrokenResourceError("client went away")
+    target = urlsplit(head.target.decode("latin-1"))
+    query = {k: v[-1] for k, v in parse_qs(target.query, keep_blank_values=True).items()}
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
+    return Request(head.method.decode(), target.path, query, headers, b"".join(chunks))
+
+
+async def _send_response(conn: _Connection, response: Response) -> None:
+    headers = [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()]
+    if response.writer is None:
+        headers.append((b"content-length", str(len(response.body)).encode()))
+        await conn.send(h11.Response(status_code=response.status, headers=headers))
+        if response.body:
+            await conn.send(h11.Data(data=response.body))
+    else:
+        # The head waits for the first chunk and the last chunk carries the end of
+        # the body: one write (one packet, one wake-up) for a short exec.
+        headers.append((b"transfer-encoding", b"chunked"))
+        pending = conn.conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
+        ended = False
+
+        async def send(chunk: bytes, final: bool = False) -> None:
+            nonlocal pending, ended
+            data = pending + (conn.conn.send(h11.Data(data=chunk)) or b"" if chunk else b"")
+            pending = b""
+            if final:
+                data += conn.conn.send(h11.EndOfMessage()) or b""
+                ended = True
+            if data:
+                await conn.stream.send_all(data)
+
+        await response.writer(send)
+        if not ended:
+            await send(b"", final=True)
+        return
+    await conn.send(h11.EndOfMessage())
+
+
+async def serve_connection(stream: trio.SocketStream, handler: Handler) -> None:
+    """Answer requests on one connection until the client closes it."""
+    conn = _Connection(stream)
+    try:
+        while True:
+            event = await conn.next_event()
+            if isinstance(event, h11.ConnectionClosed):
+                return
+            if not isinstance(event, h11.Request):
+                return
+            try:
+                request = await _read_request(conn, event)
+                response = await handler(request)
+            except AgentError as exc:
+                response = error_response(exc)
+            await _send_response(conn, response)
+            if conn.conn.our_state is h11.MUST_CLOSE or conn.conn.their_state is h11.MUST_CLOSE:
+                return
+            try:
+                conn.conn.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+    except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError, ConnectionError):
+        return
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await stream.aclose()
+
+
+async def serve(listeners: list[trio.SocketListener], handler: Handler) -> None:
+    async def on_connection(stream: trio.SocketStream) -> None:
+        await serve_connection(stream, handler)
+
+    await trio.serve_listeners(on_connection, listeners)

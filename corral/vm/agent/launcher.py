@@ -1,0 +1,241 @@
+"""Turning a forked copy of the zygote into a running, isolated instance.
+
+Order matters, and is chosen so that the instance's root user ends up with no power
+over anything but its own files and processes:
+
+1. As real root on the host: join the instance's cgroups and its (prepared) network
+   namespace, then unshare UTS, IPC, PID and cgroup namespaces (and, in PID 1,
+   the mount namespace). These are
+   owned by the host's user namespace, so nothing inside can later mount, change
+   the hostname, or reconfigure the network.
+2. Fork: the child is PID 1 of the new PID namespace. Still real root, it mounts the
+   overlay root (template lower + per-instance upper), /proc, /sys (read-only),
+   /dev, writes /etc/resolv.conf and /etc/hosts, and pivots into the new root.
+3. PID 1 unshares a user namespace; the parent (still real root outside) writes its
+   uid/gid maps (0 inside -> `uid_base` outside), and PID 1 becomes uid 0 of that
+   namespace with `no_new_privs`. Changing credentials also makes PID 1 and the agent
+   non-dumpable, so their memory, fds and environment cannot be read from inside.
+4. PID 1 forks the agent and stays behind as a reaper, restarting the agent if it
+   dies; SIGTERM stops the instance (everything in the PID namespace ends with it).
+
+The launcher reports on `report_fd`: `{"init_pid"}` from the outer process, then
+`{"ready"}` from the agent once its port is open, or `{"error"}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from typing import Any
+
+import trio
+
+from . import syscalls as sc
+from .app import AgentConfig, run
+
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+SHUTDOWN_GRACE = 3.0
+
+
+def report(fd: int, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, json.dumps(message).encode() + b"\n")
+
+
+def write_file(path: str, text: str, uid: int, mode: int = 0o644) -> None:
+    if os.path.islink(path):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        os.write(fd, text.encode())
+        os.fchown(fd, uid, uid)
+    finally:
+        os.close(fd)
+
+
+def launch(req: dict[str, Any], report_fd: int) -> None:
+    """Runs in the detached grandchild of the zygote; never returns."""
+    try:
+        _outer(req, report_fd)
+    except BaseException as exc:
+        report(report_fd, {"error": f"launch failed: {exc!r}", "traceback": traceback.format_exc(limit=4)})
+    os._exit(1)
+
+
+def _outer(req: dict[str, Any], report_fd: int) -> None:
+    log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    null_fd = os.open("/dev/null", os.O_RDWR)
+    os.dup2(null_fd, 0)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.closerange(3, report_fd)
+    os.closerange(report_fd + 1, 65536)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+    for procs in req["cgroup_procs"]:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    netns_fd = os.open(req["netns"], os.O_RDONLY)
+    sc.setns(netns_fd, sc.CLONE_NEWNET)
+    os.close(netns_fd)
+    for key, value in (
+        ("net/ipv6/conf/all/disable_ipv6", "1"),
+        ("net/ipv6/conf/default/disable_ipv6", "1"),
+        ("net/ipv4/ping_group_range", "0 2147483647"),
+    ):
+        try:
+            with open(f"/proc/sys/{key}", "w") as f:
+                f.write(value)
+        except OSError:
+            pass
+    # The mount namespace is unshared by PID 1 itself: pivot_root moves the root of
+    # every process in the namespace, and this process must keep the host's /proc.
+    sc.unshare(sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWPID | sc.CLONE_NEWCGROUP)
+
+    go_r, go_w = os.pipe()
+    userns_r, userns_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(go_w)
+        os.close(userns_r)
+        try:
+            _init(req, report_fd, go_r, userns_w)
+        except BaseException as exc:
+            report(report_fd, {"error": f"instance setup failed: {exc!r}", "traceback": traceback.format_exc(limit=4)})
+            traceback.print_exc()
+        os._exit(1)
+    os.close(go_r)
+    os.close(userns_w)
+    if os.read(userns_r, 16) != b"userns":
+        os.waitpid(pid, 0)
+        os._exit(1)
+    base, count = int(req["uid_base"]), int(req["uid_count"])
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as f:
+            f.write(f"0 {base} {count}\n")
+    report(report_fd, {"init_pid": pid})  # before "go": the agent must not report first
+    os.write(go_w, b"go")
+    os._exit(0)
+
+
+def _mount_dev(root: str, base: int) -> None:
+    dev = f"{root}/dev"
+    os.makedirs(dev, exist_ok=True)
+    sc.mount("tmpfs", dev, "tmpfs", sc.MS_NOSUID | sc.MS_NOEXEC, "mode=755,size=1024k")
+    for name in DEVICES:
+        target = f"{dev}/{name}"
+        open(target, "w").close()
+        sc.mount(f"/dev/{name}", target, None, sc.MS_BIND)
+    os.mkdir(f"{dev}/pts")
+    sc.mount("devpts", f"{dev}/pts", "devpts", sc.MS_NOSUID | sc.MS_NOEXEC, f"newinstance,ptmxmode=0666,mode=620,gid={base + 5}")
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    os.mkdir(f"{dev}/shm")
+    sc.mount("tmpfs", f"{dev}/shm", "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=1777,size=65536k")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+    for path in (dev, f"{dev}/shm"):
+        os.chown(path, base, base)
+
+
+def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None:
+    root = req["merged"]
+    base = int(req["uid_base"])
+    socket.sethostname(req["hostname"])
+    sc.unshare(sc.CLONE_NEWNS)
+    sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
+    sc.mount("overlay", root, "overlay", 0, f"lowerdir={req['lower']},upperdir={req['upper']},workdir={req['work']}")
+    for sub in ("proc", "sys", "workspace", "etc", "tmp"):
+        path = f"{root}/{sub}"
+        if not os.path.isdir(path):
+            os.makedirs(path, exist_ok=True)
+            os.chown(path, base, base)
+    sc.mount("proc", f"{root}/proc", "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+    sc.mount("sysfs", f"{root}/sys", "sysfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+    _mount_dev(root, base)
+    write_file(f"{root}/etc/resolv.conf", req["resolv_conf"], base)
+    write_file(f"{root}/etc/hosts", req["hosts"], base)
+    write_file(f"{root}/etc/hostname", req["hostname"] + "\n", base)
+
+    with contextlib.suppress(OSError):
+        sc.set_process_title("corral-init")
+    os.chdir(root)
+    sc.pivot_root(".", ".")
+    sc.umount(".", sc.MNT_DETACH)
+    os.chdir("/")
+
+    sc.unshare(sc.CLONE_NEWUSER)
+    os.write(userns_w, b"userns")
+    os.close(userns_w)
+    if os.read(go_r, 2) != b"go":
+        raise RuntimeError("parent did not map the user namespace")
+    os.close(go_r)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+    _reap_forever(req, report_fd)
+
+
+def _start_agent(req: dict[str, Any], ready_fd: int | None) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        os.setsid()
+        with contextlib.suppress(OSError):
+            sc.set_process_title("corral-agent")
+        config = AgentConfig(
+            address=req["address"],
+            port=int(req["agent_port"]),
+            token=req["token"],
+            hostname=req["hostname"],
+            env=dict(req.get("env") or {}),
+        )
+        trio.run(run, config, ready_fd)
+    except BaseException:
+        traceback.print_exc()
+        if ready_fd is not None:
+            report(ready_fd, {"error": "agent failed: " + traceback.format_exc(limit=3)})
+    os._exit(1)
+
+
+def _reap_forever(req: dict[str, Any], report_fd: int) -> None:
+    """PID 1: reap every orphan, keep the agent alive, end everything on SIGTERM."""
+
+    def shutdown(signum: int, frame: object) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGTERM)
+        deadline = time.monotonic() + SHUTDOWN_GRACE
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                time.sleep(0.02)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, shutdown)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    agent_pid = _start_agent(req, report_fd)
+    os.close(report_fd)
+    while True:
+        try:
+            pid, _ = os.wait()
+        except ChildProcessError:
+            pid = agent_pid
+        if pid == agent_pid:
+            sys.stderr.write("corral init: agent exited, restarting\n")
+            time.sleep(0.2)
+            agent_pid = _start_agent(req, None)

@@ -1,0 +1,96 @@
+"""The Linux system calls Python 3.11 does not wrap: unshare, setns, mount, pivot_root, prctl.
+
+Called through libc with ctypes; every failure raises OSError with the errno.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MS_SLAVE = 1 << 19
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PR_SET_NO_NEW_PRIVS = 38
+SYS_PIVOT_ROOT = 155  # x86_64
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _b(value: str | None) -> bytes | None:
+    return value.encode() if value is not None else None
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(fd, nstype), "setns")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int = 0, data: str | None = None) -> None:
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)), f"mount {target}")
+
+
+def umount(target: str, flags: int = 0) -> None:
+    _check(_libc.umount2(_b(target), flags), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    _check(_libc.syscall(SYS_PIVOT_ROOT, _b(new_root), _b(put_old)), "pivot_root")
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0) -> None:
+    _check(_libc.prctl(option, arg2, arg3, 0, 0), "prctl")
+
+
+def set_process_title(title: str) -> None:
+    """What `ps` shows for this process and its future children.
+
+    The zygote's command line names host paths, which an instance should not see.
+    PR_SET_MM would need CAP_SYS_RESOURCE (not granted everywhere), so the original
+    argument area is overwritten in place instead, as setproctitle does.
+    """
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    arg_start, arg_end = int(fields[45]), int(fields[46])  # fields 48 and 49 of stat(5)
+    data = title.encode()[: max(0, arg_end - arg_start - 1)]
+    ctypes.memset(arg_start, 0, arg_end - arg_start)
+    ctypes.memmove(arg_start, data, len(data))
+    set_comm(title)
+
+
+def set_comm(name: str) -> None:
+    """The short process name (`comm`, 15 bytes); needs no privilege."""
+    buffer = ctypes.create_string_buffer(name.encode()[:15])
+    _check(_libc.prctl(PR_SET_NAME, ctypes.addressof(buffer), 0, 0, 0), "prctl")

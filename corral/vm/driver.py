@@ -1,0 +1,128 @@
+"""The runtime driver interface: what the control plane needs from any instance runtime.
+
+The namespace driver implements it today; a Firecracker driver can implement it
+later without the actors noticing: an instance is reached only through its guest
+agent at `InstanceInfo.address:agent_port` with `agent_token`.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resources of an instance, from its size (small = 1 vCPU, 4096 MB)."""
+
+    vcpus: float = 1.0
+    memory_mb: int = 4096
+    pids_max: int = 1024
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Limits:
+        return cls(float(data["vcpus"]), int(data["memory_mb"]), int(data["pids_max"]))
+
+
+#: The specification's sizes (computer create and resize).
+SIZES: dict[str, Limits] = {
+    "small": Limits(vcpus=1, memory_mb=4096, pids_max=1024),
+    "medium": Limits(vcpus=2, memory_mb=8192, pids_max=2048),
+    "large": Limits(vcpus=4, memory_mb=16384, pids_max=4096),
+}
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """What to create. `instance_id` is the resource's UUID and names everything on disk."""
+
+    instance_id: str
+    template: str = "default"
+    limits: Limits = field(default_factory=Limits)
+    env: dict[str, str] = field(default_factory=dict)
+    hostname: str | None = None
+
+
+class InstanceState(enum.StrEnum):
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """An instance as the runtime sees it now."""
+
+    id: str
+    state: InstanceState
+    template: str
+    limits: Limits
+    hostname: str
+    address: str | None
+    agent_port: int
+    agent_token: str
+    init_pid: int | None
+    created_at: str
+
+    @property
+    def agent_url(self) -> str | None:
+        return f"http://{self.address}:{self.agent_port}" if self.address else None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["state"] = self.state.value
+        return data
+
+
+class RuntimeDriver(abc.ABC):
+    """Lifecycle of instances. Every method is idempotent where that makes sense."""
+
+    @abc.abstractmethod
+    async def create(self, spec: InstanceSpec) -> InstanceInfo:
+        """Create the instance from its template and start it; returns it running."""
+
+    @abc.abstractmethod
+    async def start(self, instance_id: str) -> InstanceInfo:
+        """Start a stopped instance with every file it had."""
+
+    @abc.abstractmethod
+    async def stop(self, instance_id: str) -> InstanceInfo:
+        """Stop every process; files, address and limits are kept."""
+
+    @abc.abstractmethod
+    async def destroy(self, instance_id: str) -> None:
+        """Stop and remove everything the instance had (files, network, cgroups)."""
+
+    @abc.abstractmethod
+    async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
+        """A new running instance whose files are a copy of the source's."""
+
+    @abc.abstractmethod
+    async def archive(self, instance_id: str, dest: Path) -> Path:
+        """A tar.gz of the instance's own files (its writable layer) at `dest`."""
+
+    @abc.abstractmethod
+    async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
+        """New limits for a stopped instance."""
+
+    @abc.abstractmethod
+    async def info(self, instance_id: str) -> InstanceInfo:
+        """The instance now (raises InstanceNotFound)."""
+
+    @abc.abstractmethod
+    async def instances(self) -> list[InstanceInfo]:
+        """Every instance the runtime knows about."""
+
+    @abc.abstractmethod
+    async def adopt(self) -> list[InstanceInfo]:
+        """After a restart: take over running instances, clean up half-created ones."""
+
+    @abc.abstractmethod
+    async def metrics(self, instance_id: str) -> dict[str, int]:
+        """Resource usage (memory bytes, CPU ns, process count) of a running instance."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release the driver's own resources; instances keep running."""

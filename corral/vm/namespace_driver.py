@@ -1,0 +1,385 @@
+"""The Linux-namespace runtime driver.
+
+On disk, per instance, under `<data_dir>/instances/<id>/`:
+
+- `state.json`: everything needed to find the instance again after the control
+  plane restarts (status, init pid and its start time, address, agent token,
+  limits, template); written atomically, mode 0600 (it holds the token).
+- `upper/`, `work/`: the overlayfs writable layer over the template's rootfs.
+  Stop/start keeps it; destroy deletes it. `merged/` is only a mount point, and
+  the overlay is mounted in the instance's private mount namespace.
+- `console.log`: the agent's and init's stderr.
+
+An instance is started by the zygote (see `agent/zygote.py` and `agent/launcher.py`)
+and is not a child of the control plane: it keeps running when the control plane is
+killed, and `adopt()` finds it again by its init pid and that pid's start time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from corral.net import Attachment, HostNetwork
+
+from .cgroups import CgroupLimits, CgroupV1
+from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
+from .errors import (
+    InstanceExists,
+    InstanceNotFound,
+    InvalidInstanceState,
+    LaunchFailed,
+)
+from .templates import UID_COUNT, TemplateStore
+from .zygote import Zygote
+
+ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+STOP_GRACE = 3.0
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def process_start_time(pid: int) -> int | None:
+    """The start time of `pid` (clock ticks since boot), None if it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+class NamespaceDriver(RuntimeDriver):
+    def __init__(
+        self,
+        data_dir: Path,
+        templates: TemplateStore,
+        network: HostNetwork,
+        cgroups: CgroupV1 | None = None,
+        python: str = sys.executable,
+        launch_timeout: float = 15.0,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.instances_dir = self.data_dir / "instances"
+        self.templates = templates
+        self.network = network
+        self.cgroups = cgroups or CgroupV1()
+        self.uid_base = templates.uid_base
+        self.agent_port = network.config.agent_port
+        self.launch_timeout = launch_timeout
+        self.zygote = Zygote(python)
+        self._locks: dict[str, trio.Lock] = {}
+
+    # -- state files ----------------------------------------------------------
+
+    def instance_dir(self, instance_id: str) -> Path:
+        if not ID_PATTERN.fullmatch(instance_id):
+            raise InstanceNotFound(f"invalid instance id: {instance_id!r}")
+        return self.instances_dir / instance_id
+
+    def _lock(self, instance_id: str) -> trio.Lock:
+        return self._locks.setdefault(instance_id, trio.Lock())
+
+    def _load(self, instance_id: str) -> dict[str, Any]:
+        path = self.instance_dir(instance_id) / "state.json"
+        try:
+            return dict(json.loads(path.read_text()))
+        except FileNotFoundError:
+            raise InstanceNotFound(f"instance not found: {instance_id}") from None
+        except ValueError as exc:
+            raise InstanceNotFound(f"instance state unreadable: {instance_id}") from exc
+
+    def _save(self, state: dict[str, Any]) -> None:
+        directory = self.instance_dir(state["id"])
+        tmp = directory / "state.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(tmp, directory / "state.json")
+
+    def _alive(self, state: dict[str, Any]) -> bool:
+        pid = state.get("init_pid")
+        if not pid:
+            return False
+        return process_start_time(int(pid)) == state.get("init_start_time")
+
+    def _info(self, state: dict[str, Any]) -> InstanceInfo:
+        running = state.get("status") == "running" and self._alive(state)
+        network = state.get("network") or {}
+        return InstanceInfo(
+            id=state["id"],
+            state=InstanceState.RUNNING if running else InstanceState.STOPPED,
+            template=state["template"],
+            limits=Limits.from_json(state["limits"]),
+            hostname=state["hostname"],
+            address=network.get("address") if running else None,
+            agent_port=self.agent_port,
+            agent_token=state["token"],
+            init_pid=state.get("init_pid") if running else None,
+            created_at=state["created_at"],
+        )
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def create(self, spec: InstanceSpec) -> InstanceInfo:
+        directory = self.instance_dir(spec.instance_id)
+        async with self._lock(spec.instance_id):
+            if directory.exists():
+                raise InstanceExists(f"instance already exists: {spec.instance_id}")
+            lower = await self.templates.ensure(spec.template)
+            state = self._new_state(spec, lower)
+            self._make_dirs(state)
+            try:
+                await self._boot(state)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._remove(state)
+                raise
+            return self._info(state)
+
+    async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
+        source = self._load(source_id)
+        directory = self.instance_dir(spec.instance_id)
+        async with self._lock(spec.instance_id):
+            if directory.exists():
+                raise InstanceExists(f"instance already exists: {spec.instance_id}")
+            state = self._new_state(spec, Path(source["lower"]))
+            state["template"] = source["template"]
+            self._make_dirs(state)
+            try:
+                upper = self.instance_dir(source_id) / "upper"
+                result = await trio.run_process(
+                    ["cp", "-a", "--reflink=auto", f"{upper}/.", str(directory / "upper")],
+                    capture_stderr=True,
+                    check=False,
+                )
+                if result.returncode != 0:
+                    raise LaunchFailed(f"copying files failed: {result.stderr.decode().strip()}")
+                await self._boot(state)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._remove(state)
+                raise
+            return self._info(state)
+
+    async def start(self, instance_id: str) -> InstanceInfo:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            if state.get("status") == "running" and self._alive(state):
+                return self._info(state)
+            await self._halt(state)
+            await self._boot(state)
+            return self._info(state)
+
+    async def stop(self, instance_id: str) -> InstanceInfo:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            await self._halt(state)
+            return self._info(state)
+
+    async def destroy(self, instance_id: str) -> None:
+        async with self._lock(instance_id):
+            try:
+                state = self._load(instance_id)
+            except InstanceNotFound:
+                if not self.instance_dir(instance_id).exists():
+                    raise
+                state = {"id": instance_id}
+            state["status"] = "destroying"
+            if self.instance_dir(instance_id).exists() and "token" in state:
+                self._save(state)
+            await self._remove(state)
+        self._locks.pop(instance_id, None)
+
+    async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            if state.get("status") == "running" and self._alive(state):
+                raise InvalidInstanceState("an instance can be resized only while stopped")
+            state["limits"] = asdict(limits)
+            self._save(state)
+            return self._info(state)
+
+    async def archive(self, instance_id: str, dest: Path) -> Path:
+        self._load(instance_id)
+        upper = self.instance_dir(instance_id) / "upper"
+        dest = Path(dest)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        result = await trio.run_process(
+            ["tar", "--xattrs", "--xattrs-include=*", "-C", str(upper), "-czf", str(dest), "."],
+            capture_stderr=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise LaunchFailed(f"archive failed: {result.stderr.decode().strip()}")
+        return dest
+
+    async def info(self, instance_id: str) -> InstanceInfo:
+        return self._info(self._load(instance_id))
+
+    async def instances(self) -> list[InstanceInfo]:
+        infos = []
+        for directory in sorted(self.instances_dir.glob("*")) if self.instances_dir.exists() else []:
+            try:
+                infos.append(self._info(self._load(directory.name)))
+            except (InstanceNotFound, KeyError):
+                continue
+        return infos
+
+    async def metrics(self, instance_id: str) -> dict[str, int]:
+        self._load(instance_id)
+        return self.cgroups.usage(instance_id)
+
+    async def adopt(self) -> list[InstanceInfo]:
+        """Take over what a previous control plane left: running instances stay running.
+
+        Instances caught half-created (or half-destroyed) are removed; instances whose
+        init died are marked stopped; network pieces and cgroups that belong to no
+        instance are removed.
+        """
+        adopted: list[InstanceInfo] = []
+        keep: set[str] = set()
+        directories = sorted(self.instances_dir.glob("*")) if self.instances_dir.exists() else []
+        for directory in directories:
+            if not ID_PATTERN.fullmatch(directory.name):
+                continue
+            try:
+                state = self._load(directory.name)
+                state["id"], state["token"], state["template"]
+            except (InstanceNotFound, KeyError):
+                await self._remove({"id": directory.name})
+                continue
+            if state.get("status") in ("creating", "destroying"):
+                await self._remove(state)
+                continue
+            if state.get("status") == "running" and not self._alive(state):
+                await self._halt(state)
+            keep.add(state["id"])
+            adopted.append(self._info(state))
+        await self.network.cleanup_stale(keep)
+        for stale in self.cgroups.instance_ids() - keep:
+            await trio.to_thread.run_sync(self.cgroups.kill_all, stale)
+            self.cgroups.remove(stale)
+        return adopted
+
+    async def aclose(self) -> None:
+        await self.zygote.aclose()
+
+    # -- internals ------------------------------------------------------------
+
+    def _new_state(self, spec: InstanceSpec, lower: Path) -> dict[str, Any]:
+        return {
+            "id": spec.instance_id,
+            "status": "creating",
+            "template": spec.template,
+            "lower": str(lower),
+            "limits": asdict(spec.limits),
+            "env": dict(spec.env),
+            "hostname": spec.hostname or f"sbx-{spec.instance_id[:8]}",
+            "token": secrets.token_urlsafe(32),
+            "created_at": now_iso(),
+            "network": None,
+            "init_pid": None,
+            "init_start_time": None,
+        }
+
+    def _make_dirs(self, state: dict[str, Any]) -> None:
+        directory = self.instance_dir(state["id"])
+        directory.mkdir(parents=True, mode=0o700)
+        for name in ("upper", "work", "merged"):
+            (directory / name).mkdir()
+        os.chown(directory / "upper", self.uid_base, self.uid_base)
+        (directory / "upper").chmod(0o755)
+        self._save(state)
+
+    def _launch_request(self, state: dict[str, Any], attachment: Attachment, procs: list[str]) -> dict[str, Any]:
+        directory = self.instance_dir(state["id"])
+        hostname = state["hostname"]
+        dns = attachment.dns_servers or (attachment.gateway,)
+        return {
+            "op": "launch",
+            "timeout": self.launch_timeout,
+            "instance_id": state["id"],
+            "lower": state["lower"],
+            "upper": str(directory / "upper"),
+            "work": str(directory / "work"),
+            "merged": str(directory / "merged"),
+            "log_path": str(directory / "console.log"),
+            "netns": attachment.netns_path,
+            "cgroup_procs": procs,
+            "hostname": hostname,
+            "uid_base": self.uid_base,
+            "uid_count": UID_COUNT,
+            "address": attachment.address,
+            "agent_port": self.agent_port,
+            "token": state["token"],
+            "env": state.get("env") or {},
+            "resolv_conf": "".join(f"nameserver {s}\n" for s in dns),
+            "hosts": f"127.0.0.1\tlocalhost\n{attachment.address}\t{hostname}\n",
+        }
+
+    async def _boot(self, state: dict[str, Any]) -> None:
+        """Network, cgroups, launch; the state becomes running."""
+        instance_id = state["id"]
+        attachment = await self.network.attach(instance_id)
+        state["network"] = attachment.to_json()
+        limits = Limits.from_json(state["limits"])
+        procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
+        reply = await self.zygote.request(self._launch_request(state, attachment, procs))
+        if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
+            await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+            log = self.instance_dir(instance_id) / "console.log"
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise LaunchFailed(f"instance {instance_id} did not start: {reply.get('error')}\n{reply.get('traceback', '')}{tail}")
+        state["init_pid"] = int(reply["init_pid"])
+        state["init_start_time"] = process_start_time(state["init_pid"])
+        state["status"] = "running"
+        state["started_at"] = now_iso()
+        self._save(state)
+
+    async def _halt(self, state: dict[str, Any]) -> None:
+        """Stop every process of the instance; keep files, network and address."""
+        instance_id = state["id"]
+        if self._alive(state):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(state["init_pid"]), signal.SIGTERM)
+            deadline = trio.current_time() + STOP_GRACE + 1
+            while self._alive(state) and trio.current_time() < deadline:
+                await trio.sleep(0.01)
+        await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+        self.cgroups.remove(instance_id)
+        if "token" in state:
+            state["status"] = "stopped"
+            state["init_pid"] = None
+            state["init_start_time"] = None
+            self._save(state)
+
+    async def _remove(self, state: dict[str, Any]) -> None:
+        """Everything goes: processes, cgroups, network, files."""
+        instance_id = state["id"]
+        if state.get("init_pid") and self._alive(state):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(state["init_pid"]), signal.SIGKILL)
+        await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+        self.cgroups.remove(instance_id)
+        await self.network.detach(instance_id)
+        directory = self.instance_dir(instance_id)
+        if directory.exists():
+            await trio.to_thread.run_sync(shutil.rmtree, directory)

@@ -1,0 +1,259 @@
+"""Templates: read-only root file systems that instances start from.
+
+The default template is Debian 12 built with mmdebstrap from Debian's packages.
+It is built once into `<root>/<name>/rootfs` (with `manifest.json` beside it) and
+reused; a build in progress holds a lock so concurrent callers wait for it instead
+of building twice.
+
+Ownership is shifted by `uid_base` after the build: uid 0 inside an instance maps
+to `uid_base` outside, so the template's root-owned files must be owned by
+`uid_base` on the host for the instance's root to own them (for `apt`, `pip
+install` into /usr/local, ...). The overlay's lower layer is never written.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from .errors import TemplateBuildFailed, TemplateNotFound
+
+Progress = Callable[[str], None]
+
+DEFAULT_UID_BASE = 100_000
+UID_COUNT = 65_536
+#: Bumped when what a build produces changes, so cached templates are rebuilt.
+BUILD_REVISION = 2
+HOST_CA_DIR = Path("/usr/local/share/ca-certificates")
+
+
+def host_ca_certificates() -> list[Path]:
+    """The extra CA certificates this host trusts (Debian's local CA directory).
+
+    Instances get them too: where egress goes through a TLS-inspecting proxy, `pip
+    install` inside an instance must trust what the host trusts.
+    """
+    return sorted(HOST_CA_DIR.glob("**/*.crt")) if HOST_CA_DIR.is_dir() else []
+
+
+@dataclass(frozen=True)
+class Recipe:
+    suite: str
+    variant: str
+    packages: tuple[str, ...]
+
+
+RECIPES: dict[str, Recipe] = {
+    "default": Recipe(
+        suite="bookworm",
+        variant="minbase",
+        packages=(
+            "python3", "python3-pip", "python3-venv", "curl", "wget", "git", "vim", "jq", "htop",
+            "tree", "zip", "unzip", "ca-certificates", "procps", "iproute2", "less",
+        ),
+    ),
+}
+
+USER_DIRS = ("workspace", "home", "root", "tmp", "opt", "srv")
+
+
+def known_templates() -> list[str]:
+    return sorted(RECIPES)
+
+
+def _emit(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+def shift_ownership(root: Path, uid_base: int) -> int:
+    """Add `uid_base` to every file's uid and gid, keeping setuid/setgid bits."""
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames, ""]:
+            path = os.path.join(dirpath, name) if name else dirpath
+            st = os.lstat(path)
+            if st.st_uid >= UID_COUNT or st.st_gid >= UID_COUNT:
+                continue
+            os.lchown(path, st.st_uid + uid_base, st.st_gid + uid_base)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(st.st_mode))
+            count += 1
+    return count
+
+
+def install_ca_certificates(rootfs: Path, certificates: list[Path]) -> None:
+    if not certificates:
+        return
+    dest = rootfs / "usr" / "local" / "share" / "ca-certificates"
+    dest.mkdir(parents=True, exist_ok=True)
+    for cert in certificates:
+        shutil.copyfile(cert, dest / cert.name)
+    result = subprocess.run(["chroot", str(rootfs), "update-ca-certificates"], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise TemplateBuildFailed(f"update-ca-certificates failed: {result.stderr.strip()}")
+
+
+def _prepare_rootfs(rootfs: Path) -> None:
+    for name in USER_DIRS:
+        (rootfs / name).mkdir(mode=0o1777 if name == "tmp" else 0o755, exist_ok=True)
+    (rootfs / "workspace").chmod(0o755)
+    (rootfs / "etc" / "hostname").write_text("instance\n")
+    resolv = rootfs / "etc" / "resolv.conf"
+    if resolv.is_symlink():
+        resolv.unlink()
+    resolv.write_text("")
+    # pip refuses to install system-wide on Debian 12 without this; inside a
+    # disposable sandbox a global `pip install` is what users expect.
+    external = rootfs / "usr" / "lib" / "python3.11" / "EXTERNALLY-MANAGED"
+    if external.exists():
+        external.unlink()
+    apt_cache = rootfs / "var" / "cache" / "apt" / "archives"
+    if apt_cache.is_dir():
+        for item in apt_cache.glob("*.deb"):
+            item.unlink()
+
+
+def build_template(
+    name: str,
+    dest: Path,
+    progress: Progress | None = None,
+    uid_base: int = DEFAULT_UID_BASE,
+    ca_certificates: list[Path] | None = None,
+) -> Path:
+    """Build template `name` into `dest` (replacing what is there); return `dest`.
+
+    Blocking (about 30 s); the CLI calls it directly, the runtime through a thread.
+    `progress` receives human-readable lines as the build advances.
+    `ca_certificates` are added to the template's trust store (default: the host's
+    extra CAs, see `host_ca_certificates`).
+    """
+    certificates = host_ca_certificates() if ca_certificates is None else list(ca_certificates)
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        raise TemplateNotFound(f"unknown template: {name}")
+    if shutil.which("mmdebstrap") is None:
+        raise TemplateBuildFailed("mmdebstrap is not installed (apt-get install mmdebstrap)")
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    work = dest.parent / f".{dest.name}.build-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    started = time.monotonic()
+    command = [
+        "mmdebstrap",
+        f"--variant={recipe.variant}",
+        "--include=" + ",".join(recipe.packages),
+        "--aptopt=Acquire::Retries \"3\"",
+        recipe.suite,
+        str(work / "rootfs"),
+    ]
+    _emit(progress, f"building template {name!r}: {' '.join(command)}")
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+            assert proc.stdout is not None
+            tail: list[str] = []
+            for line in proc.stdout:
+                line = line.rstrip()
+                tail = [*tail, line][-20:]
+                _emit(progress, line)
+        if proc.returncode != 0:
+            raise TemplateBuildFailed(f"mmdebstrap failed ({proc.returncode}): " + "\n".join(tail))
+        _emit(progress, "preparing root file system")
+        _prepare_rootfs(work / "rootfs")
+        if certificates:
+            _emit(progress, f"trusting {len(certificates)} extra CA certificate(s)")
+            install_ca_certificates(work / "rootfs", certificates)
+        _emit(progress, f"shifting ownership to uid {uid_base}")
+        shift_ownership(work / "rootfs", uid_base)
+        manifest = {
+            "name": name,
+            "suite": recipe.suite,
+            "packages": list(recipe.packages),
+            "uid_base": uid_base,
+            "revision": BUILD_REVISION,
+            "ca_certificates": [c.name for c in certificates],
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(time.monotonic() - started, 1),
+        }
+        (work / "manifest.json").write_text(json.dumps(manifest, indent=2))
+        if dest.exists():
+            # Running instances may have the old rootfs mounted as their lower layer:
+            # move it aside instead of deleting it under them.
+            dest.rename(dest.parent / f".{dest.name}.old-{int(time.time())}")
+        work.rename(dest)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    _emit(progress, f"template {name!r} ready in {time.monotonic() - started:.1f} s at {dest}")
+    return dest
+
+
+class TemplateStore:
+    """Built templates under `root`; builds a known template on first use."""
+
+    def __init__(
+        self,
+        root: Path,
+        uid_base: int = DEFAULT_UID_BASE,
+        build_missing: bool = True,
+        ca_certificates: list[Path] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.uid_base = uid_base
+        self.build_missing = build_missing
+        self.ca_certificates = ca_certificates
+
+    def template_dir(self, name: str) -> Path:
+        return self.root / name
+
+    def rootfs(self, name: str) -> Path:
+        return self.template_dir(name) / "rootfs"
+
+    def manifest(self, name: str) -> dict[str, object] | None:
+        try:
+            return dict(json.loads((self.template_dir(name) / "manifest.json").read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def is_built(self, name: str) -> bool:
+        manifest = self.manifest(name)
+        return (
+            manifest is not None
+            and manifest.get("uid_base") == self.uid_base
+            and manifest.get("revision") == BUILD_REVISION
+        )
+
+    def exists(self, name: str) -> bool:
+        """True for a template that is built or can be built."""
+        return name in RECIPES or self.is_built(name)
+
+    def ensure_sync(self, name: str, progress: Progress | None = None) -> Path:
+        """The template's rootfs, building it (once, under a lock) if needed."""
+        if self.is_built(name):
+            return self.rootfs(name)
+        if name not in RECIPES or not self.build_missing:
+            raise TemplateNotFound(f"unknown template: {name}")
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not self.is_built(name):
+                build_template(name, self.template_dir(name), progress, self.uid_base, self.ca_certificates)
+        return self.rootfs(name)
+
+    async def ensure(self, name: str, progress: Progress | None = None) -> Path:
+        if self.is_built(name):
+            return self.rootfs(name)
+        if name not in RECIPES:
+            raise TemplateNotFound(f"unknown template: {name}")
+        return await trio.to_thread.run_sync(self.ensure_sync, name, progress)

@@ -1,0 +1,45 @@
+"""The persisted address allocator."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from corral.net import AddressAllocator, AddressExhausted
+
+
+def test_allocate_release_persist(tmp_path: Path) -> None:
+    path = tmp_path / "addresses.json"
+    allocator = AddressAllocator(path, "10.50.0.0/29")
+    assert str(allocator.gateway) == "10.50.0.1"
+    a = allocator.allocate("a")
+    assert str(a) == "10.50.0.2"
+    assert allocator.allocate("a") == a  # stable per owner
+    b = allocator.allocate("b")
+    assert str(b) == "10.50.0.3"
+    # A second allocator on the same file (another process, a restart) agrees.
+    again = AddressAllocator(path, "10.50.0.0/29")
+    assert again.lookup("b") == b
+    assert str(again.allocate("c")) == "10.50.0.4"
+    allocator.release("a")
+    assert allocator.lookup("a") is None
+    assert str(allocator.allocate("d")) == "10.50.0.2"  # lowest free is reused
+    assert set(allocator.assignments()) == {"b", "c", "d"}
+
+
+def test_exhaustion(tmp_path: Path) -> None:
+    allocator = AddressAllocator(tmp_path / "a.json", "10.50.0.0/30")  # one usable besides the gateway
+    assert allocator.allocate("x") == ipaddress.IPv4Address("10.50.0.2")
+    with pytest.raises(AddressExhausted) as excinfo:
+        allocator.allocate("y")
+    assert excinfo.value.code == "SERVICE_UNAVAILABLE"
+
+
+def test_corrupt_or_foreign_file_starts_empty(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text("not json")
+    assert AddressAllocator(path, "10.50.0.0/24").assignments() == {}
+    AddressAllocator(path, "10.50.0.0/24").allocate("x")
+    assert AddressAllocator(path, "10.60.0.0/24").assignments() == {}  # another range

@@ -1,0 +1,124 @@
+"""Fixtures for runtime tests: real namespaces, a test bridge, a test nftables table.
+
+Everything the tests create is named apart from a running server's (bridge
+`corralt0`, range 10.213.0.0/24, table `corral_test`, veths `ct*`, netns
+`corralt-*`, cgroups `corral-test/`) and removed at the end of the session, also
+after failures. The template is built once per machine into
+$CORRAL_TEMPLATE_CACHE (default /var/cache/corral/templates) and reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from corral.net import HostNetwork, NetworkConfig
+from corral.vm import (
+    AgentClient,
+    CgroupV1,
+    InstanceInfo,
+    InstanceSpec,
+    Limits,
+    NamespaceDriver,
+    TemplateStore,
+)
+
+TEMPLATE_CACHE = Path(os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
+BRIDGE = "corralt0"
+SUBNET = "10.213.0.0/24"
+TABLE = "corral_test"
+LINK_PREFIX = "ct"
+NETNS_PREFIX = "corralt-"
+CGROUP_PARENT = "corral-test"
+
+
+def _cleanup_host() -> None:
+    cgroups = CgroupV1(parent=CGROUP_PARENT)
+    for instance_id in cgroups.instance_ids():
+        cgroups.kill_all(instance_id)
+        cgroups.remove(instance_id)
+    for controller in ("cpu", "cpuacct", "memory", "pids"):
+        with contextlib.suppress(OSError):
+            (Path("/sys/fs/cgroup") / controller / CGROUP_PARENT).rmdir()
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if name.startswith(NETNS_PREFIX):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(LINK_PREFIX) or name == BRIDGE:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.fail("runtime tests need root (tools/test runs as root)")
+    _cleanup_host()
+    root = tmp_path_factory.mktemp("corral-runtime")
+    yield root
+    _cleanup_host()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_store(data_root: Path) -> TemplateStore:
+    store = TemplateStore(TEMPLATE_CACHE)
+    store.ensure_sync("default", progress=lambda line: None)
+    return store
+
+
+def make_network(data_dir: Path) -> HostNetwork:
+    return HostNetwork(
+        NetworkConfig(
+            state_dir=data_dir,
+            bridge=BRIDGE,
+            subnet=SUBNET,
+            nft_table=TABLE,
+            link_prefix=LINK_PREFIX,
+            netns_prefix=NETNS_PREFIX,
+        )
+    )
+
+
+def make_driver(data_dir: Path, templates: TemplateStore) -> NamespaceDriver:
+    return NamespaceDriver(data_dir, templates, make_network(data_dir), CgroupV1(parent=CGROUP_PARENT))
+
+
+@pytest.fixture
+async def driver(data_root: Path, template_store: TemplateStore) -> AsyncIterator[NamespaceDriver]:
+    drv = make_driver(data_root / "data", template_store)
+    await drv.network.setup()
+    try:
+        yield drv
+    finally:
+        for info in await drv.instances():
+            with contextlib.suppress(Exception):
+                await drv.destroy(info.id)
+        await drv.aclose()
+        drv.network.close()
+
+
+def new_spec(**kwargs: object) -> InstanceSpec:
+    values: dict[str, object] = {"instance_id": str(uuid.uuid4()), "limits": Limits(1, 1024, 512)}
+    values.update(kwargs)
+    return InstanceSpec(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def instance(driver: NamespaceDriver) -> InstanceInfo:
+    return await driver.create(new_spec())
+
+
+@pytest.fixture
+async def agent(instance: InstanceInfo) -> AsyncIterator[AgentClient]:
+    async with AgentClient.for_instance(instance) as client:
+        yield client
