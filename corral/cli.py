@@ -24,11 +24,54 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.add_argument("--log-level", default="INFO")
 
 
+def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    templates = sub.add_parser("templates", help="instance templates")
+    actions = templates.add_subparsers(dest="action", required=True)
+    build = actions.add_parser("build", help="build (or rebuild) a template from Debian's packages")
+    build.add_argument("name", help="template name, e.g. default")
+    build.add_argument("--data-dir", default=None, help="data directory (CORRAL_DATA_DIR, default ./.corral)")
+    build.add_argument("--template-dir", default=None, help="where templates live (CORRAL_TEMPLATE_DIR)")
+    actions.add_parser("list", help="known templates and whether they are built")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corral", description="Corral compute platform")
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _templates_parser(sub)
     return parser
+
+
+def templates_command(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from corral.progress import TEMPLATE_STAGES, StageProgress
+    from corral.vm import TemplateStore, known_templates
+    from corral.vm.errors import RuntimeErrorBase
+
+    settings = Settings.from_env(
+        data_dir=Path(args.data_dir) if getattr(args, "data_dir", None) else None,
+        template_dir=Path(args.template_dir) if getattr(args, "template_dir", None) else None,
+    )
+    assert settings.template_dir is not None
+    store = TemplateStore(settings.template_dir)
+    if args.action == "list":
+        for name in known_templates():
+            state = "built" if store.is_built(name) else "not built"
+            print(f"{name}\t{state}\t{store.rootfs(name)}")
+        return 0
+    progress = StageProgress(f"template {args.name}", TEMPLATE_STAGES)
+    try:
+        from corral.vm import build_template
+
+        path = build_template(args.name, store.template_dir(args.name), progress, store.uid_base)
+    except RuntimeErrorBase as exc:
+        progress.finish()
+        print(f"corral: {exc}", file=sys.stderr)
+        return 1
+    progress.finish()
+    print(f"template {args.name} built at {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
         trio.run(serve, Settings.from_args(args))
         return 0
+    if args.command == "templates":
+        return templates_command(args)
     return 2
 
 

@@ -46,6 +46,8 @@ class Settings:
     netns_prefix: str = "corral-"
     cgroup_parent: str = "corral"
     sandbox_ready_wait: float = 10.0
+    agent_timeout: float = 10.0
+    """How long a call to a guest agent (other than exec's own timeout) may take."""
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

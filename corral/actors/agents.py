@@ -12,7 +12,8 @@ from corral.vm import AgentClient, InstanceInfo
 
 
 class AgentPool:
-    def __init__(self) -> None:
+    def __init__(self, timeout: float = 10.0) -> None:
+        self.timeout = timeout
         self._clients: dict[str, tuple[tuple[str | None, str], AgentClient]] = {}
 
     def client(self, info: InstanceInfo) -> AgentClient:
@@ -20,7 +21,7 @@ class AgentPool:
         cached = self._clients.get(info.id)
         if cached is not None and cached[0] == key:
             return cached[1]
-        client = AgentClient.for_instance(info, timeout=30.0)
+        client = AgentClient.for_instance(info, timeout=self.timeout)
         self._clients[info.id] = (key, client)
         return client
 

@@ -44,7 +44,7 @@ class Platform:
     nursery: trio.Nursery
     bus: EventBus
     runtime: RuntimeHolder
-    agents: AgentPool = field(default_factory=AgentPool)
+    agents: AgentPool
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     extensions: dict[str, Any] = field(default_factory=dict)
@@ -118,6 +118,7 @@ async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
                 nursery=nursery,
                 bus=EventBus(events),
                 runtime=RuntimeHolder(settings),
+                agents=AgentPool(settings.agent_timeout),
             )
             platform.system = ActorSystem(
                 db,
