@@ -50,10 +50,12 @@ class Settings:
     """How long a call to a guest agent (other than exec's own timeout) may take."""
 
     def __post_init__(self) -> None:
-        self.data_dir = Path(self.data_dir)
+        # Absolute, because instances are launched from processes with other working
+        # directories (the zygote), and the default `./.corral` is relative.
+        self.data_dir = Path(self.data_dir).absolute()
         if self.template_dir is None:
             self.template_dir = self.data_dir / "templates"
-        self.template_dir = Path(self.template_dir)
+        self.template_dir = Path(self.template_dir).absolute()
         if not self.database_url:
             self.database_url = f"sqlite:///{(self.data_dir / 'corral.db').absolute()}"
 

@@ -159,3 +159,33 @@ def test_instances_survive_kill_9_and_are_readopted(tmp_path: Path, runtime_host
         assert httpx.delete(f"{base}/api/v1/sandboxes/{sid}", headers=auth).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
+
+
+def test_tools_serve_starts_with_the_default_relative_data_dir(tmp_path: Path, runtime_host: None) -> None:
+    """The README's first command, from a working directory of the user's choosing."""
+    root = Path(__file__).resolve().parents[1]
+    port = free_port()
+    env = {**runtime_env(), "CORRAL_PORT": str(port)}
+    env.pop("CORRAL_DATA_DIR", None)
+    proc = subprocess.Popen([str(root / "tools" / "serve")], cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert (tmp_path / ".corral" / "corral.db").exists()
+        created = _create_tenant(base, ADMIN_KEY)
+        auth = {"Authorization": f"Bearer {created['api_key']['key']}"}
+        sandbox = httpx.post(f"{base}/api/v1/sandboxes", headers=auth, json={}, timeout=60).json()["data"]
+        assert sandbox["status"] == "running", sandbox
+        result = httpx.post(f"{base}/api/v1/sandboxes/{sandbox['id']}/exec", headers=auth, json={"command": "echo ok"}, timeout=60)
+        assert result.json()["stdout"] == "ok\n"
+        assert httpx.delete(f"{base}/api/v1/sandboxes/{sandbox['id']}", headers=auth).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0

@@ -41,7 +41,7 @@ class Authenticator:
         platform = self.platform
         if token.startswith("msk_a_") and platform.is_bootstrap_admin_key(token):
             return Principal("operator", None, None, None, None, None, 30_000)
-        row = await api_keys.find_by_plaintext(platform.db, token)
+        row = await api_keys.find_with_member(platform.db, token)
         if row is None or row["status"] != "active":
             raise unauthorized("invalid or revoked API key")
         if row["allowed_ips"]:
@@ -49,14 +49,9 @@ class Authenticator:
         tenant_role = None
         email = None
         if row["user_id"]:
-            member = await platform.db.fetch_one(
-                "SELECT m.role, u.email FROM tenant_members m JOIN users u ON u.id = m.user_id"
-                " WHERE m.tenant_id = ? AND m.user_id = ?",
-                (row["tenant_id"], row["user_id"]),
-            )
-            if member is None:
+            if row["member_role"] is None:
                 raise unauthorized("the key's user is no longer a member of its tenant")
-            tenant_role, email = member["role"], member["email"]
+            tenant_role, email = row["member_role"], row["member_email"]
         elif row["key_type"] in ("platform", "admin"):
             tenant_role = "admin"  # an operator-made key without a user: tenant-wide automation
         await self._touch(row["id"])

@@ -120,7 +120,8 @@ class SandboxActor(RecordActor):
             info = await driver.create(self.spec())
         except Exception as exc:  # the outcome is reported, not raised: it is the sandbox's error
             log.warning("sandbox %s failed to start: %s", self.id, exc)
-            await self.ref.tell(Booted(None, f"{type(exc).__name__}: {exc}"))
+            summary = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
+            await self.ref.tell(Booted(None, f"{type(exc).__name__}: {summary}"[:500]))
             return
         await self.ref.tell(Booted(info))
 

@@ -102,8 +102,16 @@ async def create_api_key(
     return row, plaintext
 
 
-async def find_by_plaintext(db: Database, token: str) -> Row | None:
-    return await db.fetch_one("SELECT * FROM api_keys WHERE key_digest = ?", (digest(token),))
+async def find_with_member(db: Database, token: str) -> Row | None:
+    """The key with its user's tenant role and e-mail (`member_role`, `member_email`),
+    in one query: this runs on every key-authenticated request."""
+    return await db.fetch_one(
+        "SELECT k.*, m.role AS member_role, u.email AS member_email FROM api_keys k"
+        " LEFT JOIN tenant_members m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id"
+        " LEFT JOIN users u ON u.id = k.user_id"
+        " WHERE k.key_digest = ?",
+        (digest(token),),
+    )
 
 
 async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> list[Row]:
