@@ -42,6 +42,44 @@ class Tenant:
         return {"Authorization": f"Bearer {self.key}"}
 
 
+API = "/api/v1"
+
+
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The contract §3 envelope with `status` and `code`; its request id is the header's."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert error["code"] == code, error
+    assert isinstance(error["message"], str) and error["message"], error
+    assert error["request_id"] == response.headers["X-Request-Id"]
+    assert error["request_id"], error
+    return error
+
+
+async def create_key(api: Api, credential: str, **body: Any) -> dict[str, Any]:
+    """A key made through POST /api-keys with `credential`; its record, plaintext included."""
+    body.setdefault("name", "test key")
+    response = await api.request("POST", f"{API}/api-keys", key=credential, json=body)
+    assert response.status_code == 201, response.text
+    data: dict[str, Any] = response.json()["data"]
+    return data
+
+
+async def member_key(api: Api, tenant: Tenant, role: str = "member") -> tuple[str, str]:
+    """(user_id, user key) of a new tenant member with `role`."""
+    user_id, _ = await api.create_user(tenant, role)
+    response = await api.admin(
+        "POST",
+        f"{API}/admin/api-keys",
+        json={"tenant_id": tenant.id, "user_id": user_id, "name": role, "key_type": "user"},
+    )
+    assert response.status_code == 201, response.text
+    return user_id, response.json()["data"]["key"]
+
+
 class Api:
     """An httpx client bound to a running server, with shortcuts for common set-up."""
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import trio
 
 Row = dict[str, Any]
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 Params = Sequence[Any]
 T = TypeVar("T")
 
@@ -48,6 +49,17 @@ class Transaction(ABC):
     def fetch_value(self, sql: str, params: Params = ()) -> Any:
         row = self.fetch_one(sql, params)
         return None if row is None else next(iter(row.values()))
+
+    def insert(self, table: str, row: Row) -> None:
+        """Insert `row` (column -> value) into `table`."""
+        self.execute(insert_sql(table, row), tuple(row.values()))
+
+
+def insert_sql(table: str, row: Row) -> str:
+    for name in (table, *row):
+        if not _IDENTIFIER.match(name):
+            raise ValueError(f"not an SQL identifier: {name!r}")
+    return f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})"
 
 
 class Database(ABC):
@@ -73,6 +85,9 @@ class Database(ABC):
     async def fetch_value(self, sql: str, params: Params = ()) -> Any:
         row = await self.fetch_one(sql, params)
         return None if row is None else next(iter(row.values()))
+
+    async def insert(self, table: str, row: Row) -> None:
+        await self.execute(insert_sql(table, row), tuple(row.values()))
 
     @abstractmethod
     async def close(self) -> None: ...

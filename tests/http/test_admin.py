@@ -4,23 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
-
 from corral.actors.tenancy import PRODUCT_SCOPES, outbox
 from corral.ids import is_uuid
-from tests.support import ADMIN_KEY, PASSWORD, Api, Tenant
+from tests.support import ADMIN_KEY, API, PASSWORD, Api, Tenant, assert_error
 
-API = "/api/v1"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    assert error["message"]
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    return error
 
 
 def tenant_body(email: str, **extra: Any) -> dict[str, Any]:

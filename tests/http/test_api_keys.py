@@ -10,39 +10,7 @@ import httpx
 
 from corral.actors.tenancy import PRODUCT_SCOPES
 from corral.ids import is_uuid
-from tests.support import ADMIN_KEY, Api, Tenant
-
-API = "/api/v1"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    assert error["message"]
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    return error
-
-
-async def create_key(api: Api, credential: str, **body: Any) -> dict[str, Any]:
-    body.setdefault("name", "test key")
-    response = await api.request("POST", f"{API}/api-keys", key=credential, json=body)
-    assert response.status_code == 201, response.text
-    data: dict[str, Any] = response.json()["data"]
-    return data
-
-
-async def member_key(api: Api, tenant: Tenant, role: str = "member") -> tuple[str, str]:
-    """(user_id, user key) of a new tenant member with `role`."""
-    user_id, _ = await api.create_user(tenant, role)
-    response = await api.admin(
-        "POST",
-        f"{API}/admin/api-keys",
-        json={"tenant_id": tenant.id, "user_id": user_id, "name": role, "key_type": "user"},
-    )
-    assert response.status_code == 201, response.text
-    return user_id, response.json()["data"]["key"]
-
+from tests.support import ADMIN_KEY, API, Api, Tenant, assert_error, create_key, member_key
 
 # --- creation and storage --------------------------------------------------------------
 

@@ -7,18 +7,18 @@ from typing import Any
 
 import httpx
 
-from tests.support import ADMIN_KEY, PASSWORD, Api, Tenant
+from tests.support import (
+    ADMIN_KEY,
+    API,
+    PASSWORD,
+    Api,
+    Tenant,
+    assert_error,
+    create_key,
+    member_key,
+)
 
-API = "/api/v1"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    return error
 
 
 async def audit_log(
@@ -40,26 +40,6 @@ async def entry_for(api: Api, tenant: Tenant, response: httpx.Response) -> dict[
     ]
     assert len(rows) == 1, rows
     return rows[0]
-
-
-async def new_key(api: Api, credential: str, **body: Any) -> dict[str, Any]:
-    response = await api.request(
-        "POST", f"{API}/api-keys", key=credential, json={"name": "k", **body}
-    )
-    assert response.status_code == 201, response.text
-    data: dict[str, Any] = response.json()["data"]
-    return data
-
-
-async def member_key(api: Api, tenant: Tenant, role: str = "member") -> tuple[str, str]:
-    user_id, _ = await api.create_user(tenant, role)
-    response = await api.admin(
-        "POST",
-        f"{API}/admin/api-keys",
-        json={"tenant_id": tenant.id, "user_id": user_id, "name": role, "key_type": "user"},
-    )
-    assert response.status_code == 201, response.text
-    return user_id, response.json()["data"]["key"]
 
 
 # --- what is recorded ------------------------------------------------------------------
@@ -182,7 +162,7 @@ async def test_failures_are_recorded_with_their_status(api: Api, tenant: Tenant)
 
 
 async def test_scope_refusals_are_recorded(api: Api, tenant: Tenant) -> None:
-    reader = await new_key(api, tenant.key, scopes=["org:read"])
+    reader = await create_key(api, tenant.key, scopes=["org:read"])
     response = await api.request(
         "POST", f"{API}/workspaces", key=reader["key"], json={"name": "no"}
     )
@@ -228,7 +208,7 @@ async def test_restricted_key_actions_carry_the_workspace(api: Api, tenant: Tena
     workspace = (
         await api.request("POST", f"{API}/workspaces", key=tenant.key, json={"name": "Only"})
     ).json()["data"]
-    restricted = await new_key(api, tenant.key, key_type="platform", workspace_id=workspace["id"])
+    restricted = await create_key(api, tenant.key, key_type="platform", workspace_id=workspace["id"])
     create_entry = [
         row for row in await audit_log(api, tenant.key) if row["resource_id"] == restricted["id"]
     ]
@@ -248,7 +228,7 @@ async def test_restricted_key_actions_carry_the_workspace(api: Api, tenant: Tena
 
 
 async def test_filter_by_api_key_and_workspace(api: Api, tenant: Tenant) -> None:
-    second = await new_key(api, tenant.key, name="second")
+    second = await create_key(api, tenant.key, name="second")
     workspace = (
         await api.request(
             "POST", f"{API}/workspaces", key=second["key"], json={"name": "By second"}
@@ -349,7 +329,7 @@ async def test_members_cannot_read_the_audit_log(api: Api, tenant: Tenant) -> No
     assert_error(await api.request("GET", f"{API}/audit-log", key=member), 403, "FORBIDDEN")
     _, admin = await member_key(api, tenant, "admin")
     assert (await api.request("GET", f"{API}/audit-log", key=admin)).status_code == 200
-    no_scope = await new_key(api, tenant.key, scopes=["org:read"])
+    no_scope = await create_key(api, tenant.key, scopes=["org:read"])
     assert_error(
         await api.request("GET", f"{API}/audit-log", key=no_scope["key"]), 403, "insufficient_scope"
     )
@@ -462,7 +442,7 @@ async def test_secrets_never_appear_after_creation(api: Api) -> None:
 
 async def test_restricted_key_reads_only_its_workspace_rows(api: Api, tenant: Tenant) -> None:
     workspace = (await api.request("POST", f"{API}/workspaces", key=tenant.key, json={"name": "Only"})).json()["data"]
-    restricted = await new_key(api, tenant.key, key_type="platform", workspace_id=workspace["id"])
+    restricted = await create_key(api, tenant.key, key_type="platform", workspace_id=workspace["id"])
     await api.request("POST", f"{API}/projects", key=tenant.key, json={"name": "In default"})
     await api.request("POST", f"{API}/projects", key=restricted["key"], json={"name": "Inside"})
     rows = await audit_log(api, restricted["key"])

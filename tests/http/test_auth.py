@@ -6,24 +6,12 @@ import base64
 import json
 from typing import Any
 
-import httpx
 import jwt
 
 from corral.actors.tenancy import tickets
 from corral.http import tokens
 from corral.storage import iso_in
-from tests.support import ADMIN_KEY, PASSWORD, Api, Tenant
-
-API = "/api/v1"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    assert error["message"]
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    return error
+from tests.support import ADMIN_KEY, API, PASSWORD, Api, Tenant, assert_error
 
 
 def claims_of(token: str) -> dict[str, Any]:

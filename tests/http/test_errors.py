@@ -8,23 +8,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.support import ADMIN_KEY, Api, Tenant
-
-API = "/api/v1"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract §3 envelope with `status` and `code`; its request id is the header's."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    body = response.json()
-    assert set(body) == {"error"}, body
-    error: dict[str, Any] = body["error"]
-    assert error["code"] == code, error
-    assert isinstance(error["message"], str) and error["message"], error
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    assert error["request_id"], error
-    return error
+from tests.support import ADMIN_KEY, API, Api, Tenant, assert_error
 
 
 def assert_rate_headers(response: httpx.Response, limit: int | None = None) -> tuple[int, int]:

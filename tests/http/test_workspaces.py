@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 
 from corral.actors.tenancy import resolve_attribution
 from corral.errors import ApiError
-from tests.support import Api, Tenant
+from tests.support import API, Api, Tenant, assert_error
 
-API = "/api/v1"
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
-
-
-def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    error: dict[str, Any] = response.json()["error"]
-    assert error["code"] == code, error
-    assert error["message"]
-    assert error["request_id"] == response.headers["X-Request-Id"]
-    return error
 
 
 async def user_key(

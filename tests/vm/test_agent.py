@@ -207,8 +207,11 @@ async def test_process_kill_and_stream(agent: AgentClient) -> None:
 
 
 async def test_process_kill_escalates_to_sigkill(agent: AgentClient) -> None:
-    record = await agent.spawn("trap '' TERM; while true; do sleep 0.1; done")
+    record = await agent.spawn("trap '' TERM; echo ready; while true; do sleep 0.1; done")
     with trio.fail_after(10):
+        # Only once the trap is set does SIGTERM go unanswered; before, it would just kill.
+        while not any(entry["line"] == "ready" for entry in (await agent.logs(record["pid"]))["lines"]):
+            await trio.sleep(0.02)
         killed = await agent.kill(record["pid"], grace=0.5)
     assert killed["status"] == "killed" and killed["exit_code"] == 137
 

@@ -125,8 +125,7 @@ async def _insert(
             "created_at": now,
             "updated_at": now,
         }
-        columns = ", ".join(row)
-        tx.execute(f"INSERT INTO sandboxes ({columns}) VALUES ({', '.join('?' for _ in row)})", tuple(row.values()))
+        tx.insert("sandboxes", row)
         return row
 
     row = await platform.db.transaction(work)

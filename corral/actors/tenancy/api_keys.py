@@ -96,9 +96,7 @@ async def create_api_key(
         "revoked_at": None,
         "last_used_at": None,
     }
-    columns = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
-    await db.execute(f"INSERT INTO api_keys ({columns}) VALUES ({marks})", tuple(row.values()))
+    await db.insert("api_keys", row)
     return row, plaintext
 
 

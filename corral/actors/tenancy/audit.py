@@ -32,9 +32,7 @@ class AuditEntry:
 
 async def record(db: Database, entry: AuditEntry) -> str:
     row = {"id": new_ulid(), **asdict(entry), "created_at": utc_now_iso()}
-    columns = ", ".join(row)
-    marks = ", ".join("?" for _ in row)
-    await db.execute(f"INSERT INTO audit_events ({columns}) VALUES ({marks})", tuple(row.values()))
+    await db.insert("audit_events", row)
     return str(row["id"])
 
 

@@ -38,11 +38,7 @@ def insert_user(tx: Transaction, email: str, name: str | None, password_hash: st
         "created_at": now,
         "updated_at": now,
     }
-    tx.execute(
-        "INSERT INTO users (id, email, email_lower, name, avatar_url, password_hash, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        tuple(row.values()),
-    )
+    tx.insert("users", row)
     return row
 
 
@@ -57,11 +53,7 @@ def insert_workspace(tx: Transaction, tenant_id: str, name: str, slug: str, *, i
         "created_at": now,
         "updated_at": now,
     }
-    tx.execute(
-        "INSERT INTO workspaces (id, tenant_id, name, slug, is_default, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        tuple(row.values()),
-    )
+    tx.insert("workspaces", row)
     return row
 
 
@@ -77,11 +69,7 @@ def insert_project(tx: Transaction, workspace: Row, name: str, slug: str, *, is_
         "created_at": now,
         "updated_at": now,
     }
-    tx.execute(
-        "INSERT INTO projects (id, tenant_id, workspace_id, name, slug, is_default, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        tuple(row.values()),
-    )
+    tx.insert("projects", row)
     return row
 
 
@@ -106,10 +94,7 @@ async def create_tenant(db: Database, name: str, owner_email: str, owner_passwor
     def work(tx: Transaction) -> NewTenant:
         now = utc_now_iso()
         tenant: Row = {"id": new_uuid(), "name": name, "custom_domain": None, "sandbox_limit": 10, "created_at": now, "updated_at": now}
-        tx.execute(
-            "INSERT INTO tenants (id, name, custom_domain, sandbox_limit, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-            tuple(tenant.values()),
-        )
+        tx.insert("tenants", tenant)
         owner = insert_user(tx, owner_email, None, password_hash)
         add_tenant_member(tx, tenant["id"], owner["id"], "owner")
         workspace = insert_workspace(tx, tenant["id"], "Default", "default", is_default=True)
