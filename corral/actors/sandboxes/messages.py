@@ -23,7 +23,7 @@ class Booted(Message):
 
 @dataclass(frozen=True)
 class Start(Message):
-    pass
+    """Start a stopped or suspended sandbox."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Suspend(Message):
 
 @dataclass(frozen=True)
 class Destroy(Message):
-    pass
+    """Destroy the instance and everything in it; the row stays as `destroyed`."""
 
 
 @dataclass(frozen=True)
@@ -55,4 +55,4 @@ class Fork(Message):
 
 @dataclass(frozen=True)
 class Get(Message):
-    pass
+    """The sandbox's row as the actor holds it."""
