@@ -168,28 +168,33 @@ RUNTIME_SETTINGS: dict[str, Any] = {
 runtime tests' (`tests/vm`)."""
 
 
-def cleanup_runtime_host() -> None:
-    """Remove every instance, link, namespace, cgroup and table the API tests made."""
+def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table: str, cgroup_parent: str) -> None:
+    """Remove every instance cgroup, namespace, link and table a test runtime made."""
     import contextlib
     import os
     import subprocess
 
     from corral.vm import CgroupV1
 
-    settings = RUNTIME_SETTINGS
-    cgroups = CgroupV1(parent=settings["cgroup_parent"])
+    cgroups = CgroupV1(parent=cgroup_parent)
     for instance_id in cgroups.instance_ids():
         cgroups.kill_all(instance_id)
         cgroups.remove(instance_id)
     for controller in ("cpu", "cpuacct", "memory", "pids"):
         with contextlib.suppress(OSError):
-            (Path("/sys/fs/cgroup") / controller / settings["cgroup_parent"]).rmdir()
+            (Path("/sys/fs/cgroup") / controller / cgroup_parent).rmdir()
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(settings["netns_prefix"]):
+        if name.startswith(netns_prefix):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for line in links.splitlines():
         name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(settings["link_prefix"]) or name == settings["bridge"]:
+        if name.startswith(link_prefix) or name == bridge:
             subprocess.run(["ip", "link", "delete", name], capture_output=True)
-    subprocess.run(["nft", "delete", "table", "inet", settings["nft_table"]], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", nft_table], capture_output=True)
+
+
+def cleanup_runtime_host() -> None:
+    """Remove what the API-level tests' runtime made."""
+    names = ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")
+    cleanup_host(**{name: RUNTIME_SETTINGS[name] for name in names})

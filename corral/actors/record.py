@@ -7,21 +7,13 @@ one UPDATE, and marks the row `error` when the supervisor gives up.
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
 
 from corral.actors.actor import Actor
 from corral.errors import ApiError, not_found
-from corral.storage import Row, utc_now_iso
+from corral.storage import Row, sql_identifier, utc_now_iso
 
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-
-def _column(name: str) -> str:
-    """Column names are interpolated into SQL: allow plain identifiers only."""
-    if not _IDENTIFIER.match(name):
-        raise ValueError(f"not a column name: {name!r}")
-    return name
+_column = sql_identifier
 
 
 class RecordActor(Actor):

@@ -25,6 +25,8 @@ class RuntimeHolder:
         self._driver: RuntimeDriver | None = None
         self._network: HostNetwork | None = None
         self._lock = trio.Lock()
+        assert settings.template_dir is not None
+        self.templates = TemplateStore(Path(settings.template_dir))
 
     @property
     def instances_dir(self) -> Path:
@@ -32,11 +34,6 @@ class RuntimeHolder:
 
     def has_instances(self) -> bool:
         return self.instances_dir.is_dir() and any(self.instances_dir.iterdir())
-
-    @property
-    def templates(self) -> TemplateStore:
-        assert self.settings.template_dir is not None
-        return TemplateStore(Path(self.settings.template_dir))
 
     async def driver(self) -> RuntimeDriver:
         if self._driver is not None:

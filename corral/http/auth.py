@@ -13,6 +13,7 @@ import time
 from corral.actors.platform import Platform
 from corral.actors.tenancy import api_keys
 from corral.errors import ApiError, forbidden, unauthorized
+from corral.storage import utc_now_iso
 
 from . import tokens
 from .principal import Principal
@@ -95,8 +96,6 @@ class Authenticator:
         if now - self._last_used_written.get(key_id, -_LAST_USED_EVERY) < _LAST_USED_EVERY:
             return
         self._last_used_written[key_id] = now
-        from corral.storage import utc_now_iso
-
         await self.platform.db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (utc_now_iso(), key_id))
 
 

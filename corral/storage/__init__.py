@@ -9,6 +9,7 @@ from corral.storage.database import (
     SqliteDatabase,
     Transaction,
     open_database,
+    sql_identifier,
 )
 from corral.storage.event_log import Event, EventLog, new_event_id
 from corral.storage.migrate import load_migrations, migrate
@@ -31,6 +32,7 @@ __all__ = [
     "new_event_id",
     "open_database",
     "parse_iso",
+    "sql_identifier",
     "to_iso",
     "utc_now",
     "utc_now_iso",

@@ -55,11 +55,16 @@ class Transaction(ABC):
         self.execute(insert_sql(table, row), tuple(row.values()))
 
 
+def sql_identifier(name: str) -> str:
+    """`name`, checked to be a plain identifier before it is interpolated into SQL."""
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"not an SQL identifier: {name!r}")
+    return name
+
+
 def insert_sql(table: str, row: Row) -> str:
-    for name in (table, *row):
-        if not _IDENTIFIER.match(name):
-            raise ValueError(f"not an SQL identifier: {name!r}")
-    return f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})"
+    columns = ", ".join(sql_identifier(name) for name in row)
+    return f"INSERT INTO {sql_identifier(table)} ({columns}) VALUES ({', '.join('?' for _ in row)})"
 
 
 class Database(ABC):

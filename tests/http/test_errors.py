@@ -120,28 +120,23 @@ async def test_openapi_document_carries_the_headers(api: Api) -> None:
 # --- bodies ----------------------------------------------------------------------------
 
 
+async def post_raw(api: Api, tenant: Tenant, content: bytes) -> httpx.Response:
+    """POST `content` as an application/json body to a route that reads one."""
+    return await api.request(
+        "POST", f"{API}/workspaces", key=tenant.key, content=content, headers={"Content-Type": "application/json"}
+    )
+
+
 async def test_non_json_body_is_invalid_body(api: Api, tenant: Tenant) -> None:
     for content in (b"name=x", b'{"name": ', b"\xff\xfe\x00garbage", b"NaNx"):
-        response = await api.request(
-            "POST",
-            f"{API}/workspaces",
-            key=tenant.key,
-            content=content,
-            headers={"Content-Type": "application/json"},
-        )
+        response = await post_raw(api, tenant, content)
         assert_error(response, 400, "INVALID_BODY")
         assert_rate_headers(response)
 
 
 async def test_json_that_is_not_an_object_is_invalid_body(api: Api, tenant: Tenant) -> None:
     for content in (b'[{"name": "x"}]', b'"name"', b"42", b"null", b"true"):
-        response = await api.request(
-            "POST",
-            f"{API}/workspaces",
-            key=tenant.key,
-            content=content,
-            headers={"Content-Type": "application/json"},
-        )
+        response = await post_raw(api, tenant, content)
         error = assert_error(response, 400, "INVALID_BODY")
         assert "object" in error["message"]
 
@@ -198,35 +193,17 @@ async def test_errors_without_details_have_no_details(api: Api, tenant: Tenant) 
 
 
 async def test_oversized_body_is_an_envelope(api: Api, tenant: Tenant) -> None:
-    response = await api.request(
-        "POST",
-        f"{API}/workspaces",
-        key=tenant.key,
-        content=b"x" * (12 * 1024 * 1024),
-        headers={"Content-Type": "application/json"},
-    )
+    response = await post_raw(api, tenant, b"x" * (12 * 1024 * 1024))
     assert_error(response, 413, "PAYLOAD_TOO_LARGE")
     assert_rate_headers(response)
 
 
 async def test_no_bare_500_for_pathological_json(api: Api, tenant: Tenant) -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
-    response = await api.request(
-        "POST",
-        f"{API}/workspaces",
-        key=tenant.key,
-        content=deep,
-        headers={"Content-Type": "application/json"},
-    )
+    response = await post_raw(api, tenant, deep)
     assert_error(response, 400, "INVALID_BODY")
     deep_object = b'{"name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
-    response = await api.request(
-        "POST",
-        f"{API}/workspaces",
-        key=tenant.key,
-        content=deep_object,
-        headers={"Content-Type": "application/json"},
-    )
+    response = await post_raw(api, tenant, deep_object)
     assert_error(response, 400, "INVALID_BODY")
     # The server is still healthy afterwards.
     assert (await api.request("GET", f"{API}/tenant", key=tenant.key)).status_code == 200

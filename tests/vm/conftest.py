@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from corral.vm import (
     NamespaceDriver,
     TemplateStore,
 )
+from tests.support import cleanup_host
 
 TEMPLATE_CACHE = Path(os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
 BRIDGE = "corralt0"
@@ -40,22 +40,9 @@ CGROUP_PARENT = "corral-test"
 
 
 def _cleanup_host() -> None:
-    cgroups = CgroupV1(parent=CGROUP_PARENT)
-    for instance_id in cgroups.instance_ids():
-        cgroups.kill_all(instance_id)
-        cgroups.remove(instance_id)
-    for controller in ("cpu", "cpuacct", "memory", "pids"):
-        with contextlib.suppress(OSError):
-            (Path("/sys/fs/cgroup") / controller / CGROUP_PARENT).rmdir()
-    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(NETNS_PREFIX):
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for line in links.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(LINK_PREFIX) or name == BRIDGE:
-            subprocess.run(["ip", "link", "delete", name], capture_output=True)
-    subprocess.run(["nft", "delete", "table", "inet", TABLE], capture_output=True)
+    cleanup_host(
+        bridge=BRIDGE, link_prefix=LINK_PREFIX, netns_prefix=NETNS_PREFIX, nft_table=TABLE, cgroup_parent=CGROUP_PARENT
+    )
 
 
 @pytest.fixture(scope="session")

@@ -213,14 +213,18 @@ async def lifecycle(platform: Platform, sandbox_id: str, message: Start | Stop |
     return row
 
 
-async def agent_for(platform: Platform, sandbox_id: str) -> AgentClient:
+async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
     """The agent of a running sandbox; waits for one still being created."""
-    row = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
     ref = await platform.system.get(SandboxActor, sandbox_id)
-    if row["status"] == "creating":
-        raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet")
-    info: InstanceInfo = await ref.ask(Connect())
-    await touch(platform, sandbox_id)
+    try:
+        info: InstanceInfo = await ref.ask(Connect())
+    except ApiError:
+        row = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
+        if row["status"] == "creating":
+            raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet") from None
+        info = await ref.ask(Connect())  # running now, or the actor's own refusal
+    if record_activity:
+        await touch(platform, sandbox_id)
     return platform.agents.client(info)
 
 
@@ -281,7 +285,7 @@ async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> di
         raise validation_error({"cwd": "must be an absolute path"})
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise validation_error({"env": "must be an object of string values"})
-    agent = await agent_for(platform, row["id"])
+    agent = await agent_for(platform, row["id"], record_activity=False)  # recorded when it ends
     exec_id = prefixed("exec")
     await publish(platform, row, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
     lines = _LineEvents(platform, row, exec_id)
