@@ -28,13 +28,23 @@ class Settings:
     ca_bundle: str | None = None
     webhook_retry_scale: float = 1.0
     smtp_url: str | None = None
+    invite_ttl_seconds: int = 7 * 24 * 3600
+    """How long workspace and org invites stay valid (`CORRAL_INVITE_TTL_SECONDS`)."""
     # Not in contract §1: internal knobs with safe defaults.
     shutdown_grace_seconds: float = 10.0
     access_token_ttl: int = 3600
     refresh_token_ttl: int = 7 * 24 * 3600
     sse_ticket_ttl: int = 60
+    sse_heartbeat_seconds: float = 15.0
+    """A comment line on every idle stream this often (`CORRAL_SSE_HEARTBEAT_SECONDS`)."""
     event_retention_seconds: int = 15 * 60
     jwt_secret: str | None = None
+    webhook_timeout: float = 30.0
+    """A webhook attempt that has no complete response within this many seconds fails."""
+    webhook_lease_seconds: float = 60.0
+    """How long a node's claim on a queued delivery lasts (longer than the timeout)."""
+    webhook_poll_interval: float = 2.0
+    """How often the delivery worker looks for due deliveries queued by other nodes."""
     # The instance runtime (issue 3): where templates are cached, and the host network
     # of this node's instances. Nodes (and test servers) on one machine need distinct
     # bridges, subnets and nftables tables.
@@ -46,9 +56,40 @@ class Settings:
     netns_prefix: str = "corral-"
     cgroup_parent: str = "corral"
     sandbox_ready_wait: float = 10.0
+    idle_check_seconds: float = 5.0
+    """How often auto-stop looks for idle sandboxes (`CORRAL_IDLE_CHECK_SECONDS`)."""
     agent_timeout: float = 10.0
     """How long a call to a guest agent (other than exec's own timeout) may take."""
+    # Credits and metering (issue 5; docs/api.md "Credits, metering and quotas").
+    default_tenant_credits: int = 100
+    """Credits granted to a tenant created without `credits` (`CORRAL_DEFAULT_TENANT_CREDITS`)."""
+    credit_low_threshold: int = 10
+    """`billing.credit_low` when a balance falls below this (`CORRAL_CREDIT_LOW_THRESHOLD`)."""
+    meter_interval: float = 10.0
+    """Seconds between metering rounds (`CORRAL_METER_INTERVAL`)."""
+    meter_rate_scale: float = 1.0
+    """Multiplies metered running time, for tests and demos (`CORRAL_METER_RATE_SCALE`)."""
+    # Computers (issue 8; docs/api.md "Computers").
+    regions: str = "local"
+    """Region slugs computers may live in, comma-separated; the first is the default (`CORRAL_REGIONS`)."""
+    computer_metrics_seconds: float = 30.0
+    """How often running computers' cgroups are sampled for metrics (`CORRAL_COMPUTER_METRICS_SECONDS`)."""
+    computer_app_install_timeout: float = 900.0
+    """How long installing a computer's `selected_apps` may take."""
 
+    # Previews (issue 6; docs/api.md "Previews").
+    preview_url_scheme: str = "http"
+    """Scheme of generated preview URLs (`CORRAL_PREVIEW_URL_SCHEME`; `https` behind a TLS edge)."""
+    preview_url_port: int | None = None
+    """Port written into preview URLs (`CORRAL_PREVIEW_URL_PORT`); None: the preview port; 0: none."""
+    preview_router_host: str = ""
+    """CNAME target of preview domains (`CORRAL_PREVIEW_ROUTER_HOST`); empty: `preview.<public-domain>`."""
+    dns_servers: str = ""
+    """Name servers for DNS checks, `host[:port]` comma-separated (`CORRAL_DNS_SERVERS`); empty: the system's."""
+    preview_dns_recheck_seconds: float = 60.0
+    """How often pending preview domains are checked again (`CORRAL_PREVIEW_DNS_RECHECK_SECONDS`)."""
+    preview_ready_timeout: float = 300.0
+    """How long an exposed port is polled for `sandbox.preview.ready`."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -75,6 +116,7 @@ class Settings:
             "ca_bundle": env.get("CORRAL_CA_BUNDLE") or None,
             "webhook_retry_scale": float(env.get("CORRAL_WEBHOOK_RETRY_SCALE", "1.0")),
             "smtp_url": env.get("CORRAL_SMTP_URL") or None,
+            "invite_ttl_seconds": int(env.get("CORRAL_INVITE_TTL_SECONDS", str(7 * 24 * 3600))),
             "template_dir": Path(env["CORRAL_TEMPLATE_DIR"]) if env.get("CORRAL_TEMPLATE_DIR") else None,
             "bridge": env.get("CORRAL_BRIDGE", "corral0"),
             "subnet": env.get("CORRAL_SUBNET", "10.88.0.0/16"),
@@ -82,6 +124,19 @@ class Settings:
             "link_prefix": env.get("CORRAL_LINK_PREFIX", "cv"),
             "netns_prefix": env.get("CORRAL_NETNS_PREFIX", "corral-"),
             "cgroup_parent": env.get("CORRAL_CGROUP_PARENT", "corral"),
+            "sse_heartbeat_seconds": float(env.get("CORRAL_SSE_HEARTBEAT_SECONDS", "15")),
+            "idle_check_seconds": float(env.get("CORRAL_IDLE_CHECK_SECONDS", "5")),
+            "default_tenant_credits": int(env.get("CORRAL_DEFAULT_TENANT_CREDITS", "100")),
+            "credit_low_threshold": int(env.get("CORRAL_CREDIT_LOW_THRESHOLD", "10")),
+            "meter_interval": float(env.get("CORRAL_METER_INTERVAL", "10")),
+            "meter_rate_scale": float(env.get("CORRAL_METER_RATE_SCALE", "1")),
+            "regions": env.get("CORRAL_REGIONS", "local"),
+            "computer_metrics_seconds": float(env.get("CORRAL_COMPUTER_METRICS_SECONDS", "30")),
+            "preview_url_scheme": env.get("CORRAL_PREVIEW_URL_SCHEME", "http"),
+            "preview_url_port": int(env["CORRAL_PREVIEW_URL_PORT"]) if env.get("CORRAL_PREVIEW_URL_PORT") else None,
+            "preview_router_host": env.get("CORRAL_PREVIEW_ROUTER_HOST", ""),
+            "dns_servers": env.get("CORRAL_DNS_SERVERS", ""),
+            "preview_dns_recheck_seconds": float(env.get("CORRAL_PREVIEW_DNS_RECHECK_SECONDS", "60")),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -153,16 +154,42 @@ async def running_server(data_dir: Path, database_url: str = "", **overrides: An
         stop.set()
 
 
-TEMPLATE_CACHE = Path(__import__("os").environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
+TEMPLATE_CACHE = Path(os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
+
+TEST_SLOT = int(os.environ.get("CORRAL_TEST_SLOT", "0"))
+"""1-9 moves every host name and address range the tests use, so that several test
+sessions can run on one machine at once; 0 (the default) keeps the plain names."""
+if not 0 <= TEST_SLOT <= 9:
+    raise ValueError("CORRAL_TEST_SLOT must be between 0 and 9")
+
+
+def host_names(
+    *, bridge: str, subnet_prefix: str, nft_table: str, link_letter: str, netns_prefix: str, cgroup_parent: str
+) -> dict[str, str]:
+    """A test runtime's host names in this session's slot; `subnet_prefix` is like "10.216"."""
+    slot = str(TEST_SLOT) if TEST_SLOT else ""
+    return {
+        "bridge": f"{bridge}{slot}",
+        "subnet": f"{subnet_prefix}.{TEST_SLOT}.0/24",
+        "nft_table": f"{nft_table}{slot}",
+        "link_prefix": f"c{link_letter}" if not slot else f"{link_letter}{slot}",
+        "netns_prefix": f"{netns_prefix}{slot}-",
+        "cgroup_parent": f"{cgroup_parent}{slot}",
+    }
+
 
 RUNTIME_SETTINGS: dict[str, Any] = {
     "template_dir": TEMPLATE_CACHE,
-    "bridge": "corrala0",
-    "subnet": "10.216.0.0/24",
-    "nft_table": "corral_api_test",
-    "link_prefix": "ca",
-    "netns_prefix": "corrala-",
-    "cgroup_parent": "corral-api-test",
+    "idle_check_seconds": 0.25,
+    "sse_heartbeat_seconds": 1.0,
+    **host_names(
+        bridge="corrala0",
+        subnet_prefix="10.216",
+        nft_table="corral_api_test",
+        link_letter="a",
+        netns_prefix="corrala",
+        cgroup_parent="corral-api-test",
+    ),
 }
 """Host names for API-level tests that run instances, apart from a real server's and the
 runtime tests' (`tests/vm`)."""
@@ -170,8 +197,6 @@ runtime tests' (`tests/vm`)."""
 
 def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table: str, cgroup_parent: str) -> None:
     """Remove every instance cgroup, namespace, link and table a test runtime made."""
-    import contextlib
-    import os
     import subprocess
 
     from corral.vm import CgroupV1

@@ -25,7 +25,7 @@ CORRAL = [sys.executable, "-m", "corral"]
 def corral_serve(data_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     port = free_port()
     proc = subprocess.Popen(
-        [*CORRAL, "serve", "--port", str(port), "--data-dir", str(data_dir), *extra],
+        [*CORRAL, "serve", "--port", str(port), "--preview-port", str(free_port()), "--data-dir", str(data_dir), *extra],
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -145,6 +145,15 @@ def test_instances_survive_kill_9_and_are_readopted(tmp_path: Path, runtime_host
         wrote = httpx.post(f"{base}/api/v1/sandboxes/{sid}/files/write", headers=auth, json={"path": "/workspace/keep.txt", "content": "still here"})
         assert wrote.status_code == 201
         started = httpx.post(f"{base}/api/v1/sandboxes/{sid}/exec", headers=auth, json={"command": "nohup sleep 1000 >/dev/null 2>&1 & echo $!"}).json()
+        ticker = httpx.post(
+            f"{base}/api/v1/sandboxes/{sid}/processes", headers=auth, json={"cmd": "i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done"}
+        ).json()["data"]
+        logs_url = f"{base}/api/v1/sandboxes/{sid}/processes/{ticker['pid']}/logs"
+        deadline = time.monotonic() + 10
+        while not httpx.get(logs_url, headers=auth).json()["data"]["lines"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = httpx.get(logs_url, headers=auth, params={"tail": 10000}).json()["data"]["lines"]
+        assert before and before[0] == "tick-1"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     # The instance outlived its control plane.
@@ -156,6 +165,13 @@ def test_instances_survive_kill_9_and_are_readopted(tmp_path: Path, runtime_host
         assert result.json()["stdout"] == "still herealive\n"
         listed = httpx.get(f"{base}/api/v1/sandboxes/{sid}/files", headers=auth)
         assert "keep.txt" in [f["name"] for f in listed.json()["files"]]
+        # The background process kept running, and its record and logs are read again.
+        process_url = f"{base}/api/v1/sandboxes/{sid}/processes/{ticker['pid']}"
+        assert httpx.get(process_url, headers=auth).json()["data"]["status"] == "running"
+        after = httpx.get(f"{process_url}/logs", headers=auth, params={"tail": 10000}).json()["data"]["lines"]
+        assert after[: len(before)] == before and len(after) > len(before)
+        assert httpx.delete(process_url, headers=auth, timeout=30).status_code == 204
+        assert httpx.get(process_url, headers=auth).json()["data"]["status"] == "killed"
         assert httpx.delete(f"{base}/api/v1/sandboxes/{sid}", headers=auth).status_code == 200
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0
@@ -165,7 +181,7 @@ def test_tools_serve_starts_with_the_default_relative_data_dir(tmp_path: Path, r
     """The README's first command, from a working directory of the user's choosing."""
     root = Path(__file__).resolve().parents[1]
     port = free_port()
-    env = {**runtime_env(), "CORRAL_PORT": str(port)}
+    env = {**runtime_env(), "CORRAL_PORT": str(port), "CORRAL_PREVIEW_PORT": str(free_port())}
     env.pop("CORRAL_DATA_DIR", None)
     proc = subprocess.Popen([str(root / "tools" / "serve")], cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

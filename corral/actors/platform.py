@@ -96,6 +96,12 @@ async def _recover(platform: Platform) -> None:
     recovered = await recover_interrupted(platform)
     if recovered:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
+    from corral.actors.sandboxes import start_background
+
+    await start_background(platform)
+    from corral.actors import computers  # resumes provisioning; metrics sampler, idle watcher
+
+    await computers.start_background(platform)
 
 
 @contextlib.asynccontextmanager
@@ -128,9 +134,16 @@ async def open_platform(settings: Settings) -> AsyncIterator[Platform]:
             )
             await nursery.start(platform.system.run)
             await _recover(platform)
+            from corral.actors import billing  # billing charges running instances
+
+            await billing.start_metering(platform)
+            from corral.actors.webhooks import run_webhooks  # deliveries need the platform
+
+            await nursery.start(run_webhooks, platform)
             try:
                 yield platform
             finally:
+                billing.stop_metering(platform)
                 with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
                     scope.shield = True
                     await platform.system.shutdown()

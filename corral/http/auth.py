@@ -11,9 +11,9 @@ import json
 import time
 
 from corral.actors.platform import Platform
-from corral.actors.tenancy import api_keys
+from corral.actors.tenancy import api_keys, tickets
 from corral.errors import ApiError, forbidden, unauthorized
-from corral.storage import utc_now_iso
+from corral.storage import Row, utc_now_iso
 
 from . import tokens
 from .principal import Principal
@@ -43,6 +43,29 @@ class Authenticator:
         if token.startswith("msk_a_") and platform.is_bootstrap_admin_key(token):
             return Principal("operator", None, None, None, None, None, 30_000)
         row = await api_keys.find_with_member(platform.db, token)
+        return await self._key_principal(row, client_ip)
+
+    async def from_ticket(self, ticket: str, client_ip: str | None) -> Principal:
+        """The principal that minted an SSE ticket, consuming the ticket.
+
+        The credential behind it is checked again: a key revoked, or a member removed,
+        since the ticket was minted is refused. Scopes are the minting credential's."""
+        grant = await tickets.consume_ticket(self.platform.db, ticket)
+        try:
+            if grant is None:
+                raise unauthorized("invalid, used or expired SSE ticket; mint a new one at POST /auth/sse-ticket")
+            if grant.api_key_id is not None:
+                row = await api_keys.find_with_member_by_id(self.platform.db, grant.api_key_id)
+                return await self._key_principal(row, client_ip)
+            if grant.user_id is None:
+                raise unauthorized("invalid SSE ticket")
+            return await self._session_principal(grant.tenant_id, grant.user_id)
+        except ApiError as error:
+            if error.status != 401:
+                raise
+            raise unauthorized(error.message, code="UNAUTHORIZED") from None  # the spec's SSE code
+
+    async def _key_principal(self, row: Row | None, client_ip: str | None) -> Principal:
         if row is None or row["status"] != "active":
             raise unauthorized("invalid or revoked API key")
         if row["allowed_ips"]:
@@ -72,17 +95,30 @@ class Authenticator:
         claims = tokens.decode(self.platform.jwt_secret, token)
         if claims.token_type != "access":
             raise unauthorized("refresh tokens are accepted only at /auth/refresh")
+        if not claims.tenant_id:
+            return await self._tenantless_principal(claims.user_id)
+        return await self._session_principal(claims.tenant_id, claims.user_id)
+
+    async def _tenantless_principal(self, user_id: str) -> Principal:
+        """The session of a user who belongs to no tenant yet (login issues one so that they
+        can accept an invite); every tenant route answers it 422 TENANT_RESOLUTION_FAILED."""
+        email = await self.platform.db.fetch_value("SELECT email FROM users WHERE id = ?", (user_id,))
+        if email is None:
+            raise unauthorized("the session's user no longer exists")
+        return Principal("session", None, user_id, None, None, None, 600, email=str(email))
+
+    async def _session_principal(self, tenant_id: str, user_id: str) -> Principal:
         member = await self.platform.db.fetch_one(
             "SELECT m.role, u.email FROM tenant_members m JOIN users u ON u.id = m.user_id"
             " WHERE m.tenant_id = ? AND m.user_id = ?",
-            (claims.tenant_id, claims.user_id),
+            (tenant_id, user_id),
         )
         if member is None:
             raise unauthorized("the session's user is no longer a member of its tenant")
         return Principal(
             kind="session",
-            tenant_id=claims.tenant_id,
-            user_id=claims.user_id,
+            tenant_id=tenant_id,
+            user_id=user_id,
             api_key_id=None,
             scopes=None,
             tenant_role=member["role"],

@@ -17,7 +17,7 @@ from werkzeug.exceptions import HTTPException
 
 from corral.actors.platform import Platform
 from corral.actors.tenancy import audit
-from corral.errors import ApiError, CorralError, forbidden, internal_error
+from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
 from corral.ids import new_ulid
 
 from .auth import Authenticator
@@ -114,10 +114,8 @@ class Pipeline:
             decision = self.anonymous_decision()
         elif route.auth == "public_auth":
             decision = self.limiter.hit(f"auth-ip:{ctx.client_ip}", PUBLIC_AUTH_RPM)
-        elif route.auth == "ticket" and "ticket" in ctx.request.args:
-            return None  # the handler redeems the ticket; anonymous bucket applies
         else:
-            principal = await self.authenticator.authenticate(ctx.request.headers.get("Authorization"), ctx.client_ip)
+            principal = await self._principal(ctx, route)
             ctx.principal_or_none = principal
             decision = self.limiter.hit(principal.rate_bucket, principal.rate_limit_rpm)
             if decision.allowed:
@@ -125,6 +123,17 @@ class Pipeline:
         if not decision.allowed:
             raise ApiError(429, "RATE_LIMITED", rate_limited(decision).message, headers=decision.headers())
         return decision
+
+    async def _principal(self, ctx: RequestContext, route: Route) -> Principal:
+        """Bearer credentials everywhere; streams also take `?ticket=` (browsers' EventSource
+        cannot send headers), and say so when neither is there."""
+        authorization = ctx.request.headers.get("Authorization")
+        if route.auth == "ticket" and not authorization:
+            ticket = ctx.request.args.get("ticket")
+            if not ticket:
+                raise unauthorized("missing sse ticket", code="UNAUTHORIZED")
+            return await self.authenticator.from_ticket(ticket, ctx.client_ip)
+        return await self.authenticator.authenticate(authorization, ctx.client_ip)
 
     async def _audit(self, ctx: RequestContext, route: Route, status: int) -> None:
         principal = ctx.principal

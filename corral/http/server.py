@@ -14,6 +14,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
 from corral.actors.platform import Platform, open_platform
+from corral.actors.previews import run_preview
 from corral.config import Settings
 
 from .app import create_app
@@ -43,7 +44,9 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
     settings = platform.settings
     app = create_app(platform)
     config = hypercorn_config(settings.host, settings.port)
-    await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
+        await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
 async def serve(settings: Settings) -> None:
@@ -52,5 +55,6 @@ async def serve(settings: Settings) -> None:
         nursery.start_soon(_wait_for_signal, stop)
         await nursery.start(run_api, platform, stop)
         log.info("Corral API listening on http://%s:%d", settings.host, settings.port)
+        log.info("Corral preview router listening on http://%s:%d", settings.host, settings.preview_port)
         await stop.wait()
         nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_grace_seconds

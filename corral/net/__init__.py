@@ -1,6 +1,7 @@
 """net layer: instance networking on the host (bridge, veth, addresses, nftables)."""
 
 from .addresses import AddressAllocator
+from .dns_check import CnameCheck, NameServer, cname_points_to, parse_name_servers
 from .errors import AddressExhausted, NetworkError
 from .firewall import Firewall, FirewallConfig
 from .links import Netlink
@@ -10,12 +11,16 @@ __all__ = [
     "AddressAllocator",
     "AddressExhausted",
     "Attachment",
+    "CnameCheck",
     "Firewall",
     "FirewallConfig",
     "HostNetwork",
+    "NameServer",
     "Netlink",
     "NetworkConfig",
     "NetworkError",
+    "cname_points_to",
     "host_dns_servers",
     "instance_key",
+    "parse_name_servers",
 ]

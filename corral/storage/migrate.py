@@ -22,7 +22,10 @@ class Migration:
     sql: str
 
     def statements(self, dialect: str) -> list[str]:
-        text = self.sql.replace("{blob}", BLOB_TYPES[dialect])
+        """The file's statements; whole-line `--` comments are dropped first, so that
+        prose in them may contain semicolons."""
+        lines = [line for line in self.sql.splitlines() if not line.lstrip().startswith("--")]
+        text = "\n".join(lines).replace("{blob}", BLOB_TYPES[dialect])
         return [s.strip() for s in text.split(";") if s.strip()]
 
 

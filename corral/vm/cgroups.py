@@ -115,8 +115,10 @@ class CgroupV1:
             except (OSError, ValueError, IndexError):
                 return 0
 
+        memory_bytes = read("memory", "memory.usage_in_bytes")
         return {
-            "memory_bytes": read("memory", "memory.usage_in_bytes"),
+            "memory_bytes": memory_bytes,
+            "memory_working_set_bytes": max(0, memory_bytes - self._memory_stat(instance_id, "total_inactive_file")),
             "memory_limit_bytes": read("memory", "memory.limit_in_bytes"),
             "memory_max_bytes": read("memory", "memory.max_usage_in_bytes"),
             "cpu_ns": read("cpuacct", "cpuacct.usage"),
@@ -124,6 +126,17 @@ class CgroupV1:
             "pids_max": read("pids", "pids.max") if (self.path("pids", instance_id) / "pids.max").exists() else 0,
             "oom_kills": self._oom_kills(instance_id),
         }
+
+    def _memory_stat(self, instance_id: str, name: str) -> int:
+        """One counter of memory.stat; the working set is usage minus reclaimable inactive file cache."""
+        try:
+            for line in (self.path("memory", instance_id) / "memory.stat").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == name:
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
 
     def _oom_kills(self, instance_id: str) -> int:
         try:

@@ -44,6 +44,10 @@ class InstanceSpec:
     limits: Limits = field(default_factory=Limits)
     env: dict[str, str] = field(default_factory=dict)
     hostname: str | None = None
+    boot_env: dict[str, str] = field(default_factory=dict)
+    """Environment for this boot only, on top of `env`: handed to the guest agent in
+    memory and never written to the instance's state on disk, because its values may
+    be secrets (a computer's encrypted env store)."""
 
 
 class InstanceState(enum.StrEnum):
@@ -84,8 +88,11 @@ class RuntimeDriver(abc.ABC):
         """Create the instance from its template and start it; returns it running."""
 
     @abc.abstractmethod
-    async def start(self, instance_id: str) -> InstanceInfo:
-        """Start a stopped instance with every file it had."""
+    async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
+        """Start a stopped instance with every file it had.
+
+        `boot_env` is added to the instance's environment for this boot only (see
+        `InstanceSpec.boot_env`); a running instance keeps the environment it has."""
 
     @abc.abstractmethod
     async def stop(self, instance_id: str) -> InstanceInfo:
@@ -105,7 +112,7 @@ class RuntimeDriver(abc.ABC):
 
     @abc.abstractmethod
     async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
-        """New limits for a stopped instance."""
+        """New limits for a stopped instance; its cgroups get them when it next starts."""
 
     @abc.abstractmethod
     async def info(self, instance_id: str) -> InstanceInfo:

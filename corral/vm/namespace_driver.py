@@ -147,7 +147,7 @@ class NamespaceDriver(RuntimeDriver):
             state = self._new_state(spec, lower)
             self._make_dirs(state)
             try:
-                await self._boot(state)
+                await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._remove(state)
@@ -172,20 +172,20 @@ class NamespaceDriver(RuntimeDriver):
                 )
                 if result.returncode != 0:
                     raise LaunchFailed(f"copying files failed: {result.stderr.decode().strip()}")
-                await self._boot(state)
+                await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._remove(state)
                 raise
             return self._info(state)
 
-    async def start(self, instance_id: str) -> InstanceInfo:
+    async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
         async with self._lock(instance_id):
             state = self._load(instance_id)
             if state.get("status") == "running" and self._alive(state):
                 return self._info(state)
             await self._halt(state)
-            await self._boot(state)
+            await self._boot(state, boot_env)
             return self._info(state)
 
     async def stop(self, instance_id: str) -> InstanceInfo:
@@ -309,7 +309,9 @@ class NamespaceDriver(RuntimeDriver):
         (directory / "upper").chmod(0o755)
         self._save(state)
 
-    def _launch_request(self, state: dict[str, Any], attachment: Attachment, procs: list[str]) -> dict[str, Any]:
+    def _launch_request(
+        self, state: dict[str, Any], attachment: Attachment, procs: list[str], boot_env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         directory = self.instance_dir(state["id"])
         hostname = state["hostname"]
         dns = attachment.dns_servers or (attachment.gateway,)
@@ -330,19 +332,19 @@ class NamespaceDriver(RuntimeDriver):
             "address": attachment.address,
             "agent_port": self.agent_port,
             "token": state["token"],
-            "env": state.get("env") or {},
+            "env": {**(state.get("env") or {}), **(boot_env or {})},  # boot_env stays off the disk
             "resolv_conf": "".join(f"nameserver {s}\n" for s in dns),
             "hosts": f"127.0.0.1\tlocalhost\n{attachment.address}\t{hostname}\n",
         }
 
-    async def _boot(self, state: dict[str, Any]) -> None:
-        """Network, cgroups, launch; the state becomes running."""
+    async def _boot(self, state: dict[str, Any], boot_env: dict[str, str] | None = None) -> None:
+        """Network, cgroups (with the limits in the state, so a resize applies here), launch."""
         instance_id = state["id"]
         attachment = await self.network.attach(instance_id)
         state["network"] = attachment.to_json()
         limits = Limits.from_json(state["limits"])
         procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
-        reply = await self.zygote.request(self._launch_request(state, attachment, procs))
+        reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
         if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
             await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
             log = self.instance_dir(instance_id) / "console.log"

@@ -47,18 +47,137 @@ async def _sandbox(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": sandbox_id}
 
 
+async def _sandbox_env_var(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"vars": [{"key": "ISOLATED", "value": "mine"}]}
+    response = await api.request("PUT", f"/api/v1/sandboxes/{params['id']}/env", key=tenant.key, json=body)
+    assert response.status_code == 200, response.text
+    return {"key": "ISOLATED"}
+
+
+async def _sandbox_process(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"cmd": "sleep 600"}
+    response = await api.request("POST", f"/api/v1/sandboxes/{params['id']}/processes", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"pid": response.json()["data"]["pid"]}
+
+
+async def _sandbox_share(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/sandboxes/{params['id']}/shares", key=tenant.key, json={})
+    assert response.status_code == 201, response.text
+    return {"share_id": response.json()["data"]["id"]}
+
+
+async def _computer(api: Api, tenant: Tenant, _: Params) -> Params:
+    from tests.http.computer_support import create_running
+
+    computer = await create_running(api, tenant, name="isolated")
+    wrote = await api.request(
+        "POST", f"/api/v1/computers/{computer['id']}/files/write", key=tenant.key, json={"path": "/workspace/mine.txt", "content": "A"}
+    )
+    assert wrote.status_code == 201, wrote.text
+    return {"id": computer["id"]}
+
+
+async def _computer_env_var(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/env", key=tenant.key, json={"name": "ISOLATED", "value": "mine"})
+    assert response.status_code == 201, response.text
+    return {"name": "ISOLATED"}
+
+
+async def _quota(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("PUT", "/api/v1/quotas/external/isolated-user", key=tenant.key, json={"max_sandboxes": 7})
+    assert response.status_code == 200, response.text
+    return {"external_user_id": "isolated-user"}
+
+
+async def _webhook(api: Api, tenant: Tenant, _: Params) -> Params:
+    settings = api.platform.settings
+    allowed, settings.allow_private_destinations = settings.allow_private_destinations, True
+    try:  # a loopback URL (nothing listens there): the test server has no public DNS
+        response = await api.request("POST", "/api/v1/webhooks", key=tenant.key, json={"url": "https://127.0.0.1:9/hook", "name": "mine"})
+    finally:
+        settings.allow_private_destinations = allowed
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _workspace_member(api: Api, tenant: Tenant, params: Params) -> Params:
+    return {"user_id": tenant.owner_id}  # the workspace's creator, its owner
+
+
+async def _workspace_invite(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"email": "isolated@example.test", "role": "member"}
+    response = await api.request("POST", f"/api/v1/workspaces/{params['id']}/invites", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"invite_id": response.json()["data"]["id"]}
+
+
+async def _tenant(api: Api, tenant: Tenant, _: Params) -> Params:
+    return {"id": tenant.id}
+
+
+async def _tenant_invite(api: Api, tenant: Tenant, params: Params) -> Params:
+    session = (await api.login(tenant.owner_email))["token"]  # org invites take a JWT session
+    body = {"email": "isolated.org@example.test", "role": "member"}
+    response = await api.request("POST", f"/api/v1/tenants/{params['id']}/invites", key=session, json=body)
+    assert response.status_code == 201, response.text
+    return {"invite_id": response.json()["data"]["invite_id"]}
+
+
+async def _workspace_invite_token(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"email": "token@example.test", "role": "member"}
+    response = await api.request("POST", f"/api/v1/workspaces/{tenant.workspace_id}/invites", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"token": response.json()["data"]["invite_url"].rsplit("/", 1)[1]}
+
+
+async def _tenant_invite_token(api: Api, tenant: Tenant, _: Params) -> Params:
+    session = (await api.login(tenant.owner_email))["token"]
+    body = {"email": "token.org@example.test", "role": "member"}
+    response = await api.request("POST", f"/api/v1/tenants/{tenant.id}/invites", key=session, json=body)
+    assert response.status_code == 201, response.text
+    return {"token": response.json()["data"]["invite_url"].rsplit("/", 1)[1]}
+
+
 FACTORIES: dict[str, Factory] = {
+    "/workspaces/{id}/members/{user_id}": _workspace_member,
+    "/workspaces/{id}/invites/{invite_id}": _workspace_invite,
+    "/tenants/{id}": _tenant,
+    "/tenants/{id}/invites/{invite_id}": _tenant_invite,
+    "/workspace-invites/{token}": _workspace_invite_token,
+    "/invites/{token}": _tenant_invite_token,
+    "/quotas/external/{external_user_id}": _quota,
+    "/computers/{id}": _computer,
+    "/computers/{id}/env/{name}": _computer_env_var,
     "/sandboxes/{id}": _sandbox,
+    "/sandboxes/{id}/env/{key}": _sandbox_env_var,
+    "/sandboxes/{id}/processes/{pid}": _sandbox_process,
+    "/sandboxes/{id}/shares/{share_id}": _sandbox_share,
     "/workspaces/{id}": _workspace,
     "/projects/{id}": _project,
     "/api-keys/{id}": _api_key,
+    "/webhooks/{id}": _webhook,
 }
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
+OWN_NAMESPACE = {"/quotas/external/{external_user_id}"}
+"""Prefixes whose parameter is a key the caller chooses inside its own tenant (PUT
+creates): another tenant's PUT or DELETE of the same key acts on its own record and
+may succeed; its GET (run first) must still be 404, and the owner's record must be
+untouched (OWNER_CHECKS and the checks at the end)."""
+
+INVITE_TOKENS = {"/workspace-invites/{token}", "/invites/{token}"}
+"""Prefixes whose parameter is an invite link's secret token, meant for a user outside
+the tenant: another tenant's user holding it is refused `422 EMAIL_MISMATCH` unless they
+are the invitee, and the invite stays pending (checked at the end)."""
+
 OWNER_CHECKS: dict[str, str] = {
+    "/quotas/external/{external_user_id}": "/api/v1/quotas/external/{external_user_id}",
+    "/computers/{id}": "/api/v1/computers/{id}/files/stat?path=/workspace/mine.txt",
     "/sandboxes/{id}": "/api/v1/sandboxes/{id}/files/stat?path=/workspace/mine.txt",
     "/workspaces/{id}": "/api/v1/workspaces/{id}",
     "/projects/{id}": "/api/v1/projects/{id}",
+    "/webhooks/{id}": "/api/v1/webhooks/{id}",
 }
 
 
@@ -90,6 +209,13 @@ async def test_other_tenants_resources_are_absent_on_every_route(runtime_api: Ap
         url = route.full_path.format(**params)
         kwargs = {"json": {}} if route.is_mutation else {}
         response = await api.request(route.method, url, key=other_tenant.key, **kwargs)
+        if route.is_mutation and response.status_code in (200, 204) and set(_prefixes(route.path)) & OWN_NAMESPACE:
+            checked += 1
+            continue
+        if set(_prefixes(route.path)) & INVITE_TOKENS:
+            assert (response.status_code, response.json()["error"]["code"]) == (422, "EMAIL_MISMATCH"), response.text
+            checked += 1
+            continue
         assert response.status_code in (403, 404), f"{route.method} {route.path}: {response.status_code} {response.text}"
         assert response.json()["error"]["code"] in ("NOT_FOUND", "FORBIDDEN") or response.status_code == 404
         checked += 1
@@ -98,6 +224,23 @@ async def test_other_tenants_resources_are_absent_on_every_route(runtime_api: Ap
     for prefix, template in OWNER_CHECKS.items():
         response = await api.request("GET", template.format(**created[prefix]), key=tenant.key)
         assert response.status_code == 200, f"{template} was changed by another tenant: {response.text}"
+    process = created["/sandboxes/{id}/processes/{pid}"]
+    kept = await api.request("GET", "/api/v1/sandboxes/{id}/processes/{pid}".format(**created["/sandboxes/{id}"], **process), key=tenant.key)
+    assert kept.json()["data"]["status"] == "running", "another tenant killed a process"
+    env = await api.request("GET", "/api/v1/sandboxes/{id}/env".format(**created["/sandboxes/{id}"]), key=tenant.key)
+    assert env.json()["data"] == [{"key": "ISOLATED", "encrypted": True}], "another tenant changed the environment"
+    quota = await api.request("GET", "/api/v1/quotas/external/isolated-user", key=tenant.key)
+    assert quota.json()["data"]["limits"]["max_sandboxes"] == 7, "another tenant changed a quota"
+    for prefix in INVITE_TOKENS:
+        invite = await api.client.get("/api/v1" + prefix.format(**created[prefix]))
+        assert invite.json()["data"]["accepted"] is False, "another tenant accepted an invite"
+    members = await api.request("GET", "/api/v1/workspaces/{id}/members".format(**created["/workspaces/{id}"]), key=tenant.key)
+    assert [(m["user_id"], m["role"]) for m in members.json()["data"]] == [(tenant.owner_id, "owner")], "members changed"
+    invites = await api.request("GET", "/api/v1/workspaces/{id}/invites".format(**created["/workspaces/{id}"]), key=tenant.key)
+    assert [i["id"] for i in invites.json()["data"]] == [created["/workspaces/{id}/invites/{invite_id}"]["invite_id"]]
+    session = (await api.login(tenant.owner_email))["token"]
+    org_invites = await api.request("GET", f"/api/v1/tenants/{tenant.id}/invites", key=session)
+    assert created["/tenants/{id}/invites/{invite_id}"]["invite_id"] in [i["invite_id"] for i in org_invites.json()["data"]]
     keys = await api.request("GET", "/api/v1/api-keys", key=tenant.key)
     statuses = {k["id"]: k["status"] for k in keys.json()["data"]}
     assert statuses[created["/api-keys/{id}"]["id"]] == "active"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from corral.net import HostNetwork, NetworkConfig
+from tests.support import host_names
 
 LISTEN = (
     "import socket, sys\n"
@@ -20,8 +21,18 @@ LISTEN = (
     "print('listening', flush=True)\n"
     "c, _ = s.accept(); c.sendall(b'hello'); c.close()\n"
 )
-BRIDGE = "corralnt0"
-TABLE = "corral_nettest"
+NAMES = host_names(
+    bridge="corralnt0",
+    subnet_prefix="10.214",
+    nft_table="corral_nettest",
+    link_letter="n",
+    netns_prefix="corraln",
+    cgroup_parent="corral-nettest",
+)
+BRIDGE = NAMES["bridge"]
+TABLE = NAMES["nft_table"]
+NET = NAMES["subnet"].rsplit(".", 1)[0]
+"""The first three octets of this session's range, like "10.214.0"."""
 
 
 def sh(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +45,12 @@ async def network(tmp_path: Path) -> AsyncIterator[HostNetwork]:
         pytest.fail("network tests need root (tools/test runs as root)")
     net = HostNetwork(
         NetworkConfig(
-            state_dir=tmp_path, bridge=BRIDGE, subnet="10.214.0.0/24", nft_table=TABLE, link_prefix="cn", netns_prefix="corraln-"
+            state_dir=tmp_path,
+            bridge=BRIDGE,
+            subnet=NAMES["subnet"],
+            nft_table=TABLE,
+            link_prefix=NAMES["link_prefix"],
+            netns_prefix=NAMES["netns_prefix"],
         )
     )
     await net.setup()
@@ -51,7 +67,7 @@ async def test_setup_is_idempotent(network: HostNetwork) -> None:
     await network.setup()
     await network.setup()
     addresses = sh("ip", "-4", "-o", "addr", "show", "dev", BRIDGE).stdout
-    assert addresses.count("10.214.0.1/24") == 1
+    assert addresses.count(f"{NET}.1/24") == 1
     ruleset = sh("nft", "list", "table", "inet", TABLE).stdout
     assert "masquerade" in ruleset and "map egress" in ruleset
     assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == "1"
@@ -60,13 +76,13 @@ async def test_setup_is_idempotent(network: HostNetwork) -> None:
 async def test_attach_detach(network: HostNetwork) -> None:
     instance_id = str(uuid.uuid4())
     attachment = await network.attach(instance_id)
-    assert attachment.address == "10.214.0.2" and attachment.gateway == "10.214.0.1"
+    assert attachment.address == f"{NET}.2" and attachment.gateway == f"{NET}.1"
     assert os.path.exists(attachment.netns_path)
     link = sh("ip", "-d", "link", "show", attachment.host_link).stdout
     assert f"master {BRIDGE}" in link and "isolated on" in link
     inside = sh("ip", "-n", attachment.netns, "-4", "-o", "addr").stdout
-    assert "10.214.0.2/24" in inside
-    assert "default via 10.214.0.1" in sh("ip", "-n", attachment.netns, "route").stdout
+    assert f"{NET}.2/24" in inside
+    assert f"default via {NET}.1" in sh("ip", "-n", attachment.netns, "route").stdout
     # The host reaches a server inside the namespace over the bridge.
     server = subprocess.Popen(
         ["ip", "netns", "exec", attachment.netns, sys.executable, "-c", LISTEN, attachment.address],
@@ -81,7 +97,7 @@ async def test_attach_detach(network: HostNetwork) -> None:
         server.kill()
         server.wait()
     ruleset = sh("nft", "list", "table", "inet", TABLE).stdout
-    assert attachment.chain in ruleset and "10.214.0.2 : jump " + attachment.chain in ruleset
+    assert attachment.chain in ruleset and f"{NET}.2 : jump " + attachment.chain in ruleset
 
     again = await network.attach(instance_id)  # idempotent: same address, pieces recreated
     assert again.address == attachment.address

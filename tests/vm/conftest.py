@@ -3,7 +3,7 @@
 Everything the tests create is named apart from a running server's (bridge
 `corralt0`, range 10.213.0.0/24, table `corral_test`, veths `ct*`, netns
 `corralt-*`, cgroups `corral-test/`) and removed at the end of the session, also
-after failures. The template is built once per machine into
+after failures; `CORRAL_TEST_SLOT` moves them (tests/support.py). The template is built once per machine into
 $CORRAL_TEMPLATE_CACHE (default /var/cache/corral/templates) and reused.
 """
 
@@ -28,15 +28,22 @@ from corral.vm import (
     NamespaceDriver,
     TemplateStore,
 )
-from tests.support import cleanup_host
+from tests.support import TEMPLATE_CACHE, cleanup_host, host_names
 
-TEMPLATE_CACHE = Path(os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
-BRIDGE = "corralt0"
-SUBNET = "10.213.0.0/24"
-TABLE = "corral_test"
-LINK_PREFIX = "ct"
-NETNS_PREFIX = "corralt-"
-CGROUP_PARENT = "corral-test"
+_NAMES = host_names(
+    bridge="corralt0",
+    subnet_prefix="10.213",
+    nft_table="corral_test",
+    link_letter="t",
+    netns_prefix="corralt",
+    cgroup_parent="corral-test",
+)
+BRIDGE = _NAMES["bridge"]
+SUBNET = _NAMES["subnet"]
+TABLE = _NAMES["nft_table"]
+LINK_PREFIX = _NAMES["link_prefix"]
+NETNS_PREFIX = _NAMES["netns_prefix"]
+CGROUP_PARENT = _NAMES["cgroup_parent"]
 
 
 def _cleanup_host() -> None:

@@ -15,7 +15,7 @@ import trio
 
 from corral.vm import AgentClient, CgroupLimits, InstanceState, NamespaceDriver, TemplateStore
 
-from .conftest import CGROUP_PARENT, TEMPLATE_CACHE, make_driver, new_spec
+from .conftest import CGROUP_PARENT, NETNS_PREFIX, TEMPLATE_CACHE, make_driver, new_spec
 
 CHILD = textwrap.dedent(
     """
@@ -85,7 +85,7 @@ async def test_adopt_cleans_half_created_and_stale_pieces(driver: NamespaceDrive
     assert [(i.id, i.state) for i in infos] == [(survivor.id, InstanceState.STOPPED)]
     assert not directory.exists()
     for gone in (half, orphan):
-        assert not os.path.exists(f"/run/netns/corralt-{gone}")
+        assert not os.path.exists(f"/run/netns/{NETNS_PREFIX}{gone}")
         assert not os.path.exists(f"/sys/class/net/{driver.network.host_link(gone)}")
         assert not Path(f"/sys/fs/cgroup/pids/{CGROUP_PARENT}/{gone}").exists()
         assert driver.network.addresses.lookup(gone) is None

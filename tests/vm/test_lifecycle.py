@@ -23,7 +23,7 @@ from corral.vm import (
     TemplateNotFound,
 )
 
-from .conftest import CGROUP_PARENT, TABLE, new_spec
+from .conftest import CGROUP_PARENT, LINK_PREFIX, NETNS_PREFIX, SUBNET, TABLE, new_spec
 
 
 def nft_chains() -> str:
@@ -38,7 +38,7 @@ async def test_create_exec_destroy(driver: NamespaceDriver) -> None:
     spec = new_spec(env={"GREETING": "hello"}, hostname="box-one")
     info = await driver.create(spec)
     assert info.state is InstanceState.RUNNING
-    assert info.address is not None and info.address.startswith("10.213.0.")
+    assert info.address is not None and info.address.startswith(SUBNET.rsplit(".", 1)[0] + ".")
     assert info.init_pid
     async with AgentClient.for_instance(info) as agent:
         result = await agent.exec("echo $GREETING; hostname; id -u; pwd")
@@ -49,7 +49,7 @@ async def test_create_exec_destroy(driver: NamespaceDriver) -> None:
 
     directory = driver.instance_dir(info.id)
     host_link = driver.network.host_link(info.id)
-    key = host_link[len("ct") :]
+    key = host_link[len(LINK_PREFIX) :]
     assert directory.is_dir() and (directory / "state.json").stat().st_mode & 0o777 == 0o600
     assert link_exists(host_link)
     assert f"inst_{key}" in nft_chains()
@@ -59,7 +59,7 @@ async def test_create_exec_destroy(driver: NamespaceDriver) -> None:
     assert not directory.exists()
     assert not link_exists(host_link)
     assert f"inst_{key}" not in nft_chains()
-    assert not os.path.exists(f"/run/netns/corralt-{info.id}")
+    assert not os.path.exists(f"/run/netns/{NETNS_PREFIX}{info.id}")
     assert not Path(f"/sys/fs/cgroup/memory/{CGROUP_PARENT}/{info.id}").exists()
     assert driver.network.addresses.lookup(info.id) is None
     assert not os.path.exists(f"/proc/{info.init_pid}") or _is_zombie(info.init_pid)

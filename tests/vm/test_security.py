@@ -66,7 +66,7 @@ async def test_mount_and_modules_and_hostname_fail(agent: AgentClient) -> None:
     assert result.stdout.split()[0] == "-1" and result.stdout.split()[1] in ("1", "38")
     assert (await agent.exec("echo /tmp/x > /proc/sys/kernel/modprobe")).exit_code != 0
     assert (await agent.exec("hostname evil")).exit_code != 0
-    assert (await agent.exec("ip addr add 10.213.0.250/24 dev eth0")).exit_code != 0
+    assert (await agent.exec("ip addr add 10.213.9.250/24 dev eth0")).exit_code != 0
     assert (await agent.exec("ip link set eth0 address 02:00:00:00:00:01")).exit_code != 0
 
 

@@ -90,7 +90,7 @@ def main() -> None:
     raw_name, api_name = "raw ASGI hello world", "corral GET /api/v1/tenant"
     with tempfile.TemporaryDirectory() as data_dir:
         hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
-        serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--data-dir", data_dir, "--log-level", "WARNING"]
+        serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(free_port()), "--data-dir", data_dir, "--log-level", "WARNING"]
         with process(hypercorn, {}), process(serve, {"CORRAL_ADMIN_KEY": ADMIN_KEY}):
             raw_url, base = f"http://127.0.0.1:{raw_port}/", f"http://127.0.0.1:{api_port}"
             wait_http(raw_url)

@@ -1,6 +1,8 @@
 """Sandboxes: the actor that owns each one, and the operations the API calls."""
 
+from . import env, processes
 from .actor import SandboxActor
+from .event_types import EVENT_TYPES, LOG_TYPES
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
 from .service import (
     agent_for,
@@ -12,10 +14,13 @@ from .service import (
     list_sandboxes,
     recover_interrupted,
     sandbox_public,
+    start_background,
     touch,
 )
 
 __all__ = [
+    "EVENT_TYPES",
+    "LOG_TYPES",
     "Boot",
     "Booted",
     "Connect",
@@ -28,12 +33,15 @@ __all__ = [
     "Suspend",
     "agent_for",
     "create_sandbox",
+    "env",
     "exec_command",
     "find_sandbox",
     "fork_sandbox",
     "lifecycle",
     "list_sandboxes",
+    "processes",
     "recover_interrupted",
     "sandbox_public",
+    "start_background",
     "touch",
 ]

@@ -19,6 +19,7 @@ from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
 from corral.vm import (
     SIZES,
+    AgentClient,
     InstanceInfo,
     InstanceNotFound,
     InstanceSpec,
@@ -27,7 +28,9 @@ from corral.vm import (
     RuntimeErrorBase,
 )
 
+from . import billing_hooks
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
+from .processes import halt_processes
 
 log = logging.getLogger("corral.sandboxes")
 
@@ -74,6 +77,14 @@ class SandboxActor(RecordActor):
             hostname=self.record["slug"],
         )
 
+    async def save(self, state: str, fields: dict[str, Any]) -> None:
+        await super().save(state, fields)
+        await billing_hooks.follow_status(self.services, self.record)  # metered while running
+
+    async def on_failed(self, error: BaseException) -> None:
+        await super().on_failed(error)
+        await billing_hooks.meter_off(self.services, self.id)
+
     def not_found(self) -> ApiError:
         return ApiError(404, "NOT_FOUND", "sandbox not found")
 
@@ -101,6 +112,13 @@ class SandboxActor(RecordActor):
         self.info = info
         if self.state == "creating":
             await self.persist(state="running", error=None)
+
+    def _agent(self) -> AgentClient | None:
+        """The running instance's agent, for a last word with it before it stops."""
+        if self.info is None or self.info.state is not InstanceState.RUNNING:
+            return None
+        client: AgentClient = self.services.agents.client(self.info)
+        return client
 
     def describe(self) -> dict[str, Any]:
         return {"address": self.info.address if self.info else None, "template": self.record["template_id"]}
@@ -149,6 +167,7 @@ class SandboxActor(RecordActor):
     @handles(Stop, Suspend)
     async def stop(self, message: Stop | Suspend) -> dict[str, Any]:
         next_state = self.transition(message)
+        await halt_processes(self.services, self.id, self._agent())
         with runtime_refusals():
             await (await self.driver()).stop(self.id)
         self.info = None
@@ -177,6 +196,7 @@ class SandboxActor(RecordActor):
     @handles(Destroy)
     async def destroy(self, message: Destroy) -> dict[str, Any]:
         next_state = self.transition(message)
+        await halt_processes(self.services, self.id, self._agent())
         with contextlib.suppress(InstanceNotFound):
             await (await self.driver()).destroy(self.id)
         self.info = None

@@ -18,8 +18,12 @@ from corral.ids import new_uuid, prefixed
 from corral.storage import Event, Row, Transaction, utc_now_iso
 from corral.vm import SIZES, AgentClient, ExecEvent, InstanceInfo
 
+from . import billing_hooks
 from .actor import SandboxActor, limit_reached
+from .env import KEY_PATTERN, EnvVar, copy_vars, put_vars, resolved_env
+from .idle import watch_idle
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop
+from .processes import resume_watchers
 
 SIZE_NAMES = tuple(SIZES)
 ACTIVE_STATES = ("creating", "running")
@@ -70,6 +74,8 @@ def parse_new_sandbox(body: dict[str, Any], known_template: Any) -> NewSandbox:
         errors["size"] = f"must be one of {', '.join(SIZE_NAMES)}"
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         errors["env"] = "must be an object of string values"
+    elif not all(KEY_PATTERN.fullmatch(key) for key in env):
+        errors["env"] = "keys must match [A-Z][A-Z0-9_]*"
     if auto_stop is not None and (isinstance(auto_stop, bool) or not isinstance(auto_stop, int) or auto_stop < 0):
         errors["auto_stop"] = "must be a non-negative integer number of seconds (0 disables)"
     if not isinstance(metadata, dict):
@@ -83,7 +89,9 @@ def parse_new_sandbox(body: dict[str, Any], known_template: Any) -> NewSandbox:
 
 def _unique_slug(tx: Transaction, base: str) -> str:
     while True:
-        candidate = f"{base[:54]}-{secrets.token_hex(4)}"
+        # At most 57 characters, so that a preview host's first label `{port}-{slug}`
+        # stays within DNS's 63 (docs/api.md "Previews").
+        candidate = f"{base[:48].rstrip('-')}-{secrets.token_hex(4)}"
         if not tx.fetch_one("SELECT 1 FROM sandboxes WHERE slug = ?", (candidate,)):
             return candidate
 
@@ -151,7 +159,10 @@ async def wait_until_settled(platform: Platform, sandbox_id: str, timeout: float
 async def create_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | None, body: dict[str, Any]) -> Row:
     runtime = platform.runtime
     new = parse_new_sandbox(body, runtime.templates.exists)
+    await billing_hooks.allow_create(platform, tenant_id, new.size, body)  # 402 / quota 409
     row = await _insert(platform, tenant_id, owner_user_id, new, body)
+    if new.env:
+        await put_vars(platform, row, [EnvVar(key, value) for key, value in new.env.items()])
     ref = await platform.system.get(SandboxActor, row["id"])
     await ref.ask(Boot())
     return await wait_until_settled(platform, row["id"], platform.settings.sandbox_ready_wait)
@@ -161,7 +172,9 @@ async def fork_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | 
     new = NewSandbox(source["template_id"], f"{source['name']}-fork"[:100], source["size"], {}, source["auto_stop"], json.loads(source["metadata"]))
     body = {"workspace_id": source["workspace_id"], "project_id": source["project_id"]}
     body.update({k: source[k] for k in ("external_workspace_id", "external_user_id", "external_project_id") if source[k]})
+    await billing_hooks.allow_create(platform, tenant_id, new.size, body)  # 402 / quota 409
     row = await _insert(platform, tenant_id, owner_user_id, new, body, forked_from=source["id"])
+    await copy_vars(platform, source, row)
     source_ref = await platform.system.get(SandboxActor, source["id"])
     target_ref = await platform.system.get(SandboxActor, row["id"])
     try:
@@ -186,6 +199,12 @@ async def recover_interrupted(platform: Platform) -> int:
     return len(rows)
 
 
+async def start_background(platform: Platform) -> None:
+    """At start-up: follow the processes that kept running, and watch for idle sandboxes."""
+    await resume_watchers(platform)
+    await platform.nursery.start(watch_idle, platform)
+
+
 async def find_sandbox(platform: Platform, tenant_id: str, sandbox_id: str) -> Row:
     row = await platform.db.fetch_one(
         "SELECT * FROM sandboxes WHERE id = ? AND tenant_id = ? AND status != 'destroyed'", (sandbox_id, tenant_id)
@@ -206,6 +225,8 @@ async def list_sandboxes(platform: Platform, tenant_id: str, filters: dict[str, 
 
 
 async def lifecycle(platform: Platform, sandbox_id: str, message: Start | Stop | Destroy) -> Row:
+    if isinstance(message, Start):
+        await billing_hooks.allow_start(platform, sandbox_id)  # 402 / quota 409
     ref = await platform.system.get(SandboxActor, sandbox_id)
     row: Row = await ref.ask(message, timeout=120)
     if isinstance(message, (Stop, Destroy)):
@@ -286,6 +307,7 @@ async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> di
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
         raise validation_error({"env": "must be an object of string values"})
     agent = await agent_for(platform, row["id"], record_activity=False)  # recorded when it ends
+    env = {**await resolved_env(platform, row), **env}
     exec_id = prefixed("exec")
     await publish(platform, row, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
     lines = _LineEvents(platform, row, exec_id)

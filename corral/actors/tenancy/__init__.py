@@ -5,7 +5,7 @@ services over the store rather than actors; they live in the actors layer becaus
 they write, and the HTTP layer may only read the store directly.
 """
 
-from . import api_keys, audit, outbox, tickets, workspaces
+from . import api_keys, audit, invites, mail, members, outbox, tickets, white_label, workspaces
 from .attribution import EXTERNAL_FIELDS, Attribution, resolve_attribution, tenant_resolution_failed
 from .passwords import hash_password, verify_password
 from .records import api_key_public, project_public, tenant_public, user_public, workspace_public
@@ -34,7 +34,10 @@ __all__ = [
     "create_user",
     "get_tenant",
     "hash_password",
+    "invites",
     "list_tenants",
+    "mail",
+    "members",
     "outbox",
     "project_public",
     "resolve_attribution",
@@ -46,6 +49,7 @@ __all__ = [
     "tickets",
     "user_public",
     "verify_password",
+    "white_label",
     "workspace_public",
     "workspaces",
 ]

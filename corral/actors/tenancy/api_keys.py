@@ -100,16 +100,22 @@ async def create_api_key(
     return row, plaintext
 
 
+_WITH_MEMBER = (
+    "SELECT k.*, m.role AS member_role, u.email AS member_email FROM api_keys k"
+    " LEFT JOIN tenant_members m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id"
+    " LEFT JOIN users u ON u.id = k.user_id"
+)
+
+
 async def find_with_member(db: Database, token: str) -> Row | None:
     """The key with its user's tenant role and e-mail (`member_role`, `member_email`),
     in one query: this runs on every key-authenticated request."""
-    return await db.fetch_one(
-        "SELECT k.*, m.role AS member_role, u.email AS member_email FROM api_keys k"
-        " LEFT JOIN tenant_members m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id"
-        " LEFT JOIN users u ON u.id = k.user_id"
-        " WHERE k.key_digest = ?",
-        (digest(token),),
-    )
+    return await db.fetch_one(_WITH_MEMBER + " WHERE k.key_digest = ?", (digest(token),))
+
+
+async def find_with_member_by_id(db: Database, key_id: str) -> Row | None:
+    """As `find_with_member`, by key id (an SSE ticket remembers the key that minted it)."""
+    return await db.fetch_one(_WITH_MEMBER + " WHERE k.id = ?", (key_id,))
 
 
 async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> list[Row]:

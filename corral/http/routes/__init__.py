@@ -3,8 +3,35 @@
 from __future__ import annotations
 
 from ..routing import Router
-from . import admin, api_keys, auth, sandboxes, tenant, workspaces
+from . import (
+    admin,
+    api_keys,
+    auth,
+    computer_runtime,
+    computers,
+    credits,
+    invite_pages,
+    invites,
+    members,
+    preview_domains,
+    previews,
+    quotas,
+    sandbox_env,
+    sandbox_events,
+    sandbox_processes,
+    sandboxes,
+    tenant,
+    webhooks,
+    white_label,
+    workspaces,
+)
 
 
 def all_routers() -> list[Router]:
-    return [admin.router, auth.router, api_keys.router, workspaces.router, tenant.router, sandboxes.router]
+    return [
+        admin.router, auth.router, api_keys.router, workspaces.router, tenant.router, sandboxes.router,
+        sandbox_processes.router, sandbox_env.router, sandbox_events.router,
+        members.router, invites.router, invite_pages.router, white_label.router,
+        credits.router, quotas.router, webhooks.router,
+        computers.router, computer_runtime.router,
+        previews.router, preview_domains.router]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral.actors import tenancy
+from corral.actors import billing, tenancy
 from corral.actors.tenancy import api_keys
 from corral.errors import not_found, validation_error
 from corral.ids import is_uuid
@@ -57,10 +57,10 @@ async def create_tenant(ctx: RequestContext) -> Reply:
     assert name and email and password
     created = await tenancy.create_tenant(ctx.db, name, email, password)
     ctx.audit.update(tenant_id=created.tenant["id"], resource_type="tenant", resource_id=created.tenant["id"])
+    if credits is None:  # docs/api.md: a tenant created without `credits` gets the default grant
+        credits = ctx.platform.settings.default_tenant_credits
     if credits:
-        grant = ctx.platform.extensions.get("grant_credits")
-        if grant is not None:
-            await grant(created.tenant["id"], credits, "initial credits")
+        await billing.grant_credits(ctx.platform, created.tenant["id"], credits, "initial credits")
     key_row, plaintext = await api_keys.create_api_key(
         ctx.db,
         tenant_id=created.tenant["id"],

@@ -21,13 +21,15 @@ def _bad_credentials() -> ApiError:
     return ApiError(401, "UNAUTHORIZED", "invalid email or password")
 
 
-def _session(ctx: RequestContext, user: dict[str, Any], tenant_id: str) -> dict[str, Any]:
+def _session(ctx: RequestContext, user: dict[str, Any], tenant_id: str | None) -> dict[str, Any]:
+    """Tokens for the user in `tenant_id`; `None` for a user in no tenant yet (the session
+    can accept invites and nothing else; its tokens carry an empty tenant claim)."""
     settings = ctx.platform.settings
     secret = ctx.platform.jwt_secret
     return {
-        "token": tokens.mint(secret, user_id=user["id"], tenant_id=tenant_id, token_type="access", ttl=settings.access_token_ttl),
+        "token": tokens.mint(secret, user_id=user["id"], tenant_id=tenant_id or "", token_type="access", ttl=settings.access_token_ttl),
         "refresh_token": tokens.mint(
-            secret, user_id=user["id"], tenant_id=tenant_id, token_type="refresh", ttl=settings.refresh_token_ttl
+            secret, user_id=user["id"], tenant_id=tenant_id or "", token_type="refresh", ttl=settings.refresh_token_ttl
         ),
         "token_type": "Bearer",
         "expires_in": settings.access_token_ttl,
@@ -65,6 +67,8 @@ async def login(ctx: RequestContext) -> Reply:
         membership = await ctx.db.fetch_one(
             "SELECT tenant_id FROM tenant_members WHERE user_id = ? ORDER BY joined_at, tenant_id LIMIT 1", (user["id"],)
         )
+    if membership is None and tenant_id is None:
+        return Reply(_session(ctx, user, None))  # in no tenant yet: a session to accept invites with
     if membership is None:
         raise ApiError(422, "TENANT_RESOLUTION_FAILED", "tenant cannot be determined for the caller")
     return Reply(_session(ctx, user, membership["tenant_id"]))
@@ -85,6 +89,8 @@ async def refresh(ctx: RequestContext) -> Reply:
     claims = tokens.decode(ctx.platform.jwt_secret, token)
     if claims.token_type != "refresh":
         raise unauthorized("not a refresh token")
+    if not claims.tenant_id:
+        return Reply(await _refresh_tenantless(ctx, claims.user_id))
     user = await ctx.db.fetch_one(
         "SELECT u.* FROM users u JOIN tenant_members m ON m.user_id = u.id WHERE u.id = ? AND m.tenant_id = ?",
         (claims.user_id, claims.tenant_id),
@@ -92,6 +98,18 @@ async def refresh(ctx: RequestContext) -> Reply:
     if user is None:
         raise unauthorized("the session's user is no longer a member of its tenant")
     return Reply(_session(ctx, user, claims.tenant_id))
+
+
+async def _refresh_tenantless(ctx: RequestContext, user_id: str) -> dict[str, Any]:
+    """A session without a tenant moves into the user's oldest tenant once they have one
+    (after accepting an invite), as a new login would."""
+    user = await ctx.db.fetch_one("SELECT * FROM users WHERE id = ?", (user_id,))
+    if user is None:
+        raise unauthorized("the session's user no longer exists")
+    membership = await ctx.db.fetch_one(
+        "SELECT tenant_id FROM tenant_members WHERE user_id = ? ORDER BY joined_at, tenant_id LIMIT 1", (user_id,)
+    )
+    return _session(ctx, user, membership["tenant_id"] if membership else None)
 
 
 @router.post("/auth/sse-ticket", summary="Mint a single-use SSE ticket valid for 60 seconds")

@@ -1,0 +1,46 @@
+"""The gate before an instance is created or started: credits first, then quotas."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from corral.errors import ApiError
+
+from .credits import available_credits
+from .pricing import hourly_credits
+from .quotas import check_quota
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+
+async def require_run_allowance(
+    platform: Platform,
+    *,
+    tenant_id: str,
+    size: str,
+    external_user_id: str | None,
+    resource_type: str,
+    resource_id: str | None = None,
+) -> None:
+    """402 INSUFFICIENT_CREDITS unless the balance covers one hour of `size`
+    (contract §9); 409 `QUOTA_*_EXCEEDED` past the end user's quota.
+
+    `resource_id` is None for a create and the instance's id for a start."""
+    need = hourly_credits(size)
+    available = await available_credits(platform, tenant_id)
+    if available < need:
+        raise ApiError(
+            402,
+            "INSUFFICIENT_CREDITS",
+            f"too few credits: an hour of a {size} {resource_type} needs {need}, the balance is {available}",
+        )
+    if external_user_id:
+        await check_quota(
+            platform.db,
+            tenant_id=tenant_id,
+            external_user_id=external_user_id,
+            size=size,
+            resource_type=resource_type,
+            resource_id=resource_id,
+        )

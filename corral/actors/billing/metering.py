@@ -1,0 +1,282 @@
+"""Metering of running instances (contract §9), and stopping them when credits run out.
+
+A meter row per instance records since when its running time has been charged
+(`accrued_until`) and the fraction of a credit accrued but not yet posted
+(`carry`). Charging moves `accrued_until` and `carry` in the same transaction as
+the `spend` row it posts, under the tenant's account lock, so a crash or restart
+never charges a second of running time twice, and nothing is rounded away.
+
+`meter_start` / `meter_stop` are called as an instance enters and leaves running;
+a background task started with the platform charges running meters every
+`meter_interval` seconds, posts expiries, and stops every running instance of a
+tenant whose balance has reached zero (through the stopper each resource kind
+registers), and those of an end user past their `max_credit_cents` quota.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from corral.storage import Row, Transaction, parse_iso
+
+from . import ledger, quotas
+from .ledger import Ledger
+from .notices import METERING_KEY, low_threshold, settle
+from .pricing import CREDIT_VALUE_USD_MICROS, accrue, hourly_credits
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+log = logging.getLogger("corral.billing")
+
+Stopper = Callable[["Platform", str], Awaitable[None]]
+_STOPPERS: dict[str, Stopper] = {}
+
+
+def register_stopper(resource_type: str, stop: Callable[[Platform, str], Awaitable[None]]) -> None:
+    """Tell billing how to stop one running instance of `resource_type` (by id)."""
+    _STOPPERS[resource_type] = stop
+
+
+def _meter(tx: Transaction, resource_type: str, resource_id: str) -> Row | None:
+    lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
+    return tx.fetch_one(
+        f"SELECT * FROM credit_meters WHERE resource_type = ? AND resource_id = ?{lock}", (resource_type, resource_id)
+    )
+
+
+def _charge(ledger_: Ledger, meter: Row, scale: float) -> None:
+    """Post the whole credits `meter` accrued up to the ledger's `now`; keep the rest."""
+    if not meter["running"] or not meter["accrued_until"]:
+        return
+    elapsed = ledger_.now - parse_iso(meter["accrued_until"])
+    micros = (elapsed.days * 86_400 + elapsed.seconds) * 1_000_000 + elapsed.microseconds
+    if scale != 1.0:
+        micros = int(micros * scale)
+    whole, carry = accrue(int(meter["carry"]), int(meter["credits_per_hour"]), micros)
+    if whole:
+        ledger_.consume(
+            whole,
+            "spend",
+            f"{meter['resource_type']} {meter['size']} running time",
+            user_id=meter["user_id"],
+            computer_id=meter["resource_id"] if meter["resource_type"] == "computer" else None,
+            resource_type=meter["resource_type"],
+            resource_id=meter["resource_id"],
+            external_user_id=meter["external_user_id"],
+            size=meter["size"],
+            cost_usd_micros=whole * CREDIT_VALUE_USD_MICROS,
+        )
+    ledger_.tx.execute(
+        "UPDATE credit_meters SET accrued_until = ?, carry = ?, updated_at = ? WHERE resource_type = ? AND resource_id = ?",
+        (ledger_.now_iso, carry, ledger_.now_iso, meter["resource_type"], meter["resource_id"]),
+    )
+
+
+def _scale(platform: Platform) -> float:
+    return float(platform.settings.meter_rate_scale)
+
+
+async def meter_start(
+    platform: Platform,
+    *,
+    tenant_id: str,
+    resource_type: str,
+    resource_id: str,
+    size: str,
+    user_id: str | None = None,
+    external_user_id: str | None = None,
+) -> None:
+    """Start charging `resource_id` from now; a meter already running is left as it is.
+
+    The carried fraction of a credit from its earlier runs is kept."""
+
+    def work(ledger_: Ledger) -> None:
+        tx, now = ledger_.tx, ledger_.now_iso
+        meter = _meter(tx, resource_type, resource_id)
+        if meter is not None and meter["running"]:
+            return
+        values = {
+            "tenant_id": tenant_id,
+            "size": size,
+            "credits_per_hour": hourly_credits(size),
+            "user_id": user_id,
+            "external_user_id": external_user_id,
+            "running": 1,
+            "accrued_until": now,
+            "updated_at": now,
+        }
+        if meter is None:
+            tx.insert("credit_meters", {"resource_type": resource_type, "resource_id": resource_id, "carry": 0, **values})
+        else:
+            assignments = ", ".join(f"{name} = ?" for name in values)
+            tx.execute(
+                f"UPDATE credit_meters SET {assignments} WHERE resource_type = ? AND resource_id = ?",
+                (*values.values(), resource_type, resource_id),
+            )
+
+    await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
+    metering = platform.extensions.get(METERING_KEY)
+    if metering is not None and await _balance(platform, tenant_id) <= 0:
+        metering.wake()  # started with nothing left (e.g. raced with the last credit)
+
+
+async def meter_stop(platform: Platform, *, resource_type: str, resource_id: str) -> None:
+    """Charge `resource_id` up to now and stop its meter; the carried fraction stays."""
+    meter = await platform.db.fetch_one(
+        "SELECT tenant_id, running FROM credit_meters WHERE resource_type = ? AND resource_id = ?",
+        (resource_type, resource_id),
+    )
+    if meter is None or not meter["running"]:
+        return
+    scale = _scale(platform)
+
+    def work(ledger_: Ledger) -> None:
+        current = _meter(ledger_.tx, resource_type, resource_id)
+        if current is None or not current["running"]:
+            return
+        _charge(ledger_, current, scale)
+        ledger_.tx.execute(
+            "UPDATE credit_meters SET running = 0, accrued_until = NULL, updated_at = ? WHERE resource_type = ? AND resource_id = ?",
+            (ledger_.now_iso, resource_type, resource_id),
+        )
+
+    _, outcome = await ledger.in_ledger(platform.db, meter["tenant_id"], work, low_threshold=low_threshold(platform))
+    await settle(platform, outcome)
+
+
+async def _balance(platform: Platform, tenant_id: str) -> int:
+    value = await platform.db.fetch_value("SELECT balance_credits FROM credit_accounts WHERE tenant_id = ?", (tenant_id,))
+    return int(value or 0)
+
+
+async def charge_tenant(platform: Platform, tenant_id: str) -> ledger.Outcome:
+    """Charge every running meter of `tenant_id` up to now, in one transaction."""
+    scale = _scale(platform)
+
+    def work(ledger_: Ledger) -> None:
+        lock = " FOR UPDATE" if ledger_.tx.dialect == "postgresql" else ""
+        meters = ledger_.tx.fetch_all(
+            f"SELECT * FROM credit_meters WHERE tenant_id = ? AND running = 1 ORDER BY resource_type, resource_id{lock}",
+            (tenant_id,),
+        )
+        for meter in meters:
+            _charge(ledger_, meter, scale)
+
+    _, outcome = await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
+    await settle(platform, outcome)
+    return outcome
+
+
+async def stop_instances(platform: Platform, meters: list[Row], reason: str) -> int:
+    """Stop each metered instance through its kind's stopper; returns how many stopped."""
+    stopped = 0
+    for meter in meters:
+        stopper = _STOPPERS.get(meter["resource_type"])
+        if stopper is None:
+            log.warning("no stopper registered for %s; %s keeps running", meter["resource_type"], meter["resource_id"])
+            continue
+        try:
+            await stopper(platform, meter["resource_id"])
+            stopped += 1
+            log.info("stopped %s %s: %s", meter["resource_type"], meter["resource_id"], reason)
+        except Exception:
+            log.exception("stopping %s %s (%s) failed", meter["resource_type"], meter["resource_id"], reason)
+            # It keeps its running meter: the next round tries again.
+    return stopped
+
+
+class Metering:
+    """The background charging task of one node; `wake()` runs a round at once."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self.interval = float(platform.settings.meter_interval)
+        self._wake = trio.Event()
+        self.rounds = 0
+        self.cancel_scope = trio.CancelScope()
+        self._round_lock = trio.Lock()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self.cancel_scope:
+            task_status.started()
+            while True:
+                try:
+                    await self.round()
+                except Exception:
+                    log.exception("a metering round failed")
+                with trio.move_on_after(self.interval if math.isfinite(self.interval) else math.inf):
+                    await self._wake.wait()
+                self._wake = trio.Event()
+
+    async def round(self) -> None:
+        """Expire due grants, charge running meters, stop what may no longer run.
+
+        Rounds never overlap on one node (a wake-up during a round waits for it)."""
+        async with self._round_lock:
+            await self._round()
+
+    async def _round(self) -> None:
+        platform = self.platform
+        for outcome in await ledger.expire_due(platform.db, low_threshold=low_threshold(platform)):
+            await settle(platform, outcome)
+        tenants = await platform.db.fetch_all("SELECT DISTINCT tenant_id FROM credit_meters WHERE running = 1")
+        for row in tenants:
+            tenant_id = row["tenant_id"]
+            outcome = await charge_tenant(platform, tenant_id)
+            running = await platform.db.fetch_all(
+                "SELECT * FROM credit_meters WHERE tenant_id = ? AND running = 1 ORDER BY resource_type, resource_id",
+                (tenant_id,),
+            )
+            if outcome.balance <= 0:
+                await stop_instances(platform, running, "credits exhausted")
+                continue
+            over = await quotas.users_over_credit_cap(platform.db, tenant_id, {m["external_user_id"] for m in running})
+            if over:
+                await stop_instances(platform, [m for m in running if m["external_user_id"] in over], "end-user credit quota reached")
+        self.rounds += 1
+
+
+async def meter_unmetered(platform: Platform) -> int:
+    """Start meters for running instances that have none (e.g. running since before
+    billing existed); they are charged from now. Returns how many."""
+    started = 0
+    for resource_type, inventory in quotas.inventories().items():
+        rows = await platform.db.fetch_all(
+            f"SELECT t.id, t.tenant_id, t.size, t.external_user_id FROM {inventory.table} t WHERE t.status = 'running'"
+            " AND NOT EXISTS (SELECT 1 FROM credit_meters m"
+            " WHERE m.resource_type = ? AND m.resource_id = t.id AND m.running = 1)",
+            (resource_type,),
+        )
+        for row in rows:
+            await meter_start(
+                platform, tenant_id=row["tenant_id"], resource_type=resource_type, resource_id=row["id"],
+                size=row["size"], external_user_id=row["external_user_id"],
+            )
+            started += 1
+    return started
+
+
+async def start_metering(platform: Platform) -> Metering:
+    """Start the node's metering task in the platform's nursery (from `open_platform`)."""
+    if await meter_unmetered(platform):
+        log.info("started meters for running instances that had none")
+    metering = Metering(platform)
+    platform.extensions[METERING_KEY] = metering
+    await platform.nursery.start(metering.run)
+    return metering
+
+
+def stop_metering(platform: Platform) -> None:
+    """Cancel the metering task (before the actor system shuts down)."""
+    metering: Any = platform.extensions.pop(METERING_KEY, None)
+    if metering is not None:
+        metering.cancel_scope.cancel()

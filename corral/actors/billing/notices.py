@@ -1,0 +1,39 @@
+"""After a ledger change: announce low and exhausted balances, and wake the meter.
+
+Stopping instances is never done here: this runs inside actor handlers (an
+instance's own `meter_stop`), and stopping asks actors, so it is left to the
+metering task, which this wakes up.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from corral.storage import Event
+
+from .ledger import Outcome
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+METERING_KEY = "billing.metering"
+"""`platform.extensions` key of the running metering service."""
+
+
+def low_threshold(platform: Platform) -> int:
+    return int(platform.settings.credit_low_threshold)
+
+
+async def settle(platform: Platform, outcome: Outcome) -> None:
+    """Publish what `outcome` calls for; an empty balance wakes the metering task."""
+    data: dict[str, Any] = {"tenant_id": outcome.tenant_id, "balance_credits": outcome.balance}
+    if outcome.low:
+        await platform.bus.publish(
+            Event("billing.credit_low", "tenant", outcome.tenant_id, {**data, "threshold_credits": outcome.low_threshold}, tenant_id=outcome.tenant_id)
+        )
+    if outcome.exhausted:
+        await platform.bus.publish(Event("billing.credit_exhausted", "tenant", outcome.tenant_id, data, tenant_id=outcome.tenant_id))
+    if outcome.balance <= 0:
+        metering = platform.extensions.get(METERING_KEY)
+        if metering is not None:
+            metering.wake()

@@ -1,0 +1,138 @@
+"""Computers: the actor that owns each one, and the operations the API calls.
+
+Modules: `actor` (state table, instance lifecycle), `messages`, `service` (create,
+list, lifecycle, clone, resize, move), `execution` (agent, exec, apps, activity),
+`env` (encrypted environment), `metrics` (cgroup sampler), `idle` (auto-stop),
+`templates` and `apps` (what a template_type offers), `profiles` (agent runtime
+profiles), `credits` (billing hooks).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .actor import ComputerActor, computer_not_found, not_running
+from .env import delete_env, env_public, list_env, parse_env_var, resolved_env, set_env
+from .execution import agent_for, exec_command, exec_python, list_apps, touch
+from .idle import stop_idle_computers, watch_idle
+from .messages import (
+    Boot,
+    Booted,
+    Clone,
+    Connect,
+    Destroy,
+    Get,
+    IdleStop,
+    Move,
+    Pause,
+    Resize,
+    Restart,
+    Start,
+    Stop,
+    Update,
+)
+from .metrics import Sampler, computer_metrics, start_sampler
+from .profiles import EXTENSION as PROFILES_EXTENSION
+from .profiles import AgentRuntimeProfile, ProfileResolver
+from .records import SIZE_NAMES, computer_public, computer_summary, computer_urls
+from .service import (
+    FILTERS,
+    auto_stop_public,
+    clone_computer,
+    create_computer,
+    delete_computer,
+    find_computer,
+    list_computers,
+    move_computer,
+    recover_provisioning,
+    regions,
+    require_member,
+    resize_computer,
+    restart_computer,
+    set_auto_stop,
+    start_computer,
+    stop_computer,
+    update_computer,
+)
+from .templates import App, ComputerTemplate, get_template, register_template, template_types
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+
+async def start_background(platform: Platform) -> None:
+    """At start-up: hook into billing, resume interrupted provisioning, start the metrics
+    sampler and the idle watcher."""
+    from .credits import register_with_billing
+
+    register_with_billing()
+    await recover_provisioning(platform)
+    await start_sampler(platform)
+    await platform.nursery.start(watch_idle, platform)
+
+
+__all__ = [
+    "FILTERS",
+    "PROFILES_EXTENSION",
+    "SIZE_NAMES",
+    "AgentRuntimeProfile",
+    "App",
+    "Boot",
+    "Booted",
+    "Clone",
+    "ComputerActor",
+    "ComputerTemplate",
+    "Connect",
+    "Destroy",
+    "Get",
+    "IdleStop",
+    "Move",
+    "Pause",
+    "ProfileResolver",
+    "Resize",
+    "Restart",
+    "Sampler",
+    "Start",
+    "Stop",
+    "Update",
+    "agent_for",
+    "auto_stop_public",
+    "clone_computer",
+    "computer_metrics",
+    "computer_not_found",
+    "computer_public",
+    "computer_summary",
+    "computer_urls",
+    "create_computer",
+    "delete_computer",
+    "delete_env",
+    "env_public",
+    "exec_command",
+    "exec_python",
+    "find_computer",
+    "get_template",
+    "list_apps",
+    "list_computers",
+    "list_env",
+    "move_computer",
+    "not_running",
+    "parse_env_var",
+    "recover_provisioning",
+    "regions",
+    "register_template",
+    "require_member",
+    "resize_computer",
+    "resolved_env",
+    "restart_computer",
+    "set_auto_stop",
+    "set_env",
+    "start_background",
+    "start_computer",
+    "start_sampler",
+    "stop_computer",
+    "stop_idle_computers",
+    "template_types",
+    "touch",
+    "update_computer",
+    "watch_idle",
+]

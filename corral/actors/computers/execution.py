@@ -1,0 +1,144 @@
+"""Talking to a running computer: its agent, exec, exec/python, installed apps, activity.
+
+Every call here needs `running` (else `409 COMPUTER_NOT_RUNNING`); an agent that
+does not answer is `502 AGENT_UNAVAILABLE`. Each call counts as activity for
+auto-stop, and a command in flight keeps its computer from being stopped as idle
+however long it runs (`Activity`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from corral.errors import ApiError, validation_error
+from corral.ids import new_ulid
+from corral.storage import Row, utc_now_iso
+from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
+
+from .actor import ComputerActor, not_running
+from .apps import installed_apps
+from .env import resolved_env
+from .messages import Connect
+from .templates import get_template
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+EXEC_DEFAULT_TIMEOUT = 30
+EXEC_MAX_TIMEOUT = 300
+EXEC_CWD = "/workspace"
+ACTIVITY_KEY = "computer_activity"
+
+
+class Activity:
+    """Commands in flight per computer on this node: the idle watcher skips busy ones."""
+
+    def __init__(self) -> None:
+        self._running: Counter[str] = Counter()
+
+    @contextlib.contextmanager
+    def busy(self, computer_id: str) -> Iterator[None]:
+        self._running[computer_id] += 1
+        try:
+            yield
+        finally:
+            self._running[computer_id] -= 1
+            if self._running[computer_id] <= 0:
+                del self._running[computer_id]
+
+    def is_busy(self, computer_id: str) -> bool:
+        return self._running.get(computer_id, 0) > 0
+
+
+def activity(platform: Platform) -> Activity:
+    tracker = platform.extensions.get(ACTIVITY_KEY)
+    if tracker is None:
+        tracker = platform.extensions[ACTIVITY_KEY] = Activity()
+    assert isinstance(tracker, Activity)
+    return tracker
+
+
+async def touch(platform: Platform, computer_id: str) -> None:
+    """Record activity (exec, files, apps) for auto-stop."""
+    await platform.db.execute("UPDATE computers SET last_activity_at = ? WHERE id = ?", (utc_now_iso(), computer_id))
+
+
+async def agent_for(platform: Platform, row: Row, *, record_activity: bool = True) -> AgentClient:
+    """The agent of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
+    if row["status"] != "running":
+        raise not_running()
+    ref = await platform.system.get(ComputerActor, row["id"])
+    info: InstanceInfo = await ref.ask(Connect())
+    if record_activity:
+        await touch(platform, row["id"])
+    try:
+        return platform.agents.client(info)
+    except RuntimeErrorBase as exc:  # no address: it stopped meanwhile
+        raise not_running() from exc
+
+
+def clamp_timeout(value: Any) -> int:
+    """Seconds: 30 when absent, at most 300 (the specification clamps, it does not refuse)."""
+    if value is None:
+        return EXEC_DEFAULT_TIMEOUT
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise validation_error({"timeout": "must be a positive number of seconds"})
+    return max(1, int(min(value, EXEC_MAX_TIMEOUT)))
+
+
+def _required_text(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ApiError(400, "MISSING_PARAM", f"{name} is required")
+    if not isinstance(value, str):
+        raise validation_error({name: "must be a string"})
+    return value
+
+
+async def _run(platform: Platform, row: Row, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
+    env = await resolved_env(platform, row)
+    with activity(platform).busy(row["id"]):
+        result = await agent.exec(command, timeout=timeout, cwd=EXEC_CWD, env=env, combined=True)
+    await touch(platform, row["id"])
+    return {"output": result.output, "exit_code": result.exit_code}
+
+
+async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+    """`{output, exit_code}`: the command under /bin/sh -c, stdout and stderr combined,
+    SIGTERM to its process group past the timeout (SIGKILL 2 s later)."""
+    command = _required_text(body, "command")
+    timeout = clamp_timeout(body.get("timeout"))
+    agent = await agent_for(platform, row)
+    return await _run(platform, row, agent, command, timeout)
+
+
+async def exec_python(platform: Platform, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+    """The code goes to a file under /tmp, runs with `python3 -u` under the timeout
+    (unbuffered, so stdout and stderr interleave as written), and the file is deleted
+    afterwards, also after a timeout."""
+    code = _required_text(body, "code")
+    timeout = clamp_timeout(body.get("timeout"))
+    agent = await agent_for(platform, row)
+    path = f"/tmp/corral-exec-{new_ulid()}.py"
+    quick = platform.settings.agent_timeout
+    await agent.write_file(path, code.encode(), parents=False, timeout=quick)
+    try:
+        return await _run(platform, row, agent, f"exec python3 -u {path}", timeout)
+    finally:  # shielded: a client that hangs up does not leave the file behind
+        with trio.move_on_after(quick) as scope, contextlib.suppress(RuntimeErrorBase):
+            scope.shield = True
+            await agent.delete(path)
+
+
+async def list_apps(platform: Platform, row: Row) -> list[dict[str, Any]]:
+    """`[{name, version}]` read from the instance (dpkg), not from the record."""
+    template = get_template(row["template_type"])
+    if template is None:
+        return []
+    agent = await agent_for(platform, row)
+    return await installed_apps(agent, template)

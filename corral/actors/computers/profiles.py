@@ -1,0 +1,96 @@
+"""Agent runtime profiles as computer creation sees them.
+
+Profiles themselves (their records and endpoints) belong to the agent-runs part of
+the platform. Computers need only two questions answered, so they ask them through
+a small interface that part registers in `platform.extensions["agent_runtime_profiles"]`:
+"is this explicit profile in the tenant?" and "which default applies here?". With no
+resolver registered the tenant has no profiles: an explicit profile is
+`404 AGENT_RUNTIME_PROFILE_NOT_FOUND`, and no default applies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from corral.errors import ApiError, validation_error
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+EXTENSION = "agent_runtime_profiles"
+
+
+@dataclass(frozen=True)
+class AgentRuntimeProfile:
+    id: str
+    applies_to_computers: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    """Stored in the computer's encrypted env store, so the instance gets it at boot."""
+
+
+class ProfileResolver(Protocol):
+    async def find(self, platform: Platform, tenant_id: str, profile_id: str) -> AgentRuntimeProfile | None:
+        """The tenant's profile `profile_id`, or None."""
+
+    async def default_for(self, platform: Platform, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
+        """The workspace's (else the tenant's) default profile for computers, or None."""
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    profile_id: str | None
+    skip_default: bool
+
+
+def parse_profile_request(body: dict[str, Any]) -> ProfileRequest:
+    """`agent_runtime_profile_id` (alias `agent_profile_id`) and `skip_agent_runtime_profile`."""
+    errors: dict[str, str] = {}
+    given = {name: body.get(name) for name in ("agent_runtime_profile_id", "agent_profile_id") if body.get(name) is not None}
+    for name, value in given.items():
+        if not isinstance(value, str) or not value.strip() or len(value) > 255:
+            errors[name] = "must be a non-empty string (a UUID or a profile name) of at most 255 characters"
+    if len({str(v).strip() for v in given.values()}) > 1:
+        errors["agent_profile_id"] = "differs from agent_runtime_profile_id; give one of them"
+    skip = body.get("skip_agent_runtime_profile", False)
+    if skip is None:
+        skip = False
+    if not isinstance(skip, bool):
+        errors["skip_agent_runtime_profile"] = "must be a boolean"
+    if errors:
+        raise validation_error(errors)
+    profile_id = next((str(v).strip() for v in given.values()), None)
+    return ProfileRequest(profile_id, bool(skip))
+
+
+def profile_not_found(profile_id: str) -> ApiError:
+    return ApiError(404, "AGENT_RUNTIME_PROFILE_NOT_FOUND", f"agent runtime profile not found: {profile_id}")
+
+
+def profile_not_applicable(profile_id: str) -> ApiError:
+    return ApiError(422, "AGENT_RUNTIME_PROFILE_NOT_APPLICABLE", f"agent runtime profile {profile_id} does not apply to computers")
+
+
+async def explicit_profile(platform: Platform, tenant_id: str, request: ProfileRequest) -> AgentRuntimeProfile | None:
+    """The profile the caller named, which must be in the tenant and apply to computers."""
+    if request.profile_id is None:
+        return None
+    resolver: ProfileResolver | None = platform.extensions.get(EXTENSION)
+    profile = await resolver.find(platform, tenant_id, request.profile_id) if resolver else None
+    if profile is None:
+        raise profile_not_found(request.profile_id)
+    if not profile.applies_to_computers:
+        raise profile_not_applicable(request.profile_id)
+    return profile
+
+
+async def default_profile(
+    platform: Platform, tenant_id: str, workspace_id: str, request: ProfileRequest
+) -> AgentRuntimeProfile | None:
+    """The default profile a computer without an explicit one gets, unless skipped; a
+    default that does not apply to computers is simply not applied."""
+    resolver: ProfileResolver | None = platform.extensions.get(EXTENSION)
+    if request.profile_id is not None or request.skip_default or resolver is None:
+        return None
+    default = await resolver.default_for(platform, tenant_id, workspace_id)
+    return default if default is not None and default.applies_to_computers else None

@@ -1,0 +1,331 @@
+"""Computer operations the HTTP layer calls: create, list, find, update, lifecycle, clone,
+resize, move, delete, auto-stop. Each state change goes through the computer's actor."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from corral.actors.tenancy import resolve_attribution
+from corral.actors.tenancy.scopes import role_at_least
+from corral.actors.tenancy.slugs import slugify
+from corral.actors.tenancy.workspaces import effective_role
+from corral.errors import ApiError, forbidden, validation_error
+from corral.ids import new_uuid
+from corral.storage import Event, Row, Transaction, utc_now_iso
+
+from . import credits
+from .actor import ComputerActor, computer_not_found
+from .env import copy_env, set_env
+from .messages import Boot, Booted, Clone, Destroy, Move, Resize, Restart, Start, Stop, Update
+from .profiles import ProfileRequest, default_profile, explicit_profile, parse_profile_request
+from .records import SIZE_NAMES
+from .templates import get_template, template_types
+
+if TYPE_CHECKING:
+    from corral.actors.platform import Platform
+
+FILTERS = ("workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id")
+MAX_NAME = 100
+MAX_AUTO_STOP = 30 * 24 * 3600
+ASK_TIMEOUT = 120.0
+UPDATABLE = ("agent_session_id",)
+NOT_UPDATABLE = (
+    "id", "tenant_id", "owner_user_id", "name", "slug", "template_type", "size", "vcpus", "memory_mb", "status",
+    "vm_id", "workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id",
+    "sandbox_url", "desktop_url", "selected_apps", "settings", "ai_config", "agent_status", "resolution",
+    "auto_stop", "region", "created_at", "updated_at",
+)
+
+
+def regions(platform: Platform) -> list[str]:
+    """The region slugs this deployment offers; the first is where new computers go."""
+    names = [name.strip() for name in platform.settings.regions.split(",") if name.strip()]
+    return names or ["local"]
+
+
+@dataclass(frozen=True)
+class NewComputer:
+    name: str
+    template_type: str
+    size: str
+    selected_apps: list[str]
+    profile: ProfileRequest
+
+
+def parse_new_computer(body: dict[str, Any]) -> NewComputer:
+    """The create body: `400 name is required` when name or template_type is missing
+    (the specification's one message for both; `details` says which), 422 for bad values."""
+    missing = {field: "is required" for field in ("name", "template_type") if body.get(field) in (None, "")}
+    if missing:
+        raise ApiError(400, "MISSING_PARAM", "name is required", details=missing)
+    name, template_type = body["name"], body["template_type"]
+    size = body.get("size") or "small"
+    apps = body.get("selected_apps")
+    apps = [] if apps is None else apps
+    errors: dict[str, str] = {}
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
+        errors["name"] = f"must be a non-empty string of at most {MAX_NAME} characters"
+    if not isinstance(template_type, str):
+        errors["template_type"] = "must be a string"
+    if size not in SIZE_NAMES:
+        errors["size"] = f"must be one of {', '.join(SIZE_NAMES)}"
+    if not isinstance(apps, list) or not all(isinstance(app, str) for app in apps):
+        errors["selected_apps"] = "must be an array of app names"
+    if errors:
+        raise validation_error(errors)
+    template = get_template(template_type)
+    if template is None:
+        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_type {template_type!r}; one of {', '.join(template_types())}")
+    unknown = [app for app in apps if app not in template.catalog]
+    if unknown:
+        raise validation_error(
+            {"selected_apps": f"unknown app(s) {', '.join(unknown)}; available: {', '.join(sorted(template.catalog))}"}
+        )
+    profile = parse_profile_request(body)
+    return NewComputer(name.strip(), template_type, size, list(dict.fromkeys(apps)), profile)
+
+
+def _unique_slug(tx: Transaction, base: str) -> str:
+    """A DNS label unique among computers and sandboxes (both name preview hosts)."""
+    while True:
+        candidate = f"{base[:54].strip('-') or 'computer'}-{secrets.token_hex(4)}"
+        taken = tx.fetch_one("SELECT 1 FROM computers WHERE slug = ?", (candidate,)) or tx.fetch_one(
+            "SELECT 1 FROM sandboxes WHERE slug = ?", (candidate,)
+        )
+        if not taken:
+            return candidate
+
+
+async def _insert(platform: Platform, values: Row) -> Row:
+    def work(tx: Transaction) -> Row:
+        now = utc_now_iso()
+        row: Row = {
+            "id": new_uuid(),
+            # Random from the first character: host veths and firewall chains are named
+            # after the id's first 12 characters (corral.net).
+            "instance_id": f"vm-{uuid.uuid4().hex}",
+            "slug": _unique_slug(tx, slugify(values["name"], "computer")),
+            "status": "provisioning",
+            "vm_id": None,
+            "agent_session_id": None,
+            "agent_status": None,
+            "error": None,
+            "cloned_from": None,
+            "last_activity_at": now,
+            "created_at": now,
+            "updated_at": now,
+            **values,
+        }
+        tx.insert("computers", row)
+        return row
+
+    return await platform.db.transaction(work)
+
+
+async def _announce_and_boot(platform: Platform, row: Row, clone_source: str | None = None) -> Row:
+    data = {"computer_id": row["id"], "name": row["name"], "size": row["size"], "template_type": row["template_type"]}
+    await platform.bus.publish(Event("computer.created", "computer", row["id"], data, tenant_id=row["tenant_id"]))
+    ref = await platform.system.get(ComputerActor, row["id"])
+    await ref.ask(Boot(clone_source))
+    return row
+
+
+async def create_computer(
+    platform: Platform, tenant_id: str, owner_user_id: str | None, body: dict[str, Any], *, key_workspace_id: str | None = None
+) -> Row:
+    """Validate, check the profile and the credits, attribute, insert `provisioning`, boot."""
+    new = parse_new_computer(body)
+    profile = await explicit_profile(platform, tenant_id, new.profile)
+    external_user_id = body.get("external_user_id") if isinstance(body.get("external_user_id"), str) else None
+    await credits.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=external_user_id)
+    if key_workspace_id is not None:
+        body = _within_key_workspace(body, key_workspace_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, body, owner_user_id)
+    profile = profile or await default_profile(platform, tenant_id, attribution.workspace_id, new.profile)
+    template = get_template(new.template_type)
+    assert template is not None
+    row = await _insert(
+        platform,
+        {
+            "tenant_id": tenant_id,
+            "owner_user_id": owner_user_id,
+            "name": new.name,
+            "template_type": new.template_type,
+            "size": new.size,
+            "region": regions(platform)[0],
+            "workspace_id": attribution.workspace_id,
+            "project_id": attribution.project_id,
+            "external_workspace_id": attribution.external_workspace_id,
+            "external_user_id": attribution.external_user_id,
+            "external_project_id": attribution.external_project_id,
+            "selected_apps": json.dumps(new.selected_apps),
+            "settings": json.dumps({}),
+            "ai_config": json.dumps({}),
+            "agent_runtime_profile_id": profile.id if profile else None,
+            "resolution": template.resolution,
+            "auto_stop": 0,
+        },
+    )
+    if profile is not None and profile.env:
+        await set_env(platform, row, profile.env)
+    return await _announce_and_boot(platform, row)
+
+
+def _within_key_workspace(body: dict[str, Any], key_workspace_id: str) -> dict[str, Any]:
+    """A key restricted to one workspace creates there: naming another is 403, checked
+    before attribution so that nothing is created on the way."""
+    named = body.get("workspace_id")
+    if (named is not None and named != key_workspace_id) or body.get("workspace_slug") or body.get("workspace_name"):
+        raise forbidden("this key is restricted to one workspace; give its workspace_id or none")
+    return {**body, "workspace_id": key_workspace_id}
+
+
+async def clone_computer(platform: Platform, owner_user_id: str | None, source: Row) -> Row:
+    """A new computer with its own id and a copy of the running source's files, apps and env."""
+    ref = await platform.system.get(ComputerActor, source["id"])
+    source_instance: str = await ref.ask(Clone(), timeout=ASK_TIMEOUT)
+    await credits.require_allowance(
+        platform, None, source["size"], tenant_id=source["tenant_id"], external_user_id=source["external_user_id"]
+    )
+    copied = (
+        "tenant_id", "template_type", "size", "region", "workspace_id", "project_id", "external_workspace_id",
+        "external_user_id", "external_project_id", "selected_apps", "settings", "ai_config",
+        "agent_runtime_profile_id", "resolution", "auto_stop",
+    )
+    values = {name: source[name] for name in copied}
+    values.update(owner_user_id=owner_user_id, name=f"{source['name']} (clone)"[:MAX_NAME])
+    row = await _insert(platform, values)
+    await platform.db.execute("UPDATE computers SET cloned_from = ? WHERE id = ?", (source["id"], row["id"]))
+    row["cloned_from"] = source["id"]
+    await copy_env(platform, source, row)
+    return await _announce_and_boot(platform, row, clone_source=source_instance)
+
+
+async def find_computer(platform: Platform, tenant_id: str, computer_id: str, *, key_workspace_id: str | None = None) -> Row:
+    row = await platform.db.fetch_one("SELECT * FROM computers WHERE id = ? AND tenant_id = ?", (computer_id, tenant_id))
+    if row is None or (key_workspace_id is not None and row["workspace_id"] != key_workspace_id):
+        raise computer_not_found()
+    return row
+
+
+async def list_computers(
+    platform: Platform, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
+) -> list[Row]:
+    clauses, params = ["tenant_id = ?"], [tenant_id]
+    if key_workspace_id is not None:
+        clauses.append("workspace_id = ?")
+        params.append(key_workspace_id)
+    for column, value in filters.items():
+        if column in FILTERS:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    return await platform.db.fetch_all(
+        f"SELECT * FROM computers WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, id", tuple(params)
+    )
+
+
+async def require_member(platform: Platform, row: Row, user_id: str | None, tenant_role: str | None) -> None:
+    """Changing a computer needs its owner, or a member (not a viewer) of its workspace;
+    tenant owners and admins (and keys without a user) act as admins everywhere."""
+    if user_id is not None and user_id == row["owner_user_id"]:
+        return
+    workspace = await platform.db.fetch_one("SELECT * FROM workspaces WHERE id = ?", (row["workspace_id"],))
+    role = await effective_role(platform.db, workspace, user_id, tenant_role) if workspace else None
+    if not role_at_least(role, "member"):
+        raise forbidden("not a member of this computer")
+
+
+async def ask(platform: Platform, computer_id: str, message: Any) -> Row:
+    ref = await platform.system.get(ComputerActor, computer_id)
+    row: Row = await ref.ask(message, timeout=ASK_TIMEOUT)
+    return row
+
+
+async def start_computer(platform: Platform, row: Row) -> Row:
+    return await ask(platform, row["id"], Start())
+
+
+async def stop_computer(platform: Platform, row: Row) -> Row:
+    return await ask(platform, row["id"], Stop())
+
+
+async def restart_computer(platform: Platform, row: Row) -> Row:
+    return await ask(platform, row["id"], Restart())
+
+
+async def delete_computer(platform: Platform, row: Row) -> dict[str, Any]:
+    ref = await platform.system.get(ComputerActor, row["id"])
+    result: dict[str, Any] = await ref.ask(Destroy(), timeout=ASK_TIMEOUT)
+    return result
+
+
+def _required(body: dict[str, Any], name: str) -> Any:
+    if body.get(name) in (None, ""):
+        raise ApiError(400, "MISSING_PARAM", f"{name} is required")
+    return body[name]
+
+
+async def resize_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+    size = _required(body, "size")
+    if size not in SIZE_NAMES:
+        raise validation_error({"size": f"must be one of {', '.join(SIZE_NAMES)}"})
+    return await ask(platform, row["id"], Resize(str(size)))
+
+
+async def move_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+    region = _required(body, "region")
+    offered = regions(platform)
+    if region not in offered:
+        raise validation_error({"region": f"unknown region; one of {', '.join(offered)}"})
+    return await ask(platform, row["id"], Move(str(region)))
+
+
+async def update_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+    """PATCH: only `agent_session_id` (a string, or null to clear) may change."""
+    refused = {name: "cannot be changed; only agent_session_id can" for name in NOT_UPDATABLE if name in body}
+    if refused:
+        raise validation_error(refused)
+    if "agent_session_id" not in body:
+        raise ApiError(400, "MISSING_PARAM", "agent_session_id is required")
+    value = body["agent_session_id"]
+    if value is not None and (not isinstance(value, str) or len(value) > 255):
+        raise validation_error({"agent_session_id": "must be a string of at most 255 characters, or null"})
+    return await ask(platform, row["id"], Update({"agent_session_id": value}))
+
+
+def auto_stop_public(row: Row) -> dict[str, Any]:
+    seconds = int(row["auto_stop"] or 0)
+    return {"auto_stop_seconds": seconds, "enabled": seconds > 0}
+
+
+async def set_auto_stop(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+    """`auto_stop_seconds`: a whole number of seconds of inactivity; 0 or null disables.
+
+    Setting it counts as activity, so the idle clock starts from now."""
+    if "auto_stop_seconds" not in body:
+        raise ApiError(400, "MISSING_PARAM", "auto_stop_seconds is required")
+    value = body["auto_stop_seconds"]
+    if value is None:
+        value = 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_AUTO_STOP:
+        raise validation_error({"auto_stop_seconds": f"must be an integer from 0 (disabled) to {MAX_AUTO_STOP}, or null"})
+    return await ask(platform, row["id"], Update({"auto_stop": value, "last_activity_at": utc_now_iso()}))
+
+
+async def recover_provisioning(platform: Platform) -> int:
+    """At start-up: provision again what a restart cut short (a clone copies again)."""
+    rows = await platform.db.fetch_all("SELECT * FROM computers WHERE status = 'provisioning'")
+    for row in rows:
+        source = None
+        if row["cloned_from"]:
+            source = await platform.db.fetch_value("SELECT instance_id FROM computers WHERE id = ?", (row["cloned_from"],))
+        ref = await platform.system.get(ComputerActor, row["id"])
+        if row["cloned_from"] and not source:
+            await ref.ask(Booted(None, "the clone's source was deleted before the copy was made"))
+        else:
+            await ref.ask(Boot(str(source) if source else None))
+    return len(rows)

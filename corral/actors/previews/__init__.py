@@ -1,0 +1,58 @@
+"""Previews: exposed sandbox ports, preview and share tokens, preview domains, and the
+resolver the preview router (corral/net/preview) asks about every sandbox request."""
+
+from .access import COOKIE, PreviewAccess, access_for, forget_all, forget_sandbox, forget_share
+from .domains import (
+    SCOPES,
+    Scope,
+    delete_domain,
+    dns_instructions,
+    domain_public,
+    get_row,
+    normalize_domain,
+    put_domain,
+    recheck_forever,
+    recheck_once,
+    url_domain,
+    verify,
+)
+from .exposure import expose, parse_port
+from .router import build_router, run_preview
+from .sharing import create_share, list_shares, mint_preview_token, revoke_share
+from .tokens import read_preview_token, sign_preview_token
+from .urls import SANDBOX_HOST_PATTERN, router_host, sandbox_url, service_domain
+
+__all__ = [
+    "COOKIE",
+    "SANDBOX_HOST_PATTERN",
+    "SCOPES",
+    "PreviewAccess",
+    "Scope",
+    "access_for",
+    "build_router",
+    "create_share",
+    "delete_domain",
+    "dns_instructions",
+    "domain_public",
+    "expose",
+    "forget_all",
+    "forget_sandbox",
+    "forget_share",
+    "get_row",
+    "list_shares",
+    "mint_preview_token",
+    "normalize_domain",
+    "parse_port",
+    "put_domain",
+    "read_preview_token",
+    "recheck_forever",
+    "recheck_once",
+    "revoke_share",
+    "router_host",
+    "run_preview",
+    "sandbox_url",
+    "service_domain",
+    "sign_preview_token",
+    "url_domain",
+    "verify",
+]

@@ -1,0 +1,364 @@
+"""Who may see a sandbox's preview, and where it lives: the router's sandbox resolver.
+
+The router (corral/net/preview) calls `PreviewAccess.resolve_sandbox` for every
+request to `{port}-{slug}.sandbox.{domain}`. In order:
+
+1. the sandbox of `slug` (404 page when none, or when `domain` is not one of its
+   domains: the service's, or a preview domain of its project, workspace or tenant);
+2. a token: query `preview_token` or `ms` (contract §6), header `X-Preview-Token`, or
+   the `corral_preview` cookie a browser got earlier. None: 401 page. Unreadable,
+   expired, revoked: 401 page (and the stale cookie is cleared). A valid token of
+   another sandbox: 403 page;
+3. a token in the query of a GET or HEAD (not a WebSocket) is traded for a cookie
+   scoped to this host (HttpOnly, SameSite=Lax) with a redirect to the same URL
+   without the token, so the page's assets and WebSockets load and the token does
+   not linger in the address bar or in Referer headers;
+4. the port must be exposed (404 page) and the sandbox running (503 page);
+5. forward to the instance, without the token header, parameter or cookie, and mark
+   the sandbox active (at most once every 10 s per sandbox) for auto-stop.
+
+Everything per request is served from memory: sandbox entries live 5 s and are
+dropped at once on the sandbox's lifecycle events, on expose, and on preview-domain
+changes; share tokens are re-read every second and dropped at once when revoked on
+this node (other nodes follow within that second).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+import trio
+
+from corral.actors.bus import SubscriberLagged
+from corral.actors.platform import Platform
+from corral.actors.sandboxes import Connect, SandboxActor, touch
+from corral.net.links import netns_path
+from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, strip_query_params
+from corral.storage import parse_iso
+from corral.vm import InstanceInfo
+
+from . import domains
+from .tokens import (
+    PREVIEW_PREFIX,
+    SHARE_PREFIX,
+    PreviewClaims,
+    preview_key,
+    read_preview_token,
+    share_digest,
+)
+
+log = logging.getLogger("corral.previews")
+
+COOKIE = "corral_preview"
+TOKEN_HEADER = "x-preview-token"
+QUERY_PARAMS = frozenset({"preview_token", "ms"})
+TOKEN_PREFIXES = (PREVIEW_PREFIX, SHARE_PREFIX)
+"""Only values that look like tokens are taken from the query: `?ms=250` is the app's."""
+ENTRY_TTL = 5.0
+NEGATIVE_TTL = 1.0
+SHARE_TTL = 1.0
+TOUCH_INTERVAL = 10.0
+MAX_ENTRIES = 10_000
+EXTENSION = "corral.previews.access"
+LIFECYCLE_EVENTS = ("sandbox.started", "sandbox.stopped", "sandbox.suspended", "sandbox.destroyed", "sandbox.error", "sandbox.ready")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxEntry:
+    id: str
+    name: str
+    status: str
+    address: str | None
+    netns: str | None
+    ports: frozenset[int]
+    domains: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareEntry:
+    share_id: str
+    sandbox_id: str
+    expires_at: float | None
+    revoked: bool
+    loaded: float
+
+
+def access_for(platform: Platform) -> PreviewAccess:
+    """This platform's one `PreviewAccess` (the router and the API share its caches)."""
+    access = platform.extensions.get(EXTENSION)
+    if access is None:
+        access = platform.extensions[EXTENSION] = PreviewAccess(platform)
+    assert isinstance(access, PreviewAccess)
+    return access
+
+
+def forget_sandbox(platform: Platform, sandbox_id: str) -> None:
+    access = platform.extensions.get(EXTENSION)
+    if isinstance(access, PreviewAccess):
+        access.forget_sandbox(sandbox_id)
+
+
+def forget_share(platform: Platform, share_id: str) -> None:
+    access = platform.extensions.get(EXTENSION)
+    if isinstance(access, PreviewAccess):
+        access.forget_share(share_id)
+
+
+def forget_all(platform: Platform) -> None:
+    access = platform.extensions.get(EXTENSION)
+    if isinstance(access, PreviewAccess):
+        access.forget_all()
+
+
+def instance_netns(platform: Platform, sandbox_id: str) -> str:
+    """The namespace driver's network namespace of an instance (for apps bound to loopback)."""
+    return netns_path(f"{platform.settings.netns_prefix}{sandbox_id}")
+
+
+class PreviewAccess:
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self.key = preview_key(platform.jwt_secret)
+        self.secure = platform.settings.preview_url_scheme == "https"
+        self._sandboxes: dict[str, tuple[SandboxEntry | None, float]] = {}  # slug -> (entry, loaded at)
+        self._generation = 0
+        self._slugs: dict[str, str] = {}  # sandbox id -> slug, to forget by id
+        self._shares: dict[str, ShareEntry | None] = {}
+        self._touched: dict[str, float] = {}
+        self._claims: dict[str, PreviewClaims] = {}
+
+    # -- cache ------------------------------------------------------------------------
+
+    def forget_sandbox(self, sandbox_id: str) -> None:
+        self._generation += 1
+        slug = self._slugs.pop(sandbox_id, None)
+        if slug is not None:
+            self._sandboxes.pop(slug, None)
+
+    def forget_share(self, share_id: str) -> None:
+        for digest, entry in list(self._shares.items()):
+            if entry is not None and entry.share_id == share_id:
+                del self._shares[digest]
+
+    def forget_all(self) -> None:
+        self._generation += 1
+        self._sandboxes.clear()
+        self._slugs.clear()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Drop cached sandboxes on their lifecycle events (until cancelled)."""
+        started = False
+        while True:
+            with self.platform.bus.subscribe(resource_type="sandbox", types=LIFECYCLE_EVENTS) as events:
+                if not started:
+                    task_status.started()
+                    started = True
+                try:
+                    async for event in events:
+                        self.forget_sandbox(event.resource_id)
+                except SubscriberLagged:
+                    self.forget_all()
+
+    async def _entry(self, slug: str) -> SandboxEntry | None:
+        now = time.monotonic()
+        cached = self._sandboxes.get(slug)
+        if cached is not None and now - cached[1] < (ENTRY_TTL if cached[0] is not None else NEGATIVE_TTL):
+            return cached[0]
+        generation = self._generation
+        loaded = await self._load(slug)
+        if generation == self._generation:  # nothing was forgotten meanwhile: the entry is current
+            if len(self._sandboxes) > MAX_ENTRIES:
+                self.forget_all()
+            self._sandboxes[slug] = (loaded, now)
+            if loaded is not None:
+                self._slugs[loaded.id] = slug
+        return loaded
+
+    async def _load(self, slug: str) -> SandboxEntry | None:
+        db = self.platform.db
+        row = await db.fetch_one(
+            "SELECT id, tenant_id, workspace_id, project_id, name, status FROM sandboxes WHERE slug = ? AND status != 'destroyed'",
+            (slug,),
+        )
+        if row is None:
+            return None
+        ports = await db.fetch_all("SELECT port FROM sandbox_previews WHERE sandbox_id = ?", (row["id"],))
+        names = await domains.routable_domains(db, self.platform.settings, row["tenant_id"], row["workspace_id"], row["project_id"])
+        address = None
+        if row["status"] == "running":
+            try:
+                ref = await self.platform.system.get(SandboxActor, row["id"])
+                info: InstanceInfo = await ref.ask(Connect())
+                address = info.address
+            except Exception as exc:  # not running after all, or its runtime is gone: a 503 page
+                log.debug("no address for sandbox %s: %s", row["id"], exc)
+        return SandboxEntry(
+            id=row["id"],
+            name=row["name"],
+            status=row["status"],
+            address=address,
+            netns=instance_netns(self.platform, row["id"]),
+            ports=frozenset(int(r["port"]) for r in ports),
+            domains=names,
+        )
+
+    # -- tokens -----------------------------------------------------------------------
+
+    async def _share(self, token: str) -> ShareEntry | None:
+        digest = share_digest(token)
+        now = time.monotonic()
+        entry = self._shares.get(digest)
+        if entry is not None and now - entry.loaded < SHARE_TTL:
+            return entry
+        row = await self.platform.db.fetch_one(
+            "SELECT id, sandbox_id, expires_at, revoked_at FROM sandbox_shares WHERE token_digest = ?", (digest,)
+        )
+        if row is None:
+            return None
+        entry = ShareEntry(
+            share_id=row["id"],
+            sandbox_id=row["sandbox_id"],
+            expires_at=parse_iso(row["expires_at"]).timestamp() if row["expires_at"] else None,
+            revoked=row["revoked_at"] is not None,
+            loaded=now,
+        )
+        if len(self._shares) > MAX_ENTRIES:
+            self._shares.clear()
+        self._shares[digest] = entry
+        return entry
+
+    async def check_token(self, token: str, sandbox_id: str) -> tuple[str, float | None]:
+        """("ok", expiry) or (why not, None): "invalid", "expired", "revoked", "other_sandbox"."""
+        if token.startswith(PREVIEW_PREFIX):
+            claims = self._claims.get(token)
+            if claims is None:
+                claims = read_preview_token(self.key, token)
+                if claims is None:
+                    return "invalid", None
+                if len(self._claims) > MAX_ENTRIES:
+                    self._claims.clear()
+                self._claims[token] = claims  # a signature checked once per token, not per request
+            if claims.expires_at <= time.time():
+                return "expired", None
+            if claims.sandbox_id != sandbox_id:
+                return "other_sandbox", None
+            return "ok", float(claims.expires_at)
+        if token.startswith(SHARE_PREFIX) and len(token) < 200:
+            share = await self._share(token)
+            if share is None:
+                return "invalid", None
+            if share.revoked:
+                return "revoked", None
+            if share.expires_at is not None and share.expires_at <= time.time():
+                return "expired", None
+            if share.sandbox_id != sandbox_id:
+                return "other_sandbox", None
+            return "ok", share.expires_at
+        return "invalid", None
+
+    # -- the resolver -----------------------------------------------------------------
+
+    async def resolve_sandbox(self, request: PreviewRequest, match: re.Match[str] | None) -> Forward | Reply:
+        assert match is not None
+        port, slug, domain = int(match["port"]), match["slug"], match["domain"]
+        entry = await self._entry(slug)
+        if entry is None or domain not in entry.domains:
+            return page(404, "no_sandbox", "No such sandbox", f"No sandbox lives at {request.host}.",
+                        "It may have been deleted. Ask whoever shared this link for a new one.")
+        label = f"port {port} of sandbox {entry.name}"
+
+        token, source = self._presented(request)
+        if token is None:
+            return page(
+                401, "token_required", "This preview is private",
+                f"Port {port} of sandbox {entry.name} needs a preview token or a share link.",
+                "Open the share link you were given, or mint a token with "
+                "<code>POST /api/v1/sandboxes/{id}/preview-token</code> and pass it as the "
+                "<code>X-Preview-Token</code> header or the <code>preview_token</code> query parameter.",
+                headers=(("WWW-Authenticate", 'Preview-Token realm="corral preview"'),),
+            )
+        verdict, expires = await self.check_token(token, entry.id)
+        if verdict != "ok":
+            return self._refusal(verdict, source, entry.name)
+
+        target = request.target
+        cookie_headers: tuple[tuple[str, str], ...] = ()
+        if source == "query":
+            target, _ = strip_query_params(request.target, QUERY_PARAMS, TOKEN_PREFIXES)
+            cookie_headers = (("Set-Cookie", self._cookie(token, expires)),)
+            if request.method in ("GET", "HEAD") and not request.is_upgrade:
+                return Reply(302, b"", (("Location", target), ("Cache-Control", "no-store"), ("Referrer-Policy", "no-referrer"), *cookie_headers))
+        if port not in entry.ports:
+            return page(404, "port_not_exposed", "This port is not exposed",
+                        f"Port {port} of sandbox {entry.name} has not been exposed.",
+                        f"Expose it first: <code>POST /api/v1/sandboxes/{{id}}/expose {{&quot;port&quot;: {port}}}</code>.")
+        if entry.status != "running":
+            return page(503, "sandbox_not_running", "The sandbox is not running",
+                        f"Sandbox {entry.name} is {entry.status}.", "Start it again, then reload this page.")
+        if entry.address is None:
+            return page(503, "sandbox_unreachable", "The sandbox cannot be reached right now",
+                        f"Sandbox {entry.name} is running but its instance has no address.", "Reload this page in a moment.")
+        self._touch(entry.id)
+        return Forward(
+            Upstream(entry.address, port, entry.netns, label),
+            target=None if target == request.target else target,
+            drop_headers=frozenset({TOKEN_HEADER}),
+            drop_cookies=frozenset({COOKIE}),
+            response_headers=cookie_headers,
+        )
+
+    def _presented(self, request: PreviewRequest) -> tuple[str | None, str]:
+        if "?" in request.target:
+            _, found = strip_query_params(request.target, QUERY_PARAMS, TOKEN_PREFIXES)
+            token = found.get("preview_token") or found.get("ms")
+            if token:
+                return token, "query"
+        header = request.header(TOKEN_HEADER)
+        if header:
+            return header.strip(), "header"
+        cookie = request.cookie(COOKIE)
+        if cookie:
+            return cookie, "cookie"
+        return None, ""
+
+    def _cookie(self, token: str, expires: float | None) -> str:
+        parts = [f"{COOKIE}={token}", "Path=/", "HttpOnly", "SameSite=Lax"]
+        if expires is not None:
+            parts.append(f"Max-Age={max(0, int(expires - time.time()))}")
+        if self.secure:
+            parts.append("Secure")
+        return "; ".join(parts)
+
+    def _refusal(self, verdict: str, source: str, name: str) -> Reply:
+        clear: tuple[tuple[str, str], ...] = ()
+        if source == "cookie":
+            clear = (("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0"),)
+        if verdict == "other_sandbox":
+            return page(403, "wrong_sandbox", "This token is for another sandbox",
+                        f"The token you presented does not open sandbox {name}.",
+                        "Use the share link or preview token made for this sandbox.", headers=clear)
+        title, message = {
+            "expired": ("This link has expired", "The preview token or share link has expired."),
+            "revoked": ("This link was revoked", "The owner of this sandbox revoked the share link."),
+        }.get(verdict, ("This token is not valid", "The preview token or share link is not valid."))
+        return page(401, f"token_{verdict}", title, message, "Ask the sandbox's owner for a new link.",
+                    headers=(("WWW-Authenticate", 'Preview-Token realm="corral preview"'), *clear))
+
+    def _touch(self, sandbox_id: str) -> None:
+        now = time.monotonic()
+        if now - self._touched.get(sandbox_id, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
+            return
+        self._touched[sandbox_id] = now
+        if len(self._touched) > MAX_ENTRIES:
+            self._touched.clear()
+        self.platform.nursery.start_soon(self._record_activity, sandbox_id)
+
+    async def _record_activity(self, sandbox_id: str) -> None:
+        try:
+            await touch(self.platform, sandbox_id)
+        except Exception:  # a failed activity mark must not take the platform down
+            log.exception("marking sandbox %s active failed", sandbox_id)
+

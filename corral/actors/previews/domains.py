@@ -1,0 +1,289 @@
+"""White-label preview domains of a tenant, a workspace or a project.
+
+A scope (tenant, workspace or project) has at most one apex domain. PUT stores it
+`pending_dns`; a DNS check (the verify call, a check right after PUT, and the
+background re-check) moves it to `configured` once both wildcard CNAMEs, `*` and
+`*.sandbox`, lead to the router host; DELETE removes it. Generated URLs use the
+first configured domain of project, workspace, tenant, else the service's own
+domain; the router also accepts a sandbox's hosts under a domain still pending (DNS
+may already point here), and always under the service's own domain.
+
+A definitive DNS failure (no record, a record pointing elsewhere) sends a configured
+domain back to `pending_dns`, so URLs stop using a domain that no longer resolves
+to the router; a timeout changes nothing but `dns_error`.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import trio
+from publicsuffixlist import PublicSuffixList
+
+from corral.actors.platform import Platform
+from corral.config import Settings
+from corral.errors import ApiError, conflict
+from corral.net import cname_points_to, parse_name_servers
+from corral.storage import Database, Row, to_iso, utc_now, utc_now_iso
+
+from .urls import router_host, service_domain
+
+log = logging.getLogger("corral.previews")
+
+SCOPES = ("tenant", "workspace", "project")
+PENDING, CONFIGURED, NOT_CONFIGURED, REMOVED = "pending_dns", "configured", "not_configured", "removed"
+ROUTABLE = (PENDING, CONFIGURED)
+CONFIGURED_RECHECK = timedelta(hours=1)
+"""A configured domain is checked again this long after its last check."""
+
+_psl: PublicSuffixList | None = None
+
+
+def _suffixes() -> PublicSuffixList:
+    global _psl
+    if _psl is None:
+        _psl = PublicSuffixList()  # parses the bundled list once (~50 ms)
+    return _psl
+
+
+def invalid_domain(reason: str) -> ApiError:
+    return ApiError(422, "invalid_domain", f"preview_domain {reason}", details={"preview_domain": reason})
+
+
+def normalize_domain(value: Any, settings: Settings) -> str:
+    """The apex domain in `value`, lowercased, or the spec's errors."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ApiError(400, "MISSING_PARAM", "preview_domain is required")
+    if not isinstance(value, str):
+        raise invalid_domain("must be a string")
+    domain = value.strip().lower()
+    if "://" in domain or domain.startswith(("http:", "https:")):
+        raise invalid_domain("must not include a protocol prefix (give example.com, not https://example.com)")
+    if "*" in domain:
+        raise invalid_domain("must not be a wildcard (give the apex; the wildcard records are yours to create)")
+    if any(c in domain for c in "/?#"):
+        raise invalid_domain("must not include a path")
+    if ":" in domain:
+        raise invalid_domain("must not include a port")
+    domain = domain[:-1] if domain.endswith(".") else domain
+    labels = domain.split(".")
+    if (
+        len(domain) > 253
+        or len(labels) < 2
+        or not all(label and len(label) <= 63 and label.isascii() for label in labels)
+        or not all(c.isalnum() or c == "-" for label in labels for c in label)
+        or any(label.startswith("-") or label.endswith("-") for label in labels)
+    ):
+        raise invalid_domain("must be a domain name such as example.com")
+    own = service_domain(settings)
+    if domain == own or domain.endswith("." + own) or own.endswith("." + domain):
+        raise invalid_domain("must not be the service's own domain")
+    apex = _suffixes().privatesuffix(domain)
+    if apex is None:
+        raise invalid_domain("is a public suffix, not a domain one can own")
+    if apex != domain:
+        raise invalid_domain(f"must be an apex domain, not a subdomain (give {apex})")
+    return domain
+
+
+def dns_instructions(settings: Settings, domain: str | None) -> dict[str, Any] | None:
+    """Contract §6: the `*` record at the top, both wildcard records in `records`."""
+    if domain is None:
+        return None
+    target = router_host(settings)
+    records = [{"type": "CNAME", "name": "*", "value": target}, {"type": "CNAME", "name": "*.sandbox", "value": target}]
+    return {"type": "CNAME", "name": "*", "value": target, "records": records}
+
+
+@dataclass(frozen=True)
+class Scope:
+    type: str
+    id: str
+    tenant_id: str
+    parents: tuple[tuple[str, str], ...] = ()
+    """The scopes whose domain this one inherits, nearest first: (type, id)."""
+
+
+async def get_row(db: Database, scope: Scope) -> Row | None:
+    return await db.fetch_one("SELECT * FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
+
+
+async def inherited_domain(db: Database, settings: Settings, scope: Scope) -> str:
+    """The domain URLs in this scope use when it has none of its own."""
+    for scope_type, scope_id in scope.parents:
+        row = await db.fetch_one(
+            "SELECT domain FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND status = ?", (scope_type, scope_id, CONFIGURED)
+        )
+        if row is not None:
+            return str(row["domain"])
+    return service_domain(settings)
+
+
+async def domain_public(db: Database, settings: Settings, scope: Scope, row: Row | None) -> dict[str, Any]:
+    inherited = await inherited_domain(db, settings, scope)
+    if row is None:
+        return {
+            "preview_domain": None, "default_domain": inherited, "status": NOT_CONFIGURED, "dns_status": "pending",
+            "dns_instructions": None, "verified_at": None, "last_checked_at": None, "dns_error": None,
+        }
+    return {
+        "preview_domain": row["domain"],
+        "default_domain": inherited,
+        "status": row["status"],
+        "dns_status": row["dns_status"],
+        "dns_instructions": dns_instructions(settings, row["domain"]),
+        "verified_at": row["verified_at"],
+        "last_checked_at": row["last_checked_at"],
+        "dns_error": row["dns_error"],
+        "updated_at": row["updated_at"],
+    }
+
+
+async def put_domain(platform: Platform, scope: Scope, value: Any) -> Row:
+    domain = normalize_domain(value, platform.settings)
+    db = platform.db
+    taken = await db.fetch_one("SELECT 1 FROM preview_domains WHERE domain = ? AND tenant_id != ?", (domain, scope.tenant_id))
+    if taken is not None:
+        raise conflict("DOMAIN_TAKEN", "has already been taken")
+    now = utc_now_iso()
+    row: Row = {
+        "scope_type": scope.type, "scope_id": scope.id, "tenant_id": scope.tenant_id, "domain": domain,
+        "status": PENDING, "dns_status": "pending", "dns_error": None, "verified_at": None, "last_checked_at": None,
+        "created_at": now, "updated_at": now,
+    }
+
+    def work(tx: Any) -> None:
+        tx.execute("DELETE FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
+        tx.insert("preview_domains", row)
+
+    await db.transaction(work)
+    _domains_changed(platform)
+    platform.nursery.start_soon(_check_soon, platform, scope.type, scope.id, domain)
+    return row
+
+
+async def delete_domain(platform: Platform, scope: Scope) -> None:
+    await platform.db.execute("DELETE FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
+    _domains_changed(platform)
+
+
+def _domains_changed(platform: Platform) -> None:
+    from .access import forget_all  # the access cache holds routable domains
+
+    forget_all(platform)
+
+
+async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str | None]:
+    """(True, None) when both wildcards lead to the router; (False, why) when DNS says no;
+    (None, why) when DNS could not be asked."""
+    servers = parse_name_servers(settings.dns_servers)
+    target = router_host(settings)
+    probe = f"corral-check-{secrets.token_hex(4)}"
+    for record, name in (("*", f"{probe}.{domain}"), ("*.sandbox", f"{probe}.sandbox.{domain}")):
+        result = await cname_points_to(name, target, servers)
+        if not result.ok:
+            why = f"CNAME {record}.{domain} -> {target}: {result.detail}"
+            return (False if result.definitive else None), why
+    return True, None
+
+
+async def verify(platform: Platform, scope_type: str, scope_id: str, domain: str) -> Row | None:
+    """Check DNS now and store the outcome; the updated row (None if it was removed meanwhile)."""
+    db = platform.db
+    ok, why = await check_dns(platform.settings, domain)
+    now = utc_now_iso()
+    if ok:
+        sql = (
+            "UPDATE preview_domains SET status = ?, dns_status = 'verified', dns_error = NULL,"
+            " verified_at = COALESCE(verified_at, ?), last_checked_at = ?, updated_at = ?"
+            " WHERE scope_type = ? AND scope_id = ? AND domain = ?"
+        )
+        params: tuple[Any, ...] = (CONFIGURED, now, now, now, scope_type, scope_id, domain)
+    elif ok is False:
+        sql = (
+            "UPDATE preview_domains SET status = ?, dns_status = 'pending', dns_error = ?, verified_at = NULL,"
+            " last_checked_at = ?, updated_at = ? WHERE scope_type = ? AND scope_id = ? AND domain = ?"
+        )
+        params = (PENDING, why, now, now, scope_type, scope_id, domain)
+    else:
+        sql = (
+            "UPDATE preview_domains SET dns_error = ?, last_checked_at = ? WHERE scope_type = ? AND scope_id = ? AND domain = ?"
+        )
+        params = (why, now, scope_type, scope_id, domain)
+    before = await db.fetch_value(
+        "SELECT status FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND domain = ?", (scope_type, scope_id, domain)
+    )
+    await db.execute(sql, params)
+    row = await db.fetch_one(
+        "SELECT * FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND domain = ?", (scope_type, scope_id, domain)
+    )
+    if row is not None and row["status"] != before:
+        log.info("preview domain %s of %s %s is now %s", domain, scope_type, scope_id, row["status"])
+        _domains_changed(platform)
+    return row
+
+
+async def _check_soon(platform: Platform, scope_type: str, scope_id: str, domain: str) -> None:
+    try:
+        await verify(platform, scope_type, scope_id, domain)
+    except Exception:
+        log.exception("checking preview domain %s failed", domain)
+
+
+async def recheck_once(platform: Platform) -> int:
+    """Check every pending domain, and configured ones not checked for an hour; drop orphans."""
+    db = platform.db
+    await db.execute("DELETE FROM preview_domains WHERE scope_type = 'workspace' AND scope_id NOT IN (SELECT id FROM workspaces)")
+    await db.execute("DELETE FROM preview_domains WHERE scope_type = 'project' AND scope_id NOT IN (SELECT id FROM projects)")
+    stale = to_iso(utc_now() - CONFIGURED_RECHECK)
+    rows = await db.fetch_all(
+        "SELECT scope_type, scope_id, domain, status, last_checked_at FROM preview_domains"
+        " WHERE status = ? OR last_checked_at IS NULL OR last_checked_at < ? ORDER BY updated_at",
+        (PENDING, stale),
+    )
+    for row in rows:
+        await verify(platform, row["scope_type"], row["scope_id"], row["domain"])
+    return len(rows)
+
+
+async def recheck_forever(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The background re-check, every `preview_dns_recheck_seconds`."""
+    task_status.started()
+    while True:
+        await trio.sleep(platform.settings.preview_dns_recheck_seconds)
+        try:
+            await recheck_once(platform)
+        except Exception:
+            log.exception("re-checking preview domains failed")
+
+
+async def url_domain(db: Database, settings: Settings, tenant_id: str, workspace_id: str | None, project_id: str | None) -> str:
+    """The domain of a sandbox's generated URLs: project, workspace, tenant, else the service's."""
+    rows = await _scope_rows(db, tenant_id, workspace_id, project_id, (CONFIGURED,))
+    for scope_type in ("project", "workspace", "tenant"):
+        if scope_type in rows:
+            return rows[scope_type]
+    return service_domain(settings)
+
+
+async def routable_domains(db: Database, settings: Settings, tenant_id: str, workspace_id: str | None, project_id: str | None) -> frozenset[str]:
+    rows = await _scope_rows(db, tenant_id, workspace_id, project_id, ROUTABLE)
+    return frozenset({service_domain(settings), *rows.values()})
+
+
+async def _scope_rows(
+    db: Database, tenant_id: str, workspace_id: str | None, project_id: str | None, statuses: tuple[str, ...]
+) -> dict[str, str]:
+    marks = ", ".join("?" for _ in statuses)
+    rows = await db.fetch_all(
+        "SELECT scope_type, domain FROM preview_domains WHERE tenant_id = ? AND status IN (" + marks + ") AND ("
+        "(scope_type = 'tenant' AND scope_id = ?) OR (scope_type = 'workspace' AND scope_id = ?)"
+        " OR (scope_type = 'project' AND scope_id = ?))",
+        (tenant_id, *statuses, tenant_id, workspace_id or "", project_id or ""),
+    )
+    return {row["scope_type"]: row["domain"] for row in rows}
+

@@ -1,0 +1,140 @@
+"""Exposing a sandbox port: the preview record, its URL, and `sandbox.preview.ready`.
+
+Only exposed ports are routed (a sandbox may run services that were never meant to
+be reachable). Exposing is idempotent: the same port keeps its `preview_id`. After
+each expose a background task polls the port (through the router's own connector,
+so an app bound to 127.0.0.1 counts too) and publishes `sandbox.preview.ready
+{preview_id, url, port}` once it accepts a connection; it gives up after
+`preview_ready_timeout` (300 s) or when the sandbox is destroyed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from corral.actors.platform import Platform
+from corral.actors.sandboxes import Connect, SandboxActor
+from corral.errors import ApiError
+from corral.ids import prefixed
+from corral.net.network import DEFAULT_AGENT_PORT
+from corral.net.preview import Connector, Upstream, UpstreamUnreachable
+from corral.storage import Event, Row, utc_now_iso
+from corral.vm import InstanceInfo
+
+from . import domains
+from .access import forget_sandbox, instance_netns
+from .urls import sandbox_url
+
+log = logging.getLogger("corral.previews")
+
+DEFAULT_PREVIEW_PORTS: dict[str, int] = {}
+"""Template -> the port `expose` uses without one. The default template has none."""
+
+_POLLING = "corral.previews.polling"
+
+
+def invalid_port(message: str = "port must be an integer from 1 to 65535") -> ApiError:
+    return ApiError(422, "INVALID_PORT", message)
+
+
+def parse_port(value: Any, *, required_message: str | None = None, template_id: str | None = None) -> int | None:
+    """A port from a request body; None when absent and allowed to be."""
+    if value is None:
+        default = DEFAULT_PREVIEW_PORTS.get(template_id or "")
+        if default is not None:
+            return default
+        if required_message:
+            raise ApiError(400, "MISSING_PARAM", required_message)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise invalid_port()
+    if value == DEFAULT_AGENT_PORT:
+        raise invalid_port(f"port {DEFAULT_AGENT_PORT} is reserved for the sandbox's agent")
+    return value
+
+
+async def url_of(platform: Platform, sandbox: Row, port: int) -> str:
+    domain = await domains.url_domain(platform.db, platform.settings, sandbox["tenant_id"], sandbox["workspace_id"], sandbox["project_id"])
+    return sandbox_url(platform.settings, port, sandbox["slug"], domain)
+
+
+async def expose(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
+    port = parse_port(
+        body.get("port"),
+        required_message="port is required (the sandbox's template has no default preview port)",
+        template_id=sandbox["template_id"],
+    )
+    assert port is not None
+    now = utc_now_iso()
+
+    def work(tx: Any) -> str:
+        found = tx.fetch_one("SELECT id FROM sandbox_previews WHERE sandbox_id = ? AND port = ?", (sandbox["id"], port))
+        if found is not None:
+            tx.execute("UPDATE sandbox_previews SET updated_at = ? WHERE id = ?", (now, found["id"]))
+            return str(found["id"])
+        preview_id = prefixed("prv")
+        tx.insert("sandbox_previews", {
+            "id": preview_id, "tenant_id": sandbox["tenant_id"], "sandbox_id": sandbox["id"], "port": port,
+            "ready_at": None, "created_at": now, "updated_at": now,
+        })
+        return preview_id
+
+    preview_id = await platform.db.transaction(work)
+    forget_sandbox(platform, sandbox["id"])
+    url = await url_of(platform, sandbox, port)
+    polling: set[str] = platform.extensions.setdefault(_POLLING, set())
+    if preview_id not in polling:
+        polling.add(preview_id)
+        platform.nursery.start_soon(_announce_when_ready, platform, sandbox, preview_id, port, url)
+    return {"url": url, "port": port, "preview_id": preview_id}
+
+
+async def latest_port(platform: Platform, sandbox_id: str) -> int | None:
+    value = await platform.db.fetch_value(
+        "SELECT port FROM sandbox_previews WHERE sandbox_id = ? ORDER BY updated_at DESC, id DESC LIMIT 1", (sandbox_id,)
+    )
+    return None if value is None else int(value)
+
+
+async def _address(platform: Platform, sandbox_id: str) -> str | None:
+    """The instance's address while it runs; None while it does not (yet)."""
+    ref = await platform.system.get(SandboxActor, sandbox_id)
+    try:
+        info: InstanceInfo = await ref.ask(Connect())
+    except ApiError as exc:
+        if exc.status == 404:
+            raise
+        return None
+    return info.address
+
+
+async def _announce_when_ready(platform: Platform, sandbox: Row, preview_id: str, port: int, url: str) -> None:
+    connector = Connector(connect_timeout=2.0)
+    delay = 0.1
+    try:
+        with trio.move_on_after(platform.settings.preview_ready_timeout):
+            while True:
+                address = await _address(platform, sandbox["id"])
+                if address is not None:
+                    try:
+                        sock = await connector.connect(Upstream(address, port, instance_netns(platform, sandbox["id"])))
+                    except UpstreamUnreachable:
+                        pass
+                    else:
+                        sock.close()
+                        await platform.db.execute("UPDATE sandbox_previews SET ready_at = ? WHERE id = ?", (utc_now_iso(), preview_id))
+                        await platform.bus.publish(Event(
+                            "sandbox.preview.ready", "sandbox", sandbox["id"],
+                            {"preview_id": preview_id, "url": url, "port": port}, tenant_id=sandbox["tenant_id"],
+                        ))
+                        return
+                await trio.sleep(delay)
+                delay = min(delay * 1.5, 1.0)
+        log.info("port %d of sandbox %s did not answer within %g s", port, sandbox["id"], platform.settings.preview_ready_timeout)
+    except Exception as exc:  # the sandbox went away, or the store is closing: nothing to announce
+        log.debug("stopped waiting for preview %s: %s", preview_id, exc)
+    finally:
+        platform.extensions.get(_POLLING, set()).discard(preview_id)

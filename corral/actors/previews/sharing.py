@@ -1,0 +1,103 @@
+"""Preview tokens and share links of a sandbox.
+
+Both open every exposed port of their one sandbox (the cookie a browser gets is
+per host, so per port). A preview token is for the developer and their tools (1 h
+by default, at most 24 h); a share link is for anyone who has it, lives as long as
+asked (or forever), and is revoked by deleting it.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from corral.actors.platform import Platform
+from corral.errors import ApiError, not_found, validation_error
+from corral.ids import prefixed
+from corral.storage import Row, iso_in, to_iso, utc_now_iso
+
+from . import domains
+from .access import forget_share, preview_key
+from .exposure import latest_port, parse_port
+from .tokens import new_share_token, share_digest, sign_preview_token
+from .urls import share_url
+
+PREVIEW_TOKEN_DEFAULT_TTL = 3600
+PREVIEW_TOKEN_MAX_TTL = 86400
+SHARE_ID = re.compile(r"^shr_[0-9a-z]{26}$")
+SHARE_FIELDS = ("id", "sandbox_id", "port", "expires_at", "created_at")
+
+
+def _positive_seconds(value: Any, maximum: int | None) -> int:
+    bound = f" from 1 to {maximum}" if maximum else " of at least 1"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum is not None and value > maximum):
+        raise validation_error({"expires_in": f"must be an integer number of seconds{bound}"})
+    return value
+
+
+async def mint_preview_token(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
+    raw = body.get("expires_in")
+    ttl = PREVIEW_TOKEN_DEFAULT_TTL if raw is None else _positive_seconds(raw, PREVIEW_TOKEN_MAX_TTL)
+    expires_at = int(time.time()) + ttl
+    token = sign_preview_token(preview_key(platform.jwt_secret), sandbox["id"], expires_at)
+    return {"token": token, "expires_at": to_iso(datetime.fromtimestamp(expires_at, UTC)), "sandbox_id": sandbox["id"]}
+
+
+async def _url(platform: Platform, sandbox: Row, port: int | None, token: str | None = None) -> str | None:
+    port = port if port is not None else await latest_port(platform, sandbox["id"])
+    if port is None:
+        return None
+    domain = await domains.url_domain(platform.db, platform.settings, sandbox["tenant_id"], sandbox["workspace_id"], sandbox["project_id"])
+    url = share_url(platform.settings, port, sandbox["slug"], domain, token or "")
+    return url if token else url.removesuffix("/?ms=")
+
+
+def share_public(row: Row, url: str | None) -> dict[str, Any]:
+    record = {name: row[name] for name in SHARE_FIELDS}
+    record["token_prefix"] = row["token_prefix"]
+    record["url"] = url
+    return record
+
+
+async def create_share(platform: Platform, sandbox: Row, user_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    raw = body.get("expires_in")
+    ttl = None if raw is None else _positive_seconds(raw, None)
+    port = parse_port(body.get("port"))
+    token = new_share_token()
+    row: Row = {
+        "id": prefixed("shr"),
+        "tenant_id": sandbox["tenant_id"],
+        "sandbox_id": sandbox["id"],
+        "token_digest": share_digest(token),
+        "token_prefix": token[:10],
+        "port": port,
+        "expires_at": iso_in(ttl) if ttl is not None else None,
+        "created_by": user_id,
+        "created_at": utc_now_iso(),
+        "revoked_at": None,
+    }
+    await platform.db.insert("sandbox_shares", row)
+    return {**share_public(row, await _url(platform, sandbox, port, token)), "token": token}
+
+
+async def list_shares(platform: Platform, sandbox: Row) -> list[dict[str, Any]]:
+    """Shares not revoked, newest first; their URLs without the token (it is not stored)."""
+    rows = await platform.db.fetch_all(
+        "SELECT * FROM sandbox_shares WHERE sandbox_id = ? AND revoked_at IS NULL ORDER BY created_at DESC, id DESC", (sandbox["id"],)
+    )
+    return [share_public(row, await _url(platform, sandbox, row["port"])) for row in rows]
+
+
+async def revoke_share(platform: Platform, sandbox: Row, share_id: str) -> dict[str, Any]:
+    if not SHARE_ID.match(share_id):
+        raise ApiError(400, "INVALID_ID", "invalid share id")
+    now = utc_now_iso()
+    changed = await platform.db.execute(
+        "UPDATE sandbox_shares SET revoked_at = ? WHERE id = ? AND sandbox_id = ? AND revoked_at IS NULL", (now, share_id, sandbox["id"])
+    )
+    if not changed:
+        raise not_found("share not found")
+    forget_share(platform, share_id)
+    return {"id": share_id, "sandbox_id": sandbox["id"], "revoked": True, "revoked_at": now}

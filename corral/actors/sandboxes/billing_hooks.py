@@ -1,0 +1,85 @@
+"""Where sandboxes meet billing: the run allowance, the meter, and the stopper.
+
+Kept apart from the service and the actor so each of them calls billing in one
+line. The meter follows the sandbox's persisted status (every `save`), so every
+way into or out of `running` (boot, start, stop, suspend, destroy, a lost
+instance found at re-activation, a supervisor giving up) starts or stops it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral.actors import billing
+from corral.actors.platform import Platform
+from corral.errors import ApiError
+from corral.storage import Row
+
+from .messages import Stop
+
+RESOURCE_TYPE = "sandbox"
+STARTABLE = ("stopped", "suspended")
+
+
+async def allow_create(platform: Platform, tenant_id: str, size: str, body: dict[str, Any]) -> None:
+    """402/409 before a new sandbox (create or fork) is written."""
+    external_user_id = body.get("external_user_id")
+    await billing.require_run_allowance(
+        platform,
+        tenant_id=tenant_id,
+        size=size,
+        external_user_id=external_user_id if isinstance(external_user_id, str) and external_user_id else None,
+        resource_type=RESOURCE_TYPE,
+    )
+
+
+async def allow_start(platform: Platform, sandbox_id: str) -> None:
+    """402/409 before a stopped or suspended sandbox starts; other states get the actor's own 409."""
+    row = await platform.db.fetch_one(
+        "SELECT tenant_id, size, status, external_user_id FROM sandboxes WHERE id = ?", (sandbox_id,)
+    )
+    if row is None or row["status"] not in STARTABLE:
+        return
+    await billing.require_run_allowance(
+        platform,
+        tenant_id=row["tenant_id"],
+        size=row["size"],
+        external_user_id=row["external_user_id"],
+        resource_type=RESOURCE_TYPE,
+        resource_id=sandbox_id,
+    )
+
+
+async def follow_status(platform: Platform, record: Row) -> None:
+    """Meter a sandbox while its persisted status is `running`, and only then."""
+    if record.get("status") == "running":
+        await billing.meter_start(
+            platform,
+            tenant_id=record["tenant_id"],
+            resource_type=RESOURCE_TYPE,
+            resource_id=record["id"],
+            size=record["size"],
+            user_id=record.get("owner_user_id"),
+            external_user_id=record.get("external_user_id"),
+        )
+    else:
+        await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=record["id"])
+
+
+async def meter_off(platform: Platform, sandbox_id: str) -> None:
+    await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=sandbox_id)
+
+
+async def stop_for_credits(platform: Platform, sandbox_id: str) -> None:
+    """The stopper billing calls when credits (or an end user's credit quota) run out."""
+    from .service import lifecycle  # the service imports this module
+
+    try:
+        await lifecycle(platform, sandbox_id, Stop(reason="credits_exhausted"))
+    except ApiError as exc:
+        if exc.code not in ("SANDBOX_NOT_RUNNING", "NOT_FOUND"):
+            raise
+        await meter_off(platform, sandbox_id)  # it had already left running
+
+
+billing.register_stopper(RESOURCE_TYPE, stop_for_credits)

@@ -1,0 +1,234 @@
+"""Background process operations the HTTP layer calls: start, list, get, kill, logs, follow."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from corral.actors.platform import Platform
+from corral.errors import ApiError, not_found, validation_error
+from corral.ids import prefixed
+from corral.storage import Event, Row, utc_now_iso
+from corral.vm import AgentClient, RuntimeErrorBase
+
+from .env import resolved_env
+from .process_actor import FINAL_LOG_LINES, Finished, GetProcess, Halted, Kill, ProcessActor
+
+DEFAULT_CWD = "/workspace"
+DEFAULT_TAIL = 200
+MAX_TAIL = 10_000
+MAX_NAME = 100
+
+PUBLIC_FIELDS = ("pid", "name", "cmd", "cwd", "status", "started_at", "exited_at", "exit_code")
+
+
+def process_public(row: Row) -> dict[str, Any]:
+    return {"pid": row["id"], **{name: row[name] for name in PUBLIC_FIELDS[1:]}}
+
+
+@dataclass(frozen=True)
+class NewProcess:
+    cmd: str
+    cwd: str
+    env: dict[str, str]
+    name: str
+
+
+def parse_new_process(body: dict[str, Any]) -> NewProcess:
+    cmd = body.get("cmd")
+    if cmd is None or (isinstance(cmd, str) and not cmd.strip()):
+        raise ApiError(400, "MISSING_PARAM", "cmd is required")
+    errors: dict[str, str] = {}
+    if not isinstance(cmd, str):
+        errors["cmd"] = "must be a string"
+    cwd = body.get("cwd") or DEFAULT_CWD
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        errors["cwd"] = "must be an absolute path"
+    env = body.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        errors["env"] = "must be an object of string values"
+    name = body.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME):
+        errors["name"] = f"must be a non-empty string of at most {MAX_NAME} characters"
+    if errors:
+        raise validation_error(errors)
+    assert isinstance(cmd, str) and isinstance(cwd, str)
+    return NewProcess(cmd, cwd, env, (name or cmd.split()[0])[:MAX_NAME])
+
+
+async def start_process(platform: Platform, sandbox: Row, body: dict[str, Any]) -> Row:
+    """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
+    (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
+    from .service import agent_for, touch
+
+    new = parse_new_process(body)
+    agent = await agent_for(platform, sandbox["id"], record_activity=False)
+    env = {**await resolved_env(platform, sandbox), **new.env}
+    process_id = prefixed("proc")
+    now = utc_now_iso()
+    row: Row = {
+        "id": process_id,
+        "sandbox_id": sandbox["id"],
+        "tenant_id": sandbox["tenant_id"],
+        "name": new.name,
+        "cmd": new.cmd,
+        "cwd": new.cwd,
+        "status": "running",
+        "exit_code": None,
+        "error": None,
+        "final_logs": None,
+        "log_seq": 0,
+        "started_at": now,
+        "exited_at": None,
+        "updated_at": now,
+    }
+    try:
+        started = await agent.spawn(new.cmd, cwd=new.cwd, env=env, name=new.name, process_id=process_id)
+    except RuntimeErrorBase as exc:
+        failed = {**row, "status": "error", "error": str(exc)[:1000], "exited_at": utc_now_iso()}
+        await platform.db.insert("sandbox_processes", failed)
+        if exc.code == "PROCESS_START_FAILED" or (exc.status >= 500 and exc.status != 502):
+            raise ApiError(500, "PROCESS_START_FAILED", f"the process could not be started: {exc}") from exc
+        raise ApiError(exc.status, exc.code, str(exc)) from exc
+    row["started_at"] = started.get("started_at") or now
+    await platform.db.insert("sandbox_processes", row)
+    await platform.bus.publish(
+        Event(
+            "sandbox.process.started",
+            "sandbox",
+            sandbox["id"],
+            {"pid": process_id, "name": new.name, "cmd": new.cmd},
+            tenant_id=sandbox["tenant_id"],
+        )
+    )
+    await platform.system.get(ProcessActor, process_id)  # activation starts its watcher
+    await touch(platform, sandbox["id"])
+    return row
+
+
+async def list_processes(platform: Platform, sandbox_id: str) -> list[Row]:
+    return await platform.db.fetch_all(
+        "SELECT * FROM sandbox_processes WHERE sandbox_id = ? ORDER BY started_at DESC, id DESC", (sandbox_id,)
+    )
+
+
+async def find_process(platform: Platform, sandbox_id: str, process_id: str) -> Row:
+    row = await platform.db.fetch_one(
+        "SELECT * FROM sandbox_processes WHERE id = ? AND sandbox_id = ?", (process_id, sandbox_id)
+    )
+    if row is None:
+        raise not_found("process not found")
+    return row
+
+
+async def kill_process(platform: Platform, sandbox_id: str, process_id: str) -> Row:
+    """SIGTERM, then SIGKILL after the grace period, to the whole process group.
+    Deleting a process that already ended changes nothing."""
+    row = await find_process(platform, sandbox_id, process_id)
+    if row["status"] != "running":
+        return row
+    ref = await platform.system.get(ProcessActor, process_id)
+    try:
+        result: Row = await ref.ask(Kill(), timeout=60)
+    except ApiError as exc:
+        if exc.code != "PROCESS_NOT_RUNNING":  # it ended while we asked
+            raise
+        result = await ref.ask(GetProcess())
+    return result
+
+
+async def process_logs(platform: Platform, sandbox_id: str, process_id: str, tail: int) -> list[str]:
+    """The last `tail` lines: from the agent while it has them, else from the record."""
+    from .service import agent_for
+
+    row = await find_process(platform, sandbox_id, process_id)
+    with contextlib.suppress(ApiError, RuntimeErrorBase):
+        if row["status"] == "running" or row["final_logs"] is None:
+            agent = await agent_for(platform, sandbox_id, record_activity=False)
+            return [line["line"] for line in (await agent.logs(process_id, tail=tail))["lines"]]
+    saved = json.loads(row["final_logs"] or "[]")
+    return [line["line"] for line in saved[-tail:]] if tail > 0 else []
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The end of a followed process: every line has been sent."""
+
+    status: str
+    exit_code: int | None
+
+
+async def follow_logs(
+    platform: Platform, sandbox_id: str, process_id: str, after: int, wait: float
+) -> AsyncIterator[list[dict[str, Any]] | Ended]:
+    """Batches of log lines after sequence `after` (`{id, ts, stream, line}`); an empty
+    batch when `wait` passed without one (time for a heartbeat); `Ended` once the
+    process has ended and every line has been sent."""
+    from .service import agent_for
+
+    row = await find_process(platform, sandbox_id, process_id)
+    agent: AgentClient | None = None
+    if row["status"] == "running" or row["final_logs"] is None:
+        with contextlib.suppress(ApiError):
+            agent = await agent_for(platform, sandbox_id, record_activity=False)
+    while agent is not None:
+        try:
+            batch = await agent.logs_after(process_id, after, wait=wait)
+        except RuntimeErrorBase:
+            break  # the instance stopped or restarted: serve what the record kept
+        lines = batch["lines"]
+        if lines:
+            after = int(batch["next"])
+        yield lines
+        final = batch["process"]
+        if final["status"] != "running" and not lines:
+            yield Ended(final["status"], final.get("exit_code"))
+            return
+    row = await find_process(platform, sandbox_id, process_id)
+    saved = [line for line in json.loads(row["final_logs"] or "[]") if int(line["id"]) > after]
+    if saved:
+        yield saved
+    yield Ended("killed" if row["status"] == "running" else row["status"], row["exit_code"])
+
+
+async def halt_processes(platform: Platform, sandbox_id: str, agent: AgentClient | None) -> None:
+    """Before a sandbox stops: keep each running process's last lines in its record and
+    mark it killed (the instance's processes die with it)."""
+    rows = await platform.db.fetch_all(
+        "SELECT id FROM sandbox_processes WHERE sandbox_id = ? AND status = 'running'", (sandbox_id,)
+    )
+    for row in rows:
+        logs: list[dict[str, Any]] = []
+        if agent is not None:
+            with contextlib.suppress(RuntimeErrorBase):
+                logs = (await agent.logs(row["id"], tail=FINAL_LOG_LINES))["lines"]
+        ref = await platform.system.get(ProcessActor, row["id"])
+        with contextlib.suppress(ApiError):
+            # Short: the process actor may itself be waiting on this sandbox (a kill).
+            await ref.ask(Halted(logs), timeout=5)
+
+
+async def resume_watchers(platform: Platform) -> int:
+    """At start-up: activate the actor of every running process, so its watch goes on."""
+    rows = await platform.db.fetch_all("SELECT id FROM sandbox_processes WHERE status = 'running'")
+    for row in rows:
+        with contextlib.suppress(ApiError):
+            await platform.system.get(ProcessActor, row["id"])
+    return len(rows)
+
+
+__all__ = [
+    "Ended",
+    "Finished",
+    "follow_logs",
+    "halt_processes",
+    "kill_process",
+    "list_processes",
+    "process_logs",
+    "process_public",
+    "resume_watchers",
+    "start_process",
+]

@@ -1,0 +1,78 @@
+"""Sandbox previews: expose a port, mint preview tokens, share and revoke links (docs/api.md "Previews")."""
+
+from __future__ import annotations
+
+from corral.actors import previews, sandboxes
+from corral.storage import Row
+
+from ..context import RequestContext, require_uuid
+from ..replies import Reply, data, raw
+from ..routing import Router
+
+router = Router("previews")
+
+EXPIRES_IN = {"type": "integer", "minimum": 1}
+
+
+async def _sandbox(ctx: RequestContext, id: str) -> Row:
+    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, require_uuid(id, "sandbox id"))
+    ctx.audit.update(
+        workspace_id=row["workspace_id"], project_id=row["project_id"], resource_type="sandbox", resource_id=row["id"],
+        external_workspace_id=row["external_workspace_id"], external_user_id=row["external_user_id"],
+        external_project_id=row["external_project_id"],
+    )
+    return row
+
+
+@router.post(
+    "/sandboxes/{id}/expose",
+    summary="Expose a port of the sandbox at its preview URL; sandbox.preview.ready follows once it answers",
+    scope="sandboxes:write",
+    action="sandboxes.expose",
+    request={"type": "object", "properties": {"port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
+)
+async def expose(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return raw(await previews.expose(ctx.platform, row, await ctx.json()))
+
+
+@router.post(
+    "/sandboxes/{id}/preview-token",
+    summary="A signed preview token (mp_) for this sandbox's exposed ports (default 3600 s, max 86400 s)",
+    scope="sandboxes:write",
+    action="sandboxes.preview_token",
+    request={"type": "object", "properties": {"expires_in": {**EXPIRES_IN, "maximum": 86400, "default": 3600}}},
+)
+async def preview_token(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(await previews.mint_preview_token(ctx.platform, row, await ctx.json()))
+
+
+@router.post(
+    "/sandboxes/{id}/shares",
+    summary="A public share link (ms_ token, passed as ?ms=); no expiry unless expires_in is given",
+    scope="sandboxes:write",
+    action="sandboxes.share",
+    status=201,
+    request={"type": "object", "properties": {"expires_in": EXPIRES_IN, "port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
+)
+async def create_share(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(await previews.create_share(ctx.platform, row, ctx.principal.user_id, await ctx.json()), 201)
+
+
+@router.get("/sandboxes/{id}/shares", summary="The sandbox's share links that are not revoked (without their tokens)", scope="sandboxes:read")
+async def list_shares(ctx: RequestContext, id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(await previews.list_shares(ctx.platform, row))
+
+
+@router.delete(
+    "/sandboxes/{id}/shares/{share_id}",
+    summary="Revoke a share link; the router refuses it from the next request on",
+    scope="sandboxes:write",
+    action="sandboxes.unshare",
+)
+async def revoke_share(ctx: RequestContext, id: str, share_id: str) -> Reply:
+    row = await _sandbox(ctx, id)
+    return data(await previews.revoke_share(ctx.platform, row, share_id))

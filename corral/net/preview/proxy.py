@@ -1,0 +1,415 @@
+"""The preview router: its own listener, routing by Host, streaming both ways.
+
+One trio task per client connection. For each request: read and check the head,
+ask the route's resolver, then relay: the rewritten head to the app, the request
+body (raw, as it arrives, concurrently with the response so `Expect: 100-continue`
+and early answers work), the response head and body (raw, as they arrive: a slow
+chunked response or an event stream reaches the browser chunk by chunk). A
+WebSocket (any `Upgrade`) answered 101 becomes a byte tunnel in both directions.
+Client connections are kept alive, and so is the connection to the app while the
+next request goes to the same app.
+
+The router adds `X-Forwarded-For` (appended), `X-Forwarded-Proto` and
+`X-Forwarded-Host`, and removes hop-by-hop headers. When no app listens it answers
+a 502 page saying so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket as stdlib_socket
+
+import trio
+
+from . import pages
+from .http1 import (
+    Buffered,
+    Framing,
+    Head,
+    HttpError,
+    PeerClosed,
+    Yielder,
+    parse_request,
+    parse_response,
+    recv_some,
+    relay_body,
+    send_all,
+)
+from .routes import Forward, PreviewRequest, Reply, RouteTable, Upstream
+from .upstream import Connector, UpstreamUnreachable, looks_closed
+
+log = logging.getLogger("corral.net.preview")
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "proxy-authorization",
+    "proxy-authenticate",
+})
+FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
+
+
+class _AppConnection:
+    __slots__ = ("key", "reader")
+
+    def __init__(self, key: Upstream, reader: Buffered) -> None:
+        self.key = key
+        self.reader = reader
+
+    def close(self) -> None:
+        self.reader.sock.close()
+
+
+class _Exchange:
+    """State of one client connection: its reader and the kept-alive app connection."""
+
+    __slots__ = ("app", "client", "peer")
+
+    def __init__(self, client: Buffered, peer: str) -> None:
+        self.client = client
+        self.peer = peer
+        self.app: _AppConnection | None = None
+
+    def drop_app(self) -> None:
+        if self.app is not None:
+            self.app.close()
+            self.app = None
+
+
+class PreviewRouter:
+    def __init__(
+        self,
+        table: RouteTable,
+        *,
+        scheme: str = "http",
+        idle_timeout: float = 75.0,
+        connect_timeout: float = 5.0,
+    ) -> None:
+        self.table = table
+        self.scheme = scheme
+        self.idle_timeout = idle_timeout
+        self.connector = Connector(connect_timeout)
+        self.connections = 0
+        self.bound_port: int | None = None
+
+    async def serve(self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on host:port until cancelled; `task_status.started(port)` once listening."""
+        family = stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET
+        listener = trio.socket.socket(family, stdlib_socket.SOCK_STREAM)
+        listener.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+        try:
+            await listener.bind((host, port))
+            listener.listen(1024)
+            self.bound_port = int(listener.getsockname()[1])
+            task_status.started(self.bound_port)
+            async with trio.open_nursery() as nursery:
+                while True:
+                    try:
+                        sock, address = await listener.accept()
+                    except OSError as exc:  # EMFILE and friends: do not spin
+                        log.warning("preview router accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+                    nursery.start_soon(self._connection, sock, str(address[0]))
+        finally:
+            listener.close()
+
+    async def _connection(self, sock: trio.socket.SocketType, peer: str) -> None:
+        self.connections += 1
+        exchange = _Exchange(Buffered(sock), peer)
+        try:
+            # One cancel scope for the connection's life: its deadline is the idle timeout
+            # while a head is awaited, and lifted while a request is served (a stream or a
+            # WebSocket may last for hours).
+            with trio.CancelScope() as idle:
+                while True:
+                    idle.deadline = trio.current_time() + self.idle_timeout
+                    head = await exchange.client.read_head()
+                    idle.deadline = math.inf
+                    if head is None:
+                        return  # the client went away
+                    try:
+                        request = parse_request(head)
+                    except HttpError as exc:
+                        await self._write_reply(sock, pages.bad_request(exc.status, exc.message), "GET", close=True)
+                        return
+                    if not await self._handle(exchange, request):
+                        return
+        except HttpError as exc:
+            if exc.status < 500:
+                await self._reply_quietly(sock, pages.bad_request(exc.status, exc.message))
+        except (OSError, PeerClosed, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:
+            log.exception("preview connection from %s failed", peer)
+        finally:
+            self.connections -= 1
+            exchange.drop_app()
+            sock.close()
+
+    async def _reply_quietly(self, sock: trio.socket.SocketType, reply: Reply) -> None:
+        with contextlib.suppress(OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            await self._write_reply(sock, reply, "GET", close=True)
+
+    # -- one request ------------------------------------------------------------------
+
+    async def _handle(self, exchange: _Exchange, request: Head) -> bool:
+        """Serve one request; whether the client connection may carry another."""
+        method, target, version = request.first
+        client_keep = _client_wants_keepalive(version, request.connection_tokens)
+        host_header = request.get("host")
+        if target.startswith(("http://", "https://")):  # absolute form: the host is in the target
+            scheme_end = target.index("//") + 2
+            slash = target.find("/", scheme_end)
+            host_header = target[scheme_end:] if slash < 0 else target[scheme_end:slash]
+            target = "/" if slash < 0 else target[slash:]
+            request.first = (method, target, version)
+        if not host_header:
+            return await self._refuse(exchange, request, pages.bad_request(400, "The request has no Host header."), False)
+        host = _host_name(host_header)
+        route = self.table.match(host)
+        if route is None:
+            return await self._refuse(exchange, request, pages.no_route(host), client_keep)
+        resolver, match = route
+        try:
+            decision = await resolver(PreviewRequest(request, host, exchange.peer), match)
+        except Exception:
+            log.exception("the preview resolver failed for %s", host)
+            return await self._refuse(exchange, request, pages.router_failed(), False)
+        if isinstance(decision, Reply):
+            return await self._refuse(exchange, request, decision, client_keep)
+        return await self._forward(exchange, request, decision, host_header, client_keep)
+
+    async def _refuse(self, exchange: _Exchange, request: Head, reply: Reply, client_keep: bool) -> bool:
+        # An unread request body would be taken for the next request: close instead.
+        keep = client_keep and request.framing is Framing.NONE
+        await self._write_reply(exchange.client.sock, reply, request.first[0], close=not keep)
+        return keep
+
+    async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> None:
+        lines = [f"HTTP/1.1 {reply.status} {pages.reason_phrase(reply.status) if reply.status >= 400 else _STATUS_TEXT.get(reply.status, 'OK')}"]
+        lines.append(f"Content-Type: {reply.content_type}")
+        lines.append(f"Content-Length: {len(reply.body)}")
+        lines.extend(f"{name}: {value}" for name, value in reply.headers)
+        if close:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        await send_all(sock, head if method == "HEAD" else head + reply.body)
+
+    async def _app(self, exchange: _Exchange, upstream: Upstream) -> tuple[_AppConnection, bool]:
+        """The connection to `upstream`: the kept-alive one if still usable (then True), else a new one."""
+        app = exchange.app
+        if app is not None:
+            if app.key == upstream and not app.reader.buf and not looks_closed(app.reader.sock):
+                return app, True
+            exchange.drop_app()
+        sock = await self.connector.connect(upstream)
+        exchange.app = _AppConnection(upstream, Buffered(sock))
+        return exchange.app, False
+
+    def _upstream_head(self, request: Head, decision: Forward, host_header: str, peer: str) -> bytes:
+        method, target, version = request.first
+        if decision.target is not None:
+            target = decision.target
+        upgrade = "upgrade" in request.connection_tokens and request.get("upgrade")
+        lines = [f"{method} {target} {version}"]
+        forwarded_for = None
+        drop = decision.drop_headers
+        for lower, name, value in request.headers:
+            if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop:
+                continue
+            if lower in FORWARDED:
+                if lower == "x-forwarded-for":
+                    forwarded_for = f"{forwarded_for}, {value}" if forwarded_for else value
+                continue
+            if lower == "cookie" and decision.drop_cookies:
+                value = _without_cookies(value, decision.drop_cookies)
+                if not value:
+                    continue
+            lines.append(f"{name}: {value}")
+        lines.append(f"X-Forwarded-For: {forwarded_for}, {peer}" if forwarded_for else f"X-Forwarded-For: {peer}")
+        lines.append(f"X-Forwarded-Proto: {self.scheme}")
+        lines.append(f"X-Forwarded-Host: {host_header}")
+        if upgrade:
+            lines.append("Connection: Upgrade")
+            lines.append(f"Upgrade: {upgrade}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    async def _forward(self, exchange: _Exchange, request: Head, decision: Forward, host_header: str, client_keep: bool) -> bool:
+        upstream = decision.upstream
+        head = self._upstream_head(request, decision, host_header, exchange.peer)
+        has_body = request.framing is not Framing.NONE
+        for attempt in (1, 2):
+            try:
+                app, reused = await self._app(exchange, upstream)
+            except UpstreamUnreachable:
+                return await self._refuse(exchange, request, pages.not_listening(upstream.label, upstream.port), client_keep)
+            if has_body:
+                break  # a body cannot be replayed: no retry below
+            try:
+                await send_all(app.reader.sock, head)
+                response_head = await app.reader.read_head()
+            except (OSError, PeerClosed):
+                response_head = None
+            if response_head is not None:
+                return await self._respond(exchange, request, decision, app, response_head, client_keep)
+            exchange.drop_app()
+            if not reused or attempt == 2:
+                reply = pages.upstream_failed(upstream.label, "closed the connection without answering")
+                return await self._refuse(exchange, request, reply, client_keep)
+            # a kept-alive connection the app had closed meanwhile: once more on a new one
+        return await self._forward_with_body(exchange, request, decision, app, head, client_keep)
+
+    async def _forward_with_body(
+        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, head: bytes, client_keep: bool
+    ) -> bool:
+        failed = False
+        finished = False
+
+        async def send_request(cancel: trio.CancelScope) -> None:
+            nonlocal failed, finished
+            try:
+                await send_all(app.reader.sock, head)
+                await relay_body(exchange.client, app.reader.sock, request.framing, request.length)
+                finished = True
+            except (OSError, PeerClosed, HttpError, trio.BrokenResourceError, trio.ClosedResourceError):
+                failed = True
+                cancel.cancel()
+
+        keep = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send_request, nursery.cancel_scope)
+            try:
+                response_head = await app.reader.read_head()
+            except (OSError, PeerClosed):
+                response_head = None
+            if response_head is None:
+                nursery.cancel_scope.cancel()
+                exchange.drop_app()
+                reply = pages.upstream_failed(decision.upstream.label, "closed the connection without answering")
+                await self._refuse(exchange, request, reply, False)
+                return False
+            keep = await self._respond(exchange, request, decision, app, response_head, client_keep)
+            if not finished:
+                nursery.cancel_scope.cancel()  # the app answered before reading the whole body
+        if failed or not finished:
+            exchange.drop_app()
+            return False
+        return keep
+
+    async def _respond(
+        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, raw_head: bytes, client_keep: bool
+    ) -> bool:
+        """Relay the app's response (after any 1xx); whether the client connection stays open."""
+        method = request.first[0]
+        client = exchange.client.sock
+        while True:
+            try:
+                response, status = parse_response(raw_head, method)
+            except HttpError as exc:
+                exchange.drop_app()
+                await self._refuse(exchange, request, pages.upstream_failed(decision.upstream.label, f"answered badly: {exc.message}"), False)
+                return False
+            if status == 101 and "upgrade" in request.connection_tokens:
+                await send_all(client, _response_head(response, (), decision.response_headers, keep_upgrade=True))
+                await _tunnel(exchange.client, app.reader)
+                exchange.drop_app()
+                return False
+            if 100 <= status < 200:
+                await send_all(client, _response_head(response, (), (), keep_upgrade=False))
+                next_head = await app.reader.read_head()
+                if next_head is None:
+                    raise PeerClosed("the app closed the connection after an interim response")
+                raw_head = next_head
+                continue
+            break
+        app_keep = _app_keeps_alive(response) and response.framing is not Framing.UNTIL_CLOSE
+        keep = client_keep and response.framing is not Framing.UNTIL_CLOSE
+        version = request.first[2]
+        if not keep:
+            extra: tuple[tuple[str, str], ...] = (("Connection", "close"),)
+        elif version == "HTTP/1.0":
+            extra = (("Connection", "keep-alive"),)
+        else:
+            extra = ()
+        head = _response_head(response, extra, decision.response_headers, keep_upgrade=False)
+        if response.framing is Framing.LENGTH and len(app.reader.buf) >= response.length:
+            await send_all(client, head + app.reader.take(response.length))  # the common small answer: one write
+        else:
+            await send_all(client, head)
+            try:
+                await relay_body(app.reader, client, response.framing, response.length)
+            except HttpError as exc:  # the head is out: all that is left is to cut the connection
+                raise PeerClosed(f"the app's body was malformed: {exc.message}") from exc
+        if not app_keep or app.reader.buf:
+            exchange.drop_app()
+        return keep
+
+
+_STATUS_TEXT = {200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect"}
+
+
+def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:
+    if version == "HTTP/1.1":
+        return "close" not in tokens
+    return "keep-alive" in tokens
+
+
+def _app_keeps_alive(response: Head) -> bool:
+    if response.first[0] == "HTTP/1.1":
+        return "close" not in response.connection_tokens
+    return "keep-alive" in response.connection_tokens
+
+
+def _host_name(host_header: str) -> str:
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0].rstrip(".") if ":" in host else host.rstrip(".")
+
+
+def _without_cookies(value: str, names: frozenset[str]) -> str:
+    kept = [pair for pair in value.split(";") if pair.strip().partition("=")[0] not in names]
+    return ";".join(kept).strip()
+
+
+def _response_head(
+    response: Head, extra: tuple[tuple[str, str], ...], added: tuple[tuple[str, str], ...], *, keep_upgrade: bool
+) -> bytes:
+    version, code, reason = response.first
+    lines = [f"{version} {code} {reason}" if reason else f"{version} {code}"]
+    for lower, name, value in response.headers:
+        if keep_upgrade and lower in ("connection", "upgrade"):
+            lines.append(f"{name}: {value}")
+            continue
+        if lower in HOP_BY_HOP or lower in response.connection_tokens:
+            continue
+        lines.append(f"{name}: {value}")
+    lines.extend(f"{name}: {value}" for name, value in extra)
+    lines.extend(f"{name}: {value}" for name, value in added)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+async def _tunnel(a: Buffered, b: Buffered) -> None:
+    """Copy bytes both ways until both sides are done (a WebSocket after its 101)."""
+
+    async def pump(src: Buffered, dst: Buffered, cancel: trio.CancelScope) -> None:
+        fair = Yielder()
+        try:
+            if src.buf:
+                await send_all(dst.sock, src.take())
+            while True:
+                data = await recv_some(src.sock)
+                if not data:
+                    break
+                await send_all(dst.sock, data)
+                await fair.tick()
+            with contextlib.suppress(OSError):
+                dst.sock.shutdown(stdlib_socket.SHUT_WR)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            cancel.cancel()  # one side is gone: so is the tunnel
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pump, a, b, nursery.cancel_scope)
+        nursery.start_soon(pump, b, a, nursery.cancel_scope)

@@ -1,0 +1,115 @@
+"""The computer actor driven directly (as the HTTP layer does), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from corral.actors.computers import (
+    ComputerActor,
+    Destroy,
+    Get,
+    IdleStop,
+    Move,
+    Pause,
+    Resize,
+    Restart,
+    Sampler,
+    Start,
+    Stop,
+    computer_metrics,
+    resolved_env,
+    set_env,
+    stop_idle_computers,
+)
+from corral.errors import ApiError
+from tests.http.computer_support import create_running, run
+from tests.support import RUNTIME_SETTINGS, Api, Tenant, running_server
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> AsyncIterator[Api]:
+    settings = {**RUNTIME_SETTINGS, "idle_check_seconds": 3600, "computer_metrics_seconds": 3600}
+    async with running_server(tmp_path_factory.mktemp("corral"), database_url, **settings) as server:
+        try:
+            yield server
+        finally:
+            driver = await server.platform.runtime.driver()
+            for info in await driver.instances():
+                await driver.destroy(info.id)
+
+
+@pytest.fixture
+async def owner(api: Api) -> Tenant:
+    return await api.create_tenant()
+
+
+async def refusal(ref: object, message: object) -> ApiError:
+    with pytest.raises(ApiError) as caught:
+        await ref.ask(message)  # type: ignore[attr-defined]
+    return caught.value
+
+
+async def test_the_state_table(api: Api, owner: Tenant) -> None:
+    computer = await create_running(api, owner)
+    ref = await api.platform.system.get(ComputerActor, computer["id"])
+    assert (await refusal(ref, Resize("large"))).status == 409
+    assert (await refusal(ref, Start())).message == "computer cannot be started from its current status"
+    assert (await ref.ask(Restart()))["status"] == "running"
+    assert (await ref.ask(Stop()))["status"] == "stopped"
+    assert (await refusal(ref, Pause())).message == "computer cannot be paused from its current status"
+    assert (await ref.ask(Resize("medium")))["size"] == "medium"
+    assert (await ref.ask(Move("local")))["region"] == "local"
+    assert (await ref.ask(Start()))["status"] == "running"
+    stale = await refusal(ref, IdleStop(60, "2000-01-01T00:00:00.000000Z"))
+    assert (stale.status, stale.message) == (409, "computer is no longer idle")
+    assert (await ref.ask(Pause()))["status"] == "paused"
+    assert (await ref.ask(Start()))["status"] == "running"
+    row = await api.platform.db.fetch_one("SELECT status, size, vm_id FROM computers WHERE id = ?", (computer["id"],))
+    assert row == {"status": "running", "size": "medium", "vm_id": computer["vm_id"]}
+    assert await ref.ask(Destroy()) == {"id": computer["id"], "deleted": True}
+    gone = await refusal(ref, Get())
+    assert (gone.status, gone.code, gone.message) == (404, "COMPUTER_NOT_FOUND", "computer not found")
+    assert await api.platform.db.fetch_one("SELECT 1 FROM computers WHERE id = ?", (computer["id"],)) is None
+
+
+async def test_env_round_trip_and_the_clone_copy(api: Api, owner: Tenant) -> None:
+    computer = await create_running(api, owner)
+    row = await api.platform.db.fetch_one("SELECT * FROM computers WHERE id = ?", (computer["id"],))
+    assert row is not None
+    await set_env(api.platform, row, {"ONE": "1", "TWO": "zwei"})
+    assert await resolved_env(api.platform, row) == {"ONE": "1", "TWO": "zwei"}
+    assert (await run(api, owner, computer["id"], 'printf %s "$ONE$TWO"'))["output"] == "1zwei"
+
+
+async def test_sampler_and_windows(api: Api, owner: Tenant) -> None:
+    computer = await create_running(api, owner, size="large")
+    sampler = Sampler(api.platform)
+    assert await sampler.sample() == 0  # the first reading only sets the baseline
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run, api, owner, computer["id"], "timeout 1.5 sh -c 'while :; do :; done'")
+        for _ in range(3):
+            await trio.sleep(0.4)
+            assert await sampler.sample() == 1
+    row = await api.platform.db.fetch_one("SELECT * FROM computers WHERE id = ?", (computer["id"],))
+    assert row is not None
+    metrics = await computer_metrics(api.platform, row, "1h")
+    cpu = [p["value"] for p in metrics["cpu_percent"]]
+    assert len(cpu) == 3 and max(cpu) >= 15  # one busy core of four is 25 %
+    assert metrics["credits_per_hour"] == 12
+    assert len((await computer_metrics(api.platform, row, "7d"))["cpu_percent"]) in (1, 2)
+    assert await sampler.prune() == 0
+
+
+async def test_the_idle_scan(api: Api, owner: Tenant) -> None:
+    computer = await create_running(api, owner)
+    assert await stop_idle_computers(api.platform) == 0  # auto-stop disabled
+    await api.platform.db.execute(
+        "UPDATE computers SET auto_stop = 60, last_activity_at = '2000-01-01T00:00:00.000000Z' WHERE id = ?", (computer["id"],)
+    )
+    assert await stop_idle_computers(api.platform) == 1
+    events = await api.platform.events.list("computer", computer["id"])
+    assert [e.type for e in events[-2:]] == ["computer.idle", "computer.stopped"]
+    assert events[-2].data["idle_seconds"] > 60
