@@ -21,10 +21,20 @@ ADMIN_KEY = "msk_a_test-operator-key-0123456789abcdef"
 PASSWORD = "correct horse battery"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free loopback port, never one this process was given before: a server's API
+    and preview ports are picked one after the other, and the kernel may otherwise
+    hand out the same ephemeral port twice."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass
