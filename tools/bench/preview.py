@@ -35,7 +35,7 @@ ADMIN_KEY = "msk_a_bench-operator-key-0123456789"
 VENV_BIN = Path(sys.executable).parent
 NAMES = {
     "CORRAL_BRIDGE": "corralp0",
-    "CORRAL_SUBNET": "10.214.0.0/24",
+    "CORRAL_SUBNET": "10.217.0.0/24",  # apart from every test range (10.213-10.216)
     "CORRAL_NFT_TABLE": "corral_bench_preview",
     "CORRAL_LINK_PREFIX": "cp",
     "CORRAL_NETNS_PREFIX": "corralp-",
