@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import trio
 
+from tests.sse_client import open_sse
 from tests.support import API, Api, Tenant, assert_error
 
 from .test_sandboxes import create, run
@@ -172,34 +173,16 @@ async def test_the_stream_follows_lines_resumes_and_ends(runtime_api: Api, owner
     sid = sandbox["id"]
     process = await start(runtime_api, owner, sid, cmd="for i in 1 2 3; do echo n$i; sleep 0.3; done; exit 4")
     url = f"{API}/sandboxes/{sid}/processes/{process['pid']}/stream"
-    frames = await read_frames(runtime_api, url, owner.key)
-    assert [f["event"] for f in frames] == ["log", "log", "log", "exit"]
-    assert [f["data"]["line"] for f in frames[:3]] == ["n1", "n2", "n3"]
-    assert all(f["data"]["ts"].endswith("Z") for f in frames[:3])
-    assert frames[3]["data"] == {"pid": process["pid"], "status": "exited", "exit_code": 4}
-    resumed = await read_frames(runtime_api, url, owner.key, headers={"Last-Event-ID": frames[0]["id"]})
-    assert [f["data"].get("line") for f in resumed] == ["n2", "n3", None]
-
-
-async def read_frames(api: Api, url: str, key: str, headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Every frame of an SSE response until the server ends it."""
-    import json
-
-    frames: list[dict[str, Any]] = []
-    with trio.fail_after(20):
-        async with api.client.stream("GET", url, headers={"Authorization": f"Bearer {key}", **(headers or {})}) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            current: dict[str, Any] = {}
-            async for line in response.aiter_lines():
-                if line == "":
-                    if "event" in current:
-                        frames.append(current)
-                    current = {}
-                elif line.startswith(":"):
-                    continue
-                else:
-                    field, _, value = line.partition(": ")
-                    current[field] = json.loads(value) if field == "data" else value
-    return frames
-
+    headers = {"Authorization": f"Bearer {owner.key}"}
+    async with open_sse(runtime_api.client, url, headers) as stream:
+        frames = await stream.frames_until("exit")
+        with pytest.raises(EOFError):  # the server ends the stream after `exit`
+            await stream.next_frame()
+    assert [f.event for f in frames] == ["log", "log", "log", "exit"]
+    assert [f.data["line"] for f in frames[:3]] == ["n1", "n2", "n3"]
+    assert all(f.data["ts"].endswith("Z") and f.data["stream"] == "stdout" for f in frames[:3])
+    assert frames[3].data == {"pid": process["pid"], "status": "exited", "exit_code": 4}
+    assert frames[0].id is not None
+    async with open_sse(runtime_api.client, url, {**headers, "Last-Event-ID": frames[0].id}) as stream:
+        resumed = await stream.frames_until("exit")
+    assert [f.data.get("line") for f in resumed] == ["n2", "n3", None]
