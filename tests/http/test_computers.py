@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from corral.actors.computers import PROFILES_EXTENSION, AgentRuntimeProfile
 from corral.actors.platform import Platform
 from corral.ids import new_uuid
@@ -28,11 +26,6 @@ FULL_FIELDS = {
     "sandbox_url", "desktop_url", "selected_apps", "settings", "ai_config", "agent_session_id", "agent_status",
     "resolution", "auto_stop", "region", "created_at", "updated_at",
 }
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 async def set_balance(api: Api, tenant: Tenant, balance: int) -> None:

@@ -17,11 +17,6 @@ from tests.support import Api, Tenant, assert_error
 
 
 @pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
-
-
-@pytest.fixture
 async def computer(runtime_api: Api, owner: Tenant) -> str:
     return str((await create_running(runtime_api, owner))["id"])
 

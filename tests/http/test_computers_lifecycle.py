@@ -29,11 +29,6 @@ CANNOT_STOP = "computer cannot be stopped from its current status"
 MUST_RUN_TO_RESTART = "computer must be running to restart"
 
 
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
-
-
 async def refused(api: Api, tenant: Tenant, computer_id: str, suffix: str, message: str, **kwargs: object) -> None:
     response = await call(api, tenant, "POST", computer_id, suffix, **kwargs)
     assert assert_error(response, 409, "INVALID_STATE")["message"] == message

@@ -10,7 +10,6 @@ import subprocess
 import time
 from typing import Any
 
-import pytest
 import trio
 
 from corral.storage import parse_iso, utc_now
@@ -27,11 +26,6 @@ from tests.http.preview_support import (
     wait_ready,
 )
 from tests.support import Api, Tenant, assert_error
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 async def running_app(api: Api, tenant: Tenant, port: int = 8000, bind: str = "0.0.0.0") -> dict[str, Any]:

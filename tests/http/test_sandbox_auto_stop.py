@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 
 from tests.sse_client import open_sse
 from tests.support import API, Api, Tenant
 
 from .test_sandboxes import create, run
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 async def status(api: Api, tenant: Tenant, sandbox_id: str) -> str:

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.browser import open_browser
 from tests.support import API, Api, Tenant, free_port
 
@@ -27,11 +25,6 @@ for (const type of ["sandbox.exec.started", "sandbox.exec.stdout", "sandbox.exec
 }
 </script></body></html>
 """
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 async def test_event_source_in_chromium_sees_exec_events(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:

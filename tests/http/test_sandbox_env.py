@@ -10,11 +10,6 @@ from tests.support import API, Api, Tenant, assert_error
 from .test_sandboxes import create, run
 
 
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
-
-
 async def put(api: Api, tenant: Tenant, sandbox_id: str, *variables: dict[str, object]) -> list[dict[str, object]]:
     response = await api.request("PUT", f"{API}/sandboxes/{sandbox_id}/env", key=tenant.key, json={"vars": list(variables)})
     assert response.status_code == 200, response.text

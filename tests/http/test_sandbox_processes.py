@@ -13,11 +13,6 @@ from tests.support import API, Api, Tenant, assert_error
 from .test_sandboxes import create, run
 
 
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
-
-
 async def start(api: Api, tenant: Tenant, sandbox_id: str, **body: Any) -> dict[str, Any]:
     response = await api.request("POST", f"{API}/sandboxes/{sandbox_id}/processes", key=tenant.key, json=body)
     assert response.status_code == 201, response.text

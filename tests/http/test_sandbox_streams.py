@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 import trio
 
 from corral.storage import utc_now_iso
@@ -10,11 +9,6 @@ from tests.sse_client import open_sse
 from tests.support import API, Api, Tenant, assert_error
 
 from .test_sandboxes import create, run
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 def bearer(tenant: Tenant) -> dict[str, str]:

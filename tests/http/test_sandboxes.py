@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from corral.ids import new_uuid
 from tests.support import Api, Tenant
 
@@ -23,11 +21,6 @@ async def run(api: Api, tenant: Tenant, sandbox_id: str, command: str, **extra: 
     assert response.status_code == 200, response.text
     result: dict[str, Any] = response.json()
     return result
-
-
-@pytest.fixture
-async def owner(runtime_api: Api) -> Tenant:
-    return await runtime_api.create_tenant()
 
 
 async def test_create_returns_a_running_sandbox_with_its_record(runtime_api: Api, owner: Tenant) -> None:

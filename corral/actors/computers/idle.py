@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from corral.actors.periodic import run_periodically
 from corral.errors import ApiError
 from corral.storage import parse_iso, utc_now
 
@@ -51,11 +52,9 @@ async def stop_idle_computers(platform: Platform) -> int:
 
 
 async def watch_idle(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    task_status.started()
-    interval = platform.settings.idle_check_seconds
-    while True:
-        await trio.sleep(interval)
-        try:
-            await stop_idle_computers(platform)
-        except Exception:
-            log.exception("the computer idle check failed; trying again in %s s", interval)
+    await run_periodically(
+        lambda: stop_idle_computers(platform),
+        lambda: platform.settings.idle_check_seconds,
+        "the computer idle check",
+        task_status=task_status,
+    )

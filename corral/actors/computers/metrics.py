@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from corral.actors import billing
+from corral.actors.periodic import run_periodically
 from corral.errors import ApiError
 from corral.storage import Row, parse_iso, to_iso, utc_now
 from corral.vm import SIZES, InstanceNotFound
@@ -62,17 +63,20 @@ class Sampler:
         self.rounds = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        interval = self.platform.settings.computer_metrics_seconds
-        while True:
-            try:
-                await self.sample()
-                if self.rounds % 100 == 0:
-                    await self.prune()
-            except Exception:
-                log.exception("sampling computer metrics failed; trying again in %s s", interval)
-            self.rounds += 1
-            await trio.sleep(interval)
+        await run_periodically(
+            self.round,
+            lambda: self.platform.settings.computer_metrics_seconds,
+            "sampling computer metrics",
+            wait_first=False,
+            task_status=task_status,
+        )
+
+    async def round(self) -> None:
+        """One sample of every computer; old samples are pruned every 100 rounds."""
+        self.rounds += 1
+        await self.sample()
+        if self.rounds % 100 == 1:
+            await self.prune()
 
     async def sample(self) -> int:
         """One sample of every running computer; returns how many were written."""

@@ -24,6 +24,7 @@ from typing import Any
 import trio
 from publicsuffixlist import PublicSuffixList
 
+from corral.actors.periodic import run_periodically
 from corral.actors.platform import Platform
 from corral.config import Settings
 from corral.errors import ApiError, conflict
@@ -252,13 +253,12 @@ async def recheck_once(platform: Platform) -> int:
 
 async def recheck_forever(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The background re-check, every `preview_dns_recheck_seconds`."""
-    task_status.started()
-    while True:
-        await trio.sleep(platform.settings.preview_dns_recheck_seconds)
-        try:
-            await recheck_once(platform)
-        except Exception:
-            log.exception("re-checking preview domains failed")
+    await run_periodically(
+        lambda: recheck_once(platform),
+        lambda: platform.settings.preview_dns_recheck_seconds,
+        "re-checking preview domains",
+        task_status=task_status,
+    )
 
 
 async def url_domain(db: Database, settings: Settings, tenant_id: str, workspace_id: str | None, project_id: str | None) -> str:

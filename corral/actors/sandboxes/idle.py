@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import trio
 
+from corral.actors.periodic import run_periodically
 from corral.actors.platform import Platform
 from corral.errors import ApiError
 from corral.storage import Event, Row, parse_iso, utc_now
@@ -61,17 +62,20 @@ async def suspend_idle(platform: Platform, row: Row) -> bool:
     return True
 
 
+async def suspend_idle_sandboxes(platform: Platform) -> None:
+    """One auto-stop round."""
+    for row in await idle_sandboxes(platform):
+        if await still_idle(platform, row):
+            await suspend_idle(platform, row)
+
+
 async def watch_idle(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    task_status.started()
-    interval = platform.settings.idle_check_seconds
-    while True:
-        await trio.sleep(interval)
-        try:
-            for row in await idle_sandboxes(platform):
-                if await still_idle(platform, row):
-                    await suspend_idle(platform, row)
-        except Exception:
-            log.exception("the idle check failed; trying again in %s s", interval)
+    await run_periodically(
+        lambda: suspend_idle_sandboxes(platform),
+        lambda: platform.settings.idle_check_seconds,
+        "the sandbox idle check",
+        task_status=task_status,
+    )
 
 
 async def still_idle(platform: Platform, row: Row) -> bool:
