@@ -60,6 +60,8 @@ class Settings:
     """How often auto-stop looks for idle sandboxes (`CORRAL_IDLE_CHECK_SECONDS`)."""
     agent_timeout: float = 10.0
     """How long a call to a guest agent (other than exec's own timeout) may take."""
+    instance_launch_timeout: float = 15.0
+    """How long a new instance may take until its agent listens (`CORRAL_INSTANCE_LAUNCH_TIMEOUT`)."""
     # Credits and metering (issue 5; docs/api.md "Credits, metering and quotas").
     default_tenant_credits: int = 100
     """Credits granted to a tenant created without `credits` (`CORRAL_DEFAULT_TENANT_CREDITS`)."""
@@ -126,6 +128,7 @@ class Settings:
             "cgroup_parent": env.get("CORRAL_CGROUP_PARENT", "corral"),
             "sse_heartbeat_seconds": float(env.get("CORRAL_SSE_HEARTBEAT_SECONDS", "15")),
             "idle_check_seconds": float(env.get("CORRAL_IDLE_CHECK_SECONDS", "5")),
+            "instance_launch_timeout": float(env.get("CORRAL_INSTANCE_LAUNCH_TIMEOUT", "15")),
             "default_tenant_credits": int(env.get("CORRAL_DEFAULT_TENANT_CREDITS", "100")),
             "credit_low_threshold": int(env.get("CORRAL_CREDIT_LOW_THRESHOLD", "10")),
             "meter_interval": float(env.get("CORRAL_METER_INTERVAL", "10")),

@@ -54,7 +54,11 @@ class RuntimeHolder:
                 await network.setup()
                 self._network = network
                 driver = NamespaceDriver(
-                    Path(settings.data_dir), self.templates, network, CgroupV1(parent=settings.cgroup_parent)
+                    Path(settings.data_dir),
+                    self.templates,
+                    network,
+                    CgroupV1(parent=settings.cgroup_parent),
+                    launch_timeout=settings.instance_launch_timeout,
                 )
                 adopted = await driver.adopt()
                 if adopted:

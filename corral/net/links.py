@@ -77,12 +77,21 @@ def link_index(ipr: IPRoute, name: str) -> int | None:
 
 
 def ensure_bridge(ipr: IPRoute, name: str, address: str, prefixlen: int) -> None:
-    """Create the bridge if missing, give it the gateway address, bring it up."""
+    """Create the bridge if missing, give it the gateway address, bring it up.
+
+    The bridge gets a fixed MAC: left to itself a Linux bridge takes the lowest MAC
+    of its ports and changes it as veths come and go, and every instance that
+    cached the gateway's old MAC loses its packets to the host until its neighbour
+    entry expires (the agent "does not answer" for several seconds).
+    """
     index = link_index(ipr, name)
     if index is None:
         ipr.link("add", ifname=name, kind="bridge")
         index = link_index(ipr, name)
         assert index is not None
+    mac = mac_for(address)
+    if ipr.get_links(index)[0].get_attr("IFLA_ADDRESS") != mac:
+        ipr.link("set", index=index, address=mac)
     addresses = {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=index, family=2)}
     if address not in addresses:
         ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
@@ -106,6 +115,31 @@ def links_with_prefix(ipr: IPRoute, prefix: str) -> list[str]:
     return [name for name in names if name and name.startswith(prefix)]
 
 
+def mac_for(address: str) -> str:
+    """A locally administered MAC derived from the IPv4 address (as Docker does).
+
+    An address goes from one veth to the next (an instance started again, a new
+    instance given a released address) while the host's neighbour entry for it may
+    still hold the previous veth's MAC for several seconds: connections to the new
+    agent then vanish until the entry expires. With the MAC a function of the
+    address, every neighbour entry for an address is right for whoever holds it.
+    """
+    octets = [int(part) for part in address.split(".")]
+    return "02:42:" + ":".join(f"{octet:02x}" for octet in octets)
+
+
+def forget_neighbour(ipr: IPRoute, bridge: str, address: str) -> None:
+    """Drop the host's neighbour entry for `address` on the bridge, if it has one."""
+    bridge_index = link_index(ipr, bridge)
+    if bridge_index is None:
+        return
+    try:
+        ipr.neigh("del", dst=address, ifindex=bridge_index)
+    except NetlinkError as exc:
+        if exc.code not in (2, 19):  # ENOENT, ENODEV: nothing to forget
+            raise
+
+
 def create_veth(
     ipr: IPRoute,
     host_name: str,
@@ -126,12 +160,14 @@ def create_veth(
     # Isolated bridge ports cannot exchange frames with each other, only with the
     # bridge itself: instances never see each other even at layer 2.
     ipr.brport("set", index=index, isolated=1)
+    forget_neighbour(ipr, bridge, address)
     with netlink_in(netns) as inside:
         eth0 = inside.link_lookup(ifname="eth0")[0]
         kind = inside.get_links(eth0)[0].get_nested("IFLA_LINKINFO", "IFLA_INFO_KIND")
         if kind != "veth":  # never configure anything but the instance's own veth end
             raise NetworkError(f"eth0 in {netns} is a {kind!r}, not the instance's veth")
         lo = inside.link_lookup(ifname="lo")[0]
+        inside.link("set", index=eth0, address=mac_for(address))
         inside.addr("add", index=eth0, address=address, prefixlen=prefixlen)
         inside.link("set", index=eth0, state="up")
         inside.link("set", index=lo, state="up")

@@ -163,6 +163,8 @@ class HostNetwork:
         await self.firewall.remove_instance(instance_key(instance_id), str(address) if address else None)
         await self.netlink.call(links.delete_link, self.host_link(instance_id))
         await self.netlink.call(lambda ipr: links.delete_netns(self.netns_name(instance_id)))
+        if address is not None:
+            await self.netlink.call(links.forget_neighbour, self.config.bridge, str(address))
         self.addresses.release(instance_id)
 
     async def cleanup_stale(self, keep: set[str]) -> list[str]:

@@ -88,17 +88,37 @@ class CgroupV1:
             time.sleep(0.01 if freezer_free else 0.05)
         return not self.pids(instance_id)
 
-    def remove(self, instance_id: str) -> None:
+    def remove(self, instance_id: str, timeout: float = 5.0) -> bool:
+        """Remove the instance's groups, killing whatever is still in them; True once gone.
+
+        A launch that timed out may still be running and join the groups after a
+        first `kill_all`: a group that is not empty is emptied again and again until
+        it can go, and a launcher that comes later finds no group to join and exits.
+        """
+        deadline = time.monotonic() + timeout
         for controller in CONTROLLERS:
             path = self.path(controller, instance_id)
-            for _ in range(50):
+            while True:
                 try:
                     path.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    if time.monotonic() > deadline:
+                        return False
+                    for pid in self._procs(path):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
                     time.sleep(0.02)
+        return True
+
+    @staticmethod
+    def _procs(group: Path) -> list[int]:
+        try:
+            return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except (FileNotFoundError, ValueError):
+            return []
 
     def instance_ids(self) -> set[str]:
         ids: set[str] = set()

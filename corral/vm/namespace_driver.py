@@ -276,7 +276,7 @@ class NamespaceDriver(RuntimeDriver):
         await self.network.cleanup_stale(keep)
         for stale in self.cgroups.instance_ids() - keep:
             await trio.to_thread.run_sync(self.cgroups.kill_all, stale)
-            self.cgroups.remove(stale)
+            await trio.to_thread.run_sync(self.cgroups.remove, stale)
         return adopted
 
     async def aclose(self) -> None:
@@ -343,10 +343,15 @@ class NamespaceDriver(RuntimeDriver):
         attachment = await self.network.attach(instance_id)
         state["network"] = attachment.to_json()
         limits = Limits.from_json(state["limits"])
-        procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
+        try:
+            procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
+        except OSError as exc:
+            raise LaunchFailed(f"instance {instance_id} did not start: cannot set up its cgroups: {exc}") from exc
         reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
         if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
-            await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+            # A launch that timed out may still be on its way in: its groups go, so it
+            # has nothing to join, and whatever joined already is killed.
+            await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
             log = self.instance_dir(instance_id) / "console.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise LaunchFailed(f"instance {instance_id} did not start: {reply.get('error')}\n{reply.get('traceback', '')}{tail}")
@@ -366,7 +371,7 @@ class NamespaceDriver(RuntimeDriver):
             while self._alive(state) and trio.current_time() < deadline:
                 await trio.sleep(0.01)
         await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
-        self.cgroups.remove(instance_id)
+        await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
         if "token" in state:
             state["status"] = "stopped"
             state["init_pid"] = None
@@ -380,7 +385,7 @@ class NamespaceDriver(RuntimeDriver):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(state["init_pid"]), signal.SIGKILL)
         await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
-        self.cgroups.remove(instance_id)
+        await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
         await self.network.detach(instance_id)
         directory = self.instance_dir(instance_id)
         if directory.exists():

@@ -208,6 +208,30 @@ async def test_a_failed_boot_is_an_error_that_only_delete_leaves(runtime_api: Ap
         register_template(SVC_DESKTOP)
 
 
+async def test_a_launch_that_fails_says_why_and_leaves_nothing_behind(
+    tmp_path_factory: pytest.TempPathFactory, runtime_host: None
+) -> None:
+    """The instance is made but its agent never comes up in time: the computer is
+    `error` with the reason, nothing of the instance is left on the host (cgroups,
+    network namespace, files), and DELETE still answers 200."""
+    settings = {**RUNTIME_SETTINGS, "instance_launch_timeout": 0.001}
+    async with running_server(tmp_path_factory.mktemp("corral"), **settings) as api:
+        tenant = await api.create_tenant()
+        computer = await create(api, tenant)
+        failed = await wait_for(api, tenant, computer["id"], "error")
+        assert failed["vm_id"] is None
+        assert failed["error"].startswith("LaunchFailed: instance ") and "did not start" in failed["error"], failed["error"]
+        driver = await api.platform.runtime.driver()
+        assert await driver.instances() == []
+        parent = Path("/sys/fs/cgroup/pids") / api.platform.settings.cgroup_parent
+        assert not parent.is_dir() or [p.name for p in parent.iterdir() if p.is_dir()] == []
+        netns = Path("/run/netns")
+        assert not [n for n in netns.iterdir() if n.name.startswith(api.platform.settings.netns_prefix)]
+        assert (await call(api, tenant, "DELETE", computer["id"])).status_code == 200
+        gone = await call(api, tenant, "GET", computer["id"])
+        assert gone.status_code == 404
+
+
 @pytest.fixture
 async def data_dir(tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> AsyncIterator[Path]:
     yield tmp_path_factory.mktemp("corral")

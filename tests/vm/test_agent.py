@@ -12,6 +12,7 @@ from corral.vm import (
     AgentError,
     DestinationExists,
     ExecEvent,
+    ExecResult,
     FileNotFound,
     InvalidMode,
     InvalidPath,
@@ -221,3 +222,50 @@ async def test_process_spawn_failure(agent: AgentClient) -> None:
         await agent.spawn("true", cwd="/nonexistent")
     with pytest.raises(AgentError):
         await agent.spawn("")
+
+
+# -- long legitimate durations ---------------------------------------------
+# The client's agent timeout bounds how long the agent takes to start answering,
+# never how long a command runs or a quiet process stays quiet.
+
+
+@pytest.mark.slow
+async def test_long_silent_calls_outlive_the_agent_timeout(agent: AgentClient) -> None:
+    """A silent 12 s exec, a silent process stream and a long log wait, all at once."""
+    assert agent.timeout <= 10
+    results: dict[str, object] = {}
+
+    async def silent_exec() -> None:
+        results["exec"] = await agent.exec("sleep 12; echo done", timeout=30)
+
+    async def quiet_process_stream() -> None:
+        process = await agent.spawn("sleep 12; echo finally")
+        events = [event async for event in agent.stream_logs(process["pid"])]
+        results["stream"] = events
+
+    async def long_poll() -> None:
+        process = await agent.spawn("sleep 11; echo late")
+        results["poll"] = await agent.logs_after(process["pid"], 0, wait=20)
+
+    with trio.fail_after(40):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(silent_exec)
+            nursery.start_soon(quiet_process_stream)
+            nursery.start_soon(long_poll)
+    exec_result = results["exec"]
+    assert isinstance(exec_result, ExecResult)
+    assert exec_result.exit_code == 0 and exec_result.stdout == "done\n" and exec_result.duration_ms >= 12000
+    stream = results["stream"]
+    assert isinstance(stream, list)
+    assert [e["line"] for e in stream if e["type"] == "log"] == ["finally"]
+    assert stream[-1]["type"] == "end"
+    poll = results["poll"]
+    assert isinstance(poll, dict)
+    assert [line["line"] for line in poll["lines"]] == ["late"]
+
+
+async def test_ten_megabyte_transfer_both_ways(agent: AgentClient) -> None:
+    data = bytes(range(256)) * (10 * 1024 * 1024 // 256)
+    await agent.write_file("/workspace/big.bin", data)
+    content = await agent.read_file("/workspace/big.bin")
+    assert content.size_bytes == len(data) and content.data == data

@@ -21,6 +21,7 @@ from .errors import AgentError
 
 MAX_BODY = 64 * 1024 * 1024
 READ_SIZE = 65536
+HEAD_FLUSH_AFTER = 0.5  # seconds a streamed response may hold its head back
 
 
 @dataclass
@@ -119,20 +120,33 @@ async def _read_request(conn: _Connection, head: h11.Request) -> Request:
 
 async def _send_response(conn: _Connection, response: Response) -> None:
     headers = [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()]
-    if response.writer is None:
-        headers.append((b"content-length", str(len(response.body)).encode()))
-        await conn.send(h11.Response(status_code=response.status, headers=headers))
-        if response.body:
-            await conn.send(h11.Data(data=response.body))
-    else:
-        # The head waits for the first chunk and the last chunk carries the end of
-        # the body: one write (one packet, one wake-up) for a short exec.
-        headers.append((b"transfer-encoding", b"chunked"))
-        pending = conn.conn.send(h11.Response(status_code=response.status, headers=headers)) or b""
-        ended = False
+    if response.writer is not None:
+        await _send_streamed(conn, response.status, headers, response.writer)
+        return
+    headers.append((b"content-length", str(len(response.body)).encode()))
+    await conn.send(h11.Response(status_code=response.status, headers=headers))
+    if response.body:
+        await conn.send(h11.Data(data=response.body))
+    await conn.send(h11.EndOfMessage())
 
-        async def send(chunk: bytes, final: bool = False) -> None:
-            nonlocal pending, ended
+
+async def _send_streamed(conn: _Connection, status: int, headers: list[tuple[bytes, bytes]], writer: Writer) -> None:
+    """A chunked body from `writer`.
+
+    The head waits for the first chunk and the last chunk carries the end of the
+    body: one write (one packet, one wake-up) for a short exec. A writer that has
+    nothing to say yet (a command that prints nothing for minutes, a quiet process)
+    still gets its head out after `HEAD_FLUSH_AFTER`, so the client's "the agent
+    does not answer" deadline measures the agent, never the command.
+    """
+    headers = [*headers, (b"transfer-encoding", b"chunked")]
+    pending = conn.conn.send(h11.Response(status_code=status, headers=headers)) or b""
+    ended = False
+    lock = trio.Lock()  # the writer and the head flush share one stream
+
+    async def send(chunk: bytes, final: bool = False) -> None:
+        nonlocal pending, ended
+        async with lock:
             data = pending + (conn.conn.send(h11.Data(data=chunk)) or b"" if chunk else b"")
             pending = b""
             if final:
@@ -141,11 +155,20 @@ async def _send_response(conn: _Connection, response: Response) -> None:
             if data:
                 await conn.stream.send_all(data)
 
-        await response.writer(send)
+    async def flush_head_later() -> None:
+        nonlocal pending
+        await trio.sleep(HEAD_FLUSH_AFTER)
+        async with lock:
+            data, pending = pending, b""
+            if data:
+                await conn.stream.send_all(data)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(flush_head_later)
+        await writer(send)
         if not ended:
             await send(b"", final=True)
-        return
-    await conn.send(h11.EndOfMessage())
+        nursery.cancel_scope.cancel()
 
 
 async def serve_connection(stream: trio.SocketStream, handler: Handler) -> None:
