@@ -105,6 +105,11 @@ class HostNetwork:
         self.netlink = Netlink()
         self._ready = False
 
+    @property
+    def agent_port(self) -> int:
+        """The port every instance's agent listens on."""
+        return self.config.agent_port
+
     # -- naming ---------------------------------------------------------------
 
     def netns_name(self, instance_id: str) -> str:

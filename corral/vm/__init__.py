@@ -27,6 +27,7 @@ from .errors import (
     TemplateNotFound,
 )
 from .namespace_driver import NamespaceDriver
+from .network import InstanceNetwork, NetworkAttachment
 from .templates import TemplateStore, build_template, known_templates
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "InstanceExists",
     "InstanceInfo",
     "InstanceNotFound",
+    "InstanceNetwork",
     "InstanceNotRunning",
     "InstanceSpec",
     "InstanceState",
@@ -56,6 +58,7 @@ __all__ = [
     "MissingMode",
     "MissingPath",
     "NamespaceDriver",
+    "NetworkAttachment",
     "PathForbidden",
     "ProcessNotFound",
     "ProcessStartFailed",

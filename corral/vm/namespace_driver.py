@@ -32,7 +32,6 @@ from typing import Any
 
 import trio
 
-from corral.net import Attachment, HostNetwork
 
 from .cgroups import CgroupLimits, CgroupV1
 from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
@@ -42,6 +41,7 @@ from .errors import (
     InvalidInstanceState,
     LaunchFailed,
 )
+from .network import InstanceNetwork, NetworkAttachment
 from .templates import UID_COUNT, TemplateStore
 from .zygote import Zygote
 
@@ -71,7 +71,7 @@ class NamespaceDriver(RuntimeDriver):
         self,
         data_dir: Path,
         templates: TemplateStore,
-        network: HostNetwork,
+        network: InstanceNetwork,
         cgroups: CgroupV1 | None = None,
         python: str = sys.executable,
         launch_timeout: float = 15.0,
@@ -82,7 +82,7 @@ class NamespaceDriver(RuntimeDriver):
         self.network = network
         self.cgroups = cgroups or CgroupV1()
         self.uid_base = templates.uid_base
-        self.agent_port = network.config.agent_port
+        self.agent_port = network.agent_port
         self.launch_timeout = launch_timeout
         self.zygote = Zygote(python)
         self._locks: dict[str, trio.Lock] = {}
@@ -310,7 +310,7 @@ class NamespaceDriver(RuntimeDriver):
         self._save(state)
 
     def _launch_request(
-        self, state: dict[str, Any], attachment: Attachment, procs: list[str], boot_env: dict[str, str] | None = None
+        self, state: dict[str, Any], attachment: NetworkAttachment, procs: list[str], boot_env: dict[str, str] | None = None
     ) -> dict[str, Any]:
         directory = self.instance_dir(state["id"])
         hostname = state["hostname"]
