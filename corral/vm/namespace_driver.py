@@ -32,7 +32,6 @@ from typing import Any
 
 import trio
 
-
 from .cgroups import CgroupLimits, CgroupV1
 from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from .errors import (
