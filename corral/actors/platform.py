@@ -102,6 +102,11 @@ async def _recover(platform: Platform) -> None:
     from corral.actors import computers  # resumes provisioning; metrics sampler, idle watcher
 
     await computers.start_background(platform)
+    from corral.actors import instances, sandboxes
+
+    watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
+    interval = lambda: platform.settings.idle_check_seconds  # noqa: E731 - read each round
+    await platform.nursery.start(instances.watch_idle, platform.db, platform.system, watches, interval)
 
 
 @contextlib.asynccontextmanager

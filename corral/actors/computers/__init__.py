@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .actor import ComputerActor, computer_not_found, not_running
 from .env import delete_env, env_public, list_env, parse_env_var, resolved_env, set_env
 from .execution import agent_for, exec_command, exec_python, list_apps, touch
-from .idle import stop_idle_computers, watch_idle
+from .idle import idle_watch, stop_idle_computers
 from .messages import (
     Boot,
     Booted,
@@ -62,13 +62,12 @@ if TYPE_CHECKING:
 
 async def start_background(platform: Platform) -> None:
     """At start-up: hook into billing, resume interrupted provisioning, start the metrics
-    sampler and the idle watcher."""
+    sampler. (Auto-stop is the instances' one idle watcher, started by the platform.)"""
     from .credits import register_with_billing
 
     register_with_billing()
     await recover_provisioning(platform)
     await start_sampler(platform)
-    await platform.nursery.start(watch_idle, platform)
 
 
 __all__ = [
@@ -111,6 +110,7 @@ __all__ = [
     "exec_python",
     "find_computer",
     "get_template",
+    "idle_watch",
     "list_apps",
     "list_computers",
     "list_env",
@@ -134,5 +134,4 @@ __all__ = [
     "template_types",
     "touch",
     "update_computer",
-    "watch_idle",
 ]

@@ -5,26 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.actors.instances.messages import Boot, Booted, Connect, Get
 from corral.actors.messages import Message
-from corral.vm import InstanceInfo
 
-
-@dataclass(frozen=True)
-class Boot(Message):
-    """Provision the instance of a new computer: create it (or copy `clone_source`'s
-    files into it), install the selected apps, then report `Booted`."""
-
-    clone_source: str | None = None
-    """The source computer's instance id, for a clone."""
-
-
-@dataclass(frozen=True)
-class Booted(Message):
-    """The provisioning child's outcome: the running instance, or the error that stopped it."""
-
-    info: InstanceInfo | None
-    error: str | None = None
-    apps_error: str | None = None
+__all__ = [
+    "Boot",
+    "Booted",
+    "Clone",
+    "Connect",
+    "Destroy",
+    "Get",
+    "IdleStop",
+    "Move",
+    "Pause",
+    "Resize",
+    "Restart",
+    "Start",
+    "Stop",
+    "Update",
+]
 
 
 @dataclass(frozen=True)
@@ -82,17 +81,9 @@ class Destroy(Message):
 
 
 @dataclass(frozen=True)
-class Connect(Message):
-    """The running instance, for talking to its agent (exec, files, apps)."""
-
-
-@dataclass(frozen=True)
 class Update(Message):
     """Change fields that no state governs (`agent_session_id`, `auto_stop`)."""
 
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Get(Message):
-    """The computer's row as the actor holds it."""

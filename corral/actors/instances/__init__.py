@@ -1,5 +1,24 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
+from .actor import InstanceActor, failure_summary
+from .idle import IdleWatch, stop_idle, watch_idle
+from .messages import Boot, Booted, Connect, Get
+from .refusals import Refusals, runtime_refusals
 from .sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
 
-__all__ = ["MAX_VARS", "SealedEnv", "SealedEnvTable"]
+__all__ = [
+    "MAX_VARS",
+    "Boot",
+    "Booted",
+    "Connect",
+    "Get",
+    "IdleWatch",
+    "InstanceActor",
+    "Refusals",
+    "SealedEnv",
+    "SealedEnvTable",
+    "failure_summary",
+    "runtime_refusals",
+    "stop_idle",
+    "watch_idle",
+]

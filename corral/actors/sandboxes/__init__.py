@@ -3,6 +3,7 @@
 from . import env, processes
 from .actor import SandboxActor
 from .event_types import EVENT_TYPES, LOG_TYPES
+from .idle import idle_watch
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
 from .service import (
     agent_for,
@@ -37,6 +38,7 @@ __all__ = [
     "exec_command",
     "find_sandbox",
     "fork_sandbox",
+    "idle_watch",
     "lifecycle",
     "list_sandboxes",
     "processes",

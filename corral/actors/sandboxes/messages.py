@@ -1,24 +1,13 @@
-"""Messages a sandbox actor handles."""
+"""Messages a sandbox actor handles: the instance kinds' common ones, and its own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from corral.actors.instances.messages import Boot, Booted, Connect, Get
 from corral.actors.messages import Message
-from corral.vm import InstanceInfo
 
-
-@dataclass(frozen=True)
-class Boot(Message):
-    """Create the instance of a new sandbox (sent once, right after the row is written)."""
-
-
-@dataclass(frozen=True)
-class Booted(Message):
-    """The boot child's outcome: the running instance, or the error that stopped it."""
-
-    info: InstanceInfo | None
-    error: str | None = None
+__all__ = ["Boot", "Booted", "Connect", "Destroy", "Fork", "Get", "Start", "Stop", "Suspend"]
 
 
 @dataclass(frozen=True)
@@ -33,7 +22,14 @@ class Stop(Message):
 
 @dataclass(frozen=True)
 class Suspend(Message):
-    """Auto-stop: like Stop, but the sandbox ends `suspended`."""
+    """Auto-stop: like Stop, but the sandbox ends `suspended`.
+
+    From the idle watcher it carries what the watcher saw: the actor emits
+    `sandbox.idle` and suspends only if `last_activity_at` is still the same.
+    """
+
+    idle_seconds: int | None = None
+    last_activity_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,17 +38,7 @@ class Destroy(Message):
 
 
 @dataclass(frozen=True)
-class Connect(Message):
-    """The running instance, for talking to its agent (exec, files, processes)."""
-
-
-@dataclass(frozen=True)
 class Fork(Message):
     """Copy this sandbox's files into the instance of the new sandbox `new_id`."""
 
     new_id: str
-
-
-@dataclass(frozen=True)
-class Get(Message):
-    """The sandbox's row as the actor holds it."""

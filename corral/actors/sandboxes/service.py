@@ -21,7 +21,6 @@ from corral.vm import SIZES, AgentClient, ExecEvent, InstanceInfo
 from . import billing_hooks
 from .actor import SandboxActor, limit_reached
 from .env import KEY_PATTERN, EnvVar, copy_vars, put_vars, resolved_env
-from .idle import watch_idle
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop
 from .processes import resume_watchers
 
@@ -200,9 +199,8 @@ async def recover_interrupted(platform: Platform) -> int:
 
 
 async def start_background(platform: Platform) -> None:
-    """At start-up: follow the processes that kept running, and watch for idle sandboxes."""
+    """At start-up: follow the processes that kept running."""
     await resume_watchers(platform)
-    await platform.nursery.start(watch_idle, platform)
 
 
 async def find_sandbox(platform: Platform, tenant_id: str, sandbox_id: str) -> Row:
@@ -229,8 +227,6 @@ async def lifecycle(platform: Platform, sandbox_id: str, message: Start | Stop |
         await billing_hooks.allow_start(platform, sandbox_id)  # 402 / quota 409
     ref = await platform.system.get(SandboxActor, sandbox_id)
     row: Row = await ref.ask(message, timeout=120)
-    if isinstance(message, (Stop, Destroy)):
-        await platform.agents.forget(sandbox_id)
     return row
 
 

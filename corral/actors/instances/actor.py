@@ -1,0 +1,272 @@
+"""`InstanceActor`: the one base of every actor that owns an instance.
+
+A sandbox, a computer, and later a desktop, a deployment's service, a database
+server and a template build are each a row with a status and one instance behind
+it. What they share lives here once:
+
+- provisioning in a child task (`Boot` -> `Booted`), so the mailbox keeps answering
+  `Get` and `Destroy` while a template builds or an instance boots; `Destroy`
+  cancels it, and a boot cut short by a control-plane restart adopts the instance
+  it had already made;
+- reconciling with the runtime on activation (a running resource whose instance
+  stopped under it is started again; one whose instance is gone is an `error`);
+- starting, halting, destroying and connecting to the instance, with runtime
+  errors answered through the kind's `Refusals`;
+- the sealed environment handed to every boot (`boot_env`).
+
+A kind sets a few class attributes and hooks (see the class docstring) and keeps its
+own transition table, which mirrors the specification's state table for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, ClassVar
+
+import trio
+
+from corral.actors.actor import handles
+from corral.actors.record import RecordActor
+from corral.errors import ApiError
+from corral.vm import (
+    SIZES,
+    InstanceInfo,
+    InstanceNotFound,
+    InstanceSpec,
+    InstanceState,
+    RuntimeDriver,
+)
+
+from .messages import Boot, Booted, Connect, Get
+from .refusals import Refusals, runtime_refusals
+
+log = logging.getLogger("corral.instances")
+
+
+def failure_summary(exc: BaseException) -> str:
+    """The first line of an error, with its type, short enough for the error column."""
+    text = str(exc).strip()
+    summary = text.splitlines()[0] if text else "no detail"
+    return f"{type(exc).__name__}: {summary}"[:500]
+
+
+class InstanceActor(RecordActor):
+    """An actor over one row whose resource runs on one instance.
+
+    Class attributes a kind sets:
+
+    - `booting_state`: the state a new resource is in until `Booted`
+      (`creating`, `provisioning`);
+    - `refusals`: how the kind words the runtime's "not running" and "gone";
+    - `removed_state`: the state of a resource whose row is gone (its `Get` is 404),
+      or None when the row stays;
+    - `adopt_while_booting`: whether activation adopts a running instance of a
+      resource still `booting_state` (True for kinds whose boot has no further steps).
+
+    Hooks a kind may override: `instance_id`, `runtime_template`, `boot_env`,
+    `after_create` (more provisioning in the boot child, e.g. apps), `running_fields`,
+    `on_running` (events and metering once running), `before_halt` (a last word
+    with the agent before its instance stops), `on_instance_lost`.
+    """
+
+    booting_state: ClassVar[str]
+    refusals: ClassVar[Refusals] = Refusals()
+    removed_state: ClassVar[str | None] = None
+    adopt_while_booting: ClassVar[bool] = False
+    error_column = "error"
+
+    info: InstanceInfo | None = None
+    _booting: trio.CancelScope | None = None
+
+    # -- what a kind may override ---------------------------------------------------
+
+    @property
+    def instance_id(self) -> str:
+        """The runtime's name for the instance; the resource's id unless the kind keeps another."""
+        return self.id
+
+    @property
+    def subject(self) -> dict[str, Any]:
+        """What every event about this resource carries: `{"<kind>_id": id}`."""
+        return {f"{self.kind}_id": self.id}
+
+    def runtime_template(self) -> str:
+        """The runtime template the instance is made from."""
+        return str(self.record.get("template_id") or "default")
+
+    async def boot_env(self) -> dict[str, str]:
+        """Environment for the boot, in memory only (never on the instance's disk)."""
+        return {}
+
+    async def after_create(self, info: InstanceInfo) -> str | None:
+        """More provisioning in the boot child once the instance runs; a returned text
+        is a notice kept in the error column (the resource runs all the same)."""
+        return None
+
+    def running_fields(self) -> dict[str, Any]:
+        """Fields written with the state when the instance comes up."""
+        return {}
+
+    async def on_running(self, booted: bool) -> None:
+        """The instance came up: after the first boot (`booted`) or a start."""
+
+    async def before_halt(self) -> None:
+        """A last word with the agent before the instance stops or goes."""
+
+    async def on_instance_lost(self) -> None:
+        """A running resource whose instance the runtime no longer has became `error`."""
+
+    # -- plumbing -------------------------------------------------------------------
+
+    async def driver(self) -> RuntimeDriver:
+        driver: RuntimeDriver = await self.services.runtime.driver()
+        return driver
+
+    def spec(self, boot_env: dict[str, str], instance_id: str | None = None) -> InstanceSpec:
+        return InstanceSpec(
+            instance_id=instance_id or self.instance_id,
+            template=self.runtime_template(),
+            limits=SIZES[self.record["size"]],
+            hostname=self.record["slug"],
+            boot_env=boot_env,
+        )
+
+    def refused(self) -> contextlib.AbstractContextManager[None]:
+        """Runtime errors inside as the kind's API answers."""
+        return runtime_refusals(self.refusals)
+
+    def is_removed(self) -> bool:
+        return self.removed_state is not None and self.state == self.removed_state
+
+    def transition(self, message: Any) -> str:
+        if self.is_removed():  # removed while a request was on its way
+            raise self.not_found()
+        return super().transition(message)
+
+    def describe(self) -> dict[str, Any]:
+        return {"instance_id": self.instance_id, "address": self.info.address if self.info else None}
+
+    # -- activation -----------------------------------------------------------------
+
+    async def on_activate(self) -> None:
+        await super().on_activate()
+        await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """Bring the record and the runtime into agreement after a (re)activation."""
+        booting = self.state == self.booting_state and self.adopt_while_booting
+        if self.state != "running" and not booting:
+            return
+        driver = await self.driver()
+        try:
+            info = await driver.info(self.instance_id)
+        except InstanceNotFound:
+            # A resource still booting is booted by its Boot message (sent again at
+            # start-up); a running one lost its instance.
+            if self.state == "running":
+                await self.persist(state=self.error_state, error="the instance is gone")
+                await self.on_instance_lost()
+            return
+        if info.state is not InstanceState.RUNNING:
+            info = await driver.start(self.instance_id, await self.boot_env())  # the host restarted under it
+        self.info = info
+        if booting:
+            await self.persist(state="running", error=None)
+
+    # -- provisioning ---------------------------------------------------------------
+
+    @handles(Boot)
+    async def boot(self, message: Boot) -> None:
+        self.transition(message)
+        self.spawn(self._provision, message.clone_source)
+
+    async def _provision(self, clone_source: str | None) -> None:
+        with trio.CancelScope() as scope:
+            self._booting = scope
+            try:
+                outcome = await self._make_instance(clone_source)
+            except Exception as exc:  # the outcome is reported, not raised: it is the resource's error
+                log.warning("%s %s failed to provision: %s", self.kind, self.id, exc)
+                outcome = Booted(None, failure_summary(exc))
+            finally:
+                self._booting = None
+            with contextlib.suppress(ApiError):  # the resource was removed meanwhile
+                await self.ref.tell(outcome)
+
+    async def _make_instance(self, clone_source: str | None) -> Booted:
+        driver = await self.driver()
+        env = await self.boot_env()
+        try:  # made before a control-plane restart cut the boot short
+            info = await driver.info(self.instance_id)
+            if info.state is not InstanceState.RUNNING:
+                info = await driver.start(self.instance_id, env)
+        except InstanceNotFound:
+            if clone_source is not None:
+                info = await driver.clone(clone_source, self.spec(env))
+            else:
+                info = await driver.create(self.spec(env))
+        notice = None if clone_source is not None else await self.after_create(info)
+        return Booted(info, notice=notice)
+
+    @handles(Booted)
+    async def booted(self, message: Booted) -> None:
+        next_state = self.transition(message)
+        if message.info is None:
+            await self.persist(state=self.error_state, error=message.error)
+            await self.emit("error", {**self.subject, "error": message.error})
+            return
+        self.info = message.info
+        await self.persist(state=next_state, error=message.notice, **self.running_fields())
+        await self.on_running(booted=True)
+
+    # -- lifecycle helpers for the kinds' handlers ---------------------------------------
+
+    async def start_instance(self) -> None:
+        """Start the stopped instance with this boot's environment."""
+        with self.refused():
+            self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
+
+    async def halt_instance(self) -> None:
+        """Stop every process of the instance; its files stay."""
+        await self.before_halt()
+        with self.refused():
+            await (await self.driver()).stop(self.instance_id)
+        self.info = None
+        await self.services.agents.forget(self.instance_id)
+
+    async def destroy_instance(self) -> None:
+        """Cancel a boot under way, then remove the instance and everything it had."""
+        if self._booting is not None:
+            self._booting.cancel()
+        await self.before_halt()
+        with self.refused(), contextlib.suppress(InstanceNotFound):
+            await (await self.driver()).destroy(self.instance_id)
+        self.info = None
+        await self.services.agents.forget(self.instance_id)
+
+    def running_agent_info(self) -> InstanceInfo | None:
+        """The instance while it runs (for a last word with its agent), else None."""
+        if self.info is None or self.info.state is not InstanceState.RUNNING:
+            return None
+        return self.info
+
+    # -- access ---------------------------------------------------------------------
+
+    @handles(Connect)
+    async def connect(self, message: Connect) -> InstanceInfo:
+        self.transition(message)
+        if self.info is None or self.info.state is not InstanceState.RUNNING:
+            with self.refused():
+                self.info = await (await self.driver()).info(self.instance_id)
+            if self.info.state is not InstanceState.RUNNING and self.refusals.not_running is not None:
+                raise ApiError(
+                    self.refusals.not_running.status, self.refusals.not_running.code, self.refusals.not_running.message
+                )
+        return self.info
+
+    @handles(Get)
+    async def get(self, message: Get) -> dict[str, Any]:
+        if self.is_removed():
+            raise self.not_found()
+        return dict(self.record)

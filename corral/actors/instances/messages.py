@@ -1,0 +1,42 @@
+"""Messages every instance-owning actor handles; each kind adds its own beside them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral.actors.messages import Message
+from corral.vm import InstanceInfo
+
+
+@dataclass(frozen=True)
+class Boot(Message):
+    """Make the instance of a new resource in a child task, then report `Booted`.
+
+    With `clone_source` (another instance's id) the new instance starts with a copy
+    of that instance's files.
+    """
+
+    clone_source: str | None = None
+
+
+@dataclass(frozen=True)
+class Booted(Message):
+    """The boot child's outcome: the running instance, or the error that stopped it.
+
+    `notice` is a problem that did not stop the resource from running (a computer's
+    app that failed to install); it is kept in the error column for the user to see.
+    """
+
+    info: InstanceInfo | None
+    error: str | None = None
+    notice: str | None = None
+
+
+@dataclass(frozen=True)
+class Connect(Message):
+    """The running instance, for talking to its agent (exec, files, processes)."""
+
+
+@dataclass(frozen=True)
+class Get(Message):
+    """The resource's row as the actor holds it."""
