@@ -6,7 +6,13 @@ import pytest
 
 from corral.actors.instances import Refusals, runtime_refusals
 from corral.errors import ApiError
-from corral.vm import AgentUnavailable, InstanceNotFound, InstanceNotRunning, PathForbidden, RuntimeUnavailable
+from corral.vm import (
+    AgentUnavailable,
+    InstanceNotFound,
+    InstanceNotRunning,
+    PathForbidden,
+    RuntimeUnavailable,
+)
 
 COMPUTER = Refusals(
     not_running=ApiError(409, "COMPUTER_NOT_RUNNING", "computer is not running"),
