@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .actor import ComputerActor, computer_not_found, not_running
 from .env import delete_env, env_public, list_env, parse_env_var, resolved_env, set_env
-from .execution import agent_for, exec_command, exec_python, list_apps, touch
+from .execution import agent_for, exec_command, exec_python, files_for, list_apps, touch
 from .idle import idle_watch, stop_idle_computers
 from .messages import (
     Boot,
@@ -108,6 +108,7 @@ __all__ = [
     "env_public",
     "exec_command",
     "exec_python",
+    "files_for",
     "find_computer",
     "get_template",
     "idle_watch",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from corral.actors.instances import InstanceFiles
 from corral.errors import ApiError, validation_error
 from corral.ids import new_ulid
 from corral.storage import Row, utc_now_iso
@@ -80,6 +81,11 @@ async def agent_for(platform: Platform, row: Row, *, record_activity: bool = Tru
         return platform.agents.client(info)
     except RuntimeErrorBase as exc:  # no address: it stopped meanwhile
         raise not_running() from exc
+
+
+async def files_for(platform: Platform, row: Row) -> InstanceFiles:
+    """The files of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
+    return InstanceFiles(await agent_for(platform, row), ComputerActor.refusals)
 
 
 def clamp_timeout(value: Any) -> int:

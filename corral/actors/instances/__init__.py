@@ -1,6 +1,7 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
 from .actor import InstanceActor, failure_summary
+from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
 from .messages import Boot, Booted, Connect, Get
 from .refusals import Refusals, runtime_refusals
@@ -14,6 +15,7 @@ __all__ = [
     "Get",
     "IdleWatch",
     "InstanceActor",
+    "InstanceFiles",
     "Refusals",
     "SealedEnv",
     "SealedEnvTable",

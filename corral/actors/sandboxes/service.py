@@ -10,6 +10,7 @@ from typing import Any
 
 import trio
 
+from corral.actors.instances import InstanceFiles
 from corral.actors.platform import Platform
 from corral.actors.tenancy import resolve_attribution
 from corral.actors.tenancy.slugs import slugify
@@ -243,6 +244,11 @@ async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: boo
     if record_activity:
         await touch(platform, sandbox_id)
     return platform.agents.client(info)
+
+
+async def files_for(platform: Platform, sandbox_id: str) -> InstanceFiles:
+    """The files of a running sandbox (waits for one still being created)."""
+    return InstanceFiles(await agent_for(platform, sandbox_id), SandboxActor.refusals)
 
 
 async def touch(platform: Platform, sandbox_id: str) -> None:

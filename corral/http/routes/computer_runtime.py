@@ -9,7 +9,7 @@ from __future__ import annotations
 from quart import Response
 
 from corral.actors import computers
-from corral.vm import AgentClient
+from corral.actors.instances import InstanceFiles
 
 from ..context import RequestContext
 from ..replies import Reply, raw
@@ -99,9 +99,9 @@ async def events(ctx: RequestContext, id: str) -> Response:
     return event_stream(ctx, resource_type="computer", resource_id=row["id"], types=["computer.*"])
 
 
-async def _agent(ctx: RequestContext, id: str) -> AgentClient:
+async def _files(ctx: RequestContext, id: str) -> InstanceFiles:
     row = await computer_row(ctx, id, change=ctx.route.scope == WRITE)
-    return await computers.agent_for(ctx.platform, row)
+    return await computers.files_for(ctx.platform, row)
 
 
-mount_file_routes(router, "/computers/{id}", _agent, read_scope=READ, write_scope=WRITE, noun="computer")
+mount_file_routes(router, "/computers/{id}", _files, read_scope=READ, write_scope=WRITE, noun="computer")

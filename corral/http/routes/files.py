@@ -2,8 +2,8 @@
 
 One implementation serves sandboxes and computers: `mount_file_routes` registers the
 eleven routes below a resource path with a function that turns the path parameters
-into the instance's agent client (raising the resource's own not-found or
-not-running errors). Path rules (allowed prefixes, `..`, `~`, symlinks) are enforced
+into the `InstanceFiles` handle its actor hands out (raising the resource's own
+not-found or not-running errors). Path rules (allowed prefixes, `..`, `~`, symlinks) are enforced
 by the guest agent, inside the instance, where symlinks resolve as they really are.
 """
 
@@ -20,8 +20,8 @@ from urllib.parse import quote
 from quart import Response
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from corral.actors.instances import InstanceFiles
 from corral.errors import ApiError, invalid_body, validation_error
-from corral.vm import AgentClient
 
 from ..context import RequestContext
 from ..replies import Reply, raw
@@ -30,7 +30,7 @@ from ..routing import Router
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
 DEFAULT_DIR = "/workspace"
 
-Resolver = Callable[[RequestContext, str], Awaitable[AgentClient]]
+Resolver = Callable[[RequestContext, str], Awaitable[InstanceFiles]]
 
 
 def missing_path() -> ApiError:
@@ -78,13 +78,13 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         status=201,
     )
     async def upload(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         try:
-            files = await ctx.request.files
+            parts = await ctx.request.files
             form = await ctx.request.form
         except RequestEntityTooLarge:
             raise too_large() from None
-        storage = files.get("file")
+        storage = parts.get("file")
         if storage is None:
             raise ApiError(400, "MISSING_FILE", "multipart part 'file' is required")
         data = storage.read(MAX_UPLOAD_BYTES + 1)
@@ -95,7 +95,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         target = require_path(target)
         if target.endswith("/"):
             target = target + filename
-        written = await agent.write_file(target, data)
+        written = await files.write(target, data)
         path = written.get("path", target)
         return raw({"success": True, "file": {"path": path, "filename": posixpath.basename(path), "size_bytes": len(data)}}, 201)
 
@@ -112,7 +112,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         },
     )
     async def write(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         body = await ctx.json()
         path = require_path(body.get("path"))
         content = body.get("content")
@@ -132,14 +132,14 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
             raise validation_error({"encoding": "must be utf8 or base64"})
         if len(data) > MAX_UPLOAD_BYTES:
             raise too_large()
-        written = await agent.write_file(path, data)
+        written = await files.write(path, data)
         return raw({"success": True, "file": {"path": written.get("path", path), "size_bytes": len(data)}}, 201)
 
     @router.get(f"{prefix}", summary="List a directory (default /workspace)", scope=read_scope, query={"path": "directory"})
     async def list_dir(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         path = require_path(ctx.query("path") or DEFAULT_DIR)
-        listing = await agent.list_files(path)
+        listing = await files.list(path)
         return raw({"files": listing["files"], "path": listing.get("path", path)})
 
     @router.get(
@@ -150,9 +150,9 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         content_type="application/octet-stream",
     )
     async def download(ctx: RequestContext, id: str) -> Response:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         path = require_path(ctx.query("path"))
-        content = await agent.read_file(path)
+        content = await files.read(path)
         filename = posixpath.basename(content.path or path) or "download"
         return Response(
             content.data,
@@ -168,9 +168,9 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
     )
     async def export(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         path = require_path((await ctx.json()).get("path"))
-        content = await agent.read_file(path)
+        content = await files.read(path)
         if content.size_bytes == 0:
             raise ApiError(404, "FILE_NOT_FOUND", "file is empty")
         filename = posixpath.basename(content.path or path)
@@ -196,16 +196,16 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
     )
     async def delete(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         body = await ctx.json()
         path = require_path(body.get("path") or ctx.query("path"))
-        result = await agent.delete(path)
+        result = await files.delete(path)
         return raw({"success": True, "path": result.get("path", path)})
 
     @router.get(f"{prefix}/stat", summary="A file's metadata", scope=read_scope, query={"path": "file (required)"})
     async def stat(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
-        return raw(await agent.stat(require_path(ctx.query("path"))))
+        files = await resolve(ctx, id)
+        return raw(await files.stat(require_path(ctx.query("path"))))
 
     @router.post(
         f"{prefix}/mkdir",
@@ -216,13 +216,13 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}}},
     )
     async def mkdir(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         body = await ctx.json()
         path = require_path(body.get("path"))
         recursive = body.get("recursive", False)
         if not isinstance(recursive, bool):
             raise validation_error({"recursive": "must be a boolean"})
-        result = await agent.mkdir(path, recursive=recursive)
+        result = await files.mkdir(path, recursive=recursive)
         return raw({"success": True, "path": result.get("path", path)}, 201)
 
     async def _two_paths(ctx: RequestContext) -> tuple[str, str]:
@@ -237,9 +237,9 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
 
     @router.post(f"{prefix}/rename", summary="Rename or move a file", scope=write_scope, action=f"{action}.rename", request=two_paths)
     async def rename(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         source, destination = await _two_paths(ctx)
-        result = await agent.rename(source, destination)
+        result = await files.rename(source, destination)
         return raw({"success": True, "source": result.get("source", source), "destination": result.get("destination", destination)})
 
     @router.post(
@@ -251,9 +251,9 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         request=two_paths,
     )
     async def copy(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         source, destination = await _two_paths(ctx)
-        result = await agent.copy(source, destination)
+        result = await files.copy(source, destination)
         return raw({"success": True, "source": result.get("source", source), "destination": result.get("destination", destination)}, 201)
 
     @router.post(
@@ -264,7 +264,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         request={"type": "object", "required": ["path", "mode"], "properties": {"path": {"type": "string"}, "mode": {"type": "string"}}},
     )
     async def chmod(ctx: RequestContext, id: str) -> Reply:
-        agent = await resolve(ctx, id)
+        files = await resolve(ctx, id)
         body = await ctx.json()
         path = require_path(body.get("path"))
         mode = body.get("mode")
@@ -274,5 +274,5 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
             mode = f"{mode:o}" if mode > 0o777 else str(mode)
         if not isinstance(mode, str) or not mode.isdigit() or any(c not in "01234567" for c in mode) or len(mode) > 4:
             raise ApiError(400, "INVALID_MODE", "mode must be an octal string such as 755 or 0644")
-        result = await agent.chmod(path, mode)
+        result = await files.chmod(path, mode)
         return raw({"success": True, "path": result.get("path", path), "mode": result.get("mode", mode)})

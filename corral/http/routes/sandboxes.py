@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from corral.actors import sandboxes
+from corral.actors.instances import InstanceFiles
 from corral.errors import ApiError
 from corral.storage import Row
-from corral.vm import AgentClient
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
@@ -118,11 +118,11 @@ async def exec_(ctx: RequestContext, id: str) -> Reply:
     return raw(await sandboxes.exec_command(ctx.platform, row, await ctx.json()))
 
 
-async def _agent(ctx: RequestContext, id: str) -> AgentClient:
+async def _files(ctx: RequestContext, id: str) -> InstanceFiles:
     row = await _sandbox(ctx, id)
     if row["status"] not in ("running", "creating"):
         raise ApiError(409, "SANDBOX_NOT_RUNNING", "sandbox is not running")
-    return await sandboxes.agent_for(ctx.platform, row["id"])
+    return await sandboxes.files_for(ctx.platform, row["id"])
 
 
-mount_file_routes(router, "/sandboxes/{id}", _agent, read_scope="sandboxes:read", write_scope="sandboxes:write", noun="sandbox")
+mount_file_routes(router, "/sandboxes/{id}", _files, read_scope="sandboxes:read", write_scope="sandboxes:write", noun="sandbox")
