@@ -13,9 +13,10 @@ from typing import Any
 import httpx
 import trio
 
-from corral.actors.platform import Platform, open_platform
+from corral.actors.platform import Platform
 from corral.config import Settings
 from corral.http import run_api
+from corral.node import open_node
 
 ADMIN_KEY = "msk_a_test-operator-key-0123456789abcdef"
 PASSWORD = "correct horse battery"
@@ -156,7 +157,7 @@ async def running_server(data_dir: Path, database_url: str = "", **overrides: An
         **overrides,
     )
     stop = trio.Event()
-    async with open_platform(settings) as platform, trio.open_nursery() as nursery:
+    async with open_node(settings) as platform, trio.open_nursery() as nursery:
         await nursery.start(run_api, platform, stop)
         base = f"http://127.0.0.1:{settings.port}"
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:

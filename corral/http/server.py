@@ -13,9 +13,10 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
-from corral.actors.platform import Platform, open_platform
+from corral.actors.platform import Platform
 from corral.actors.previews import run_preview
 from corral.config import Settings
+from corral.node import open_node
 
 from .app import create_app
 
@@ -51,7 +52,7 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
 
 async def serve(settings: Settings) -> None:
     stop = trio.Event()
-    async with open_platform(settings) as platform, trio.open_nursery() as nursery:
+    async with open_node(settings) as platform, trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
         await nursery.start(run_api, platform, stop)
         log.info("Corral API listening on http://%s:%d", settings.host, settings.port)

@@ -266,7 +266,7 @@ async def meter_unmetered(platform: Platform) -> int:
 
 
 async def start_metering(platform: Platform) -> Metering:
-    """Start the node's metering task in the platform's nursery (from `open_platform`)."""
+    """Start the node's metering task in the platform's nursery (from `corral.node`)."""
     if await meter_unmetered(platform):
         log.info("started meters for running instances that had none")
     metering = Metering(platform)

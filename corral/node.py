@@ -1,0 +1,131 @@
+"""The composition root: one Corral node, built and started part by part.
+
+`open_node(settings)` opens the store (and migrates it), builds the services every
+part shares into one `Platform`, then starts the parts in order: the actor system;
+the runtime (re-adopting instances that outlived the last run) and interrupted
+creations; each instance kind's background work; the one idle watcher; billing,
+with each kind's billing hooks registered here; the webhook dispatcher. It stops
+them in the reverse order. Nothing is found by a string key: what a part needs, it
+is handed.
+
+This module sits above `corral.actors` (DESIGN.md "Composition"): it imports the
+parts; no part imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import trio
+
+from corral.actors import billing, computers, instances, sandboxes
+from corral.actors.agents import AgentPool
+from corral.actors.bus import EventBus
+from corral.actors.platform import Platform
+from corral.actors.runtime import RuntimeHolder
+from corral.actors.system import ActorConfig, ActorSystem
+from corral.actors.webhooks import run_webhooks
+from corral.config import Settings
+from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
+
+log = logging.getLogger("corral")
+
+ADMIN_KEY_PREFIX = "msk_a_"
+
+
+def bootstrap_admin_key(settings: Settings) -> str:
+    """`CORRAL_ADMIN_KEY`, or the key in `<data-dir>/admin-key`, generated on first start."""
+    if settings.admin_key:
+        return settings.admin_key
+    path = Path(settings.data_dir) / "admin-key"
+    if path.exists():
+        return path.read_text().strip()
+    key = ADMIN_KEY_PREFIX + secrets.token_urlsafe(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(key + "\n")
+    log.info("generated the admin key in %s", path)
+    return key
+
+
+async def _jwt_secret(db: Database, configured: str | None) -> str:
+    """One signing secret shared by every node through the store."""
+    if configured:
+        return configured
+    fresh = secrets.token_urlsafe(48)
+    sql = (
+        "INSERT INTO platform_settings (key, value) VALUES ('jwt_secret', ?)"
+        " ON CONFLICT (key) DO NOTHING"
+    )
+    await db.execute(sql, (fresh,))
+    value = await db.fetch_value("SELECT value FROM platform_settings WHERE key = 'jwt_secret'")
+    return str(value)
+
+
+async def _start_parts(platform: Platform) -> None:
+    """Re-adopt instances that outlived the last run, finish interrupted creations,
+    and start each part's background work."""
+    if platform.runtime.has_instances():
+        await platform.runtime.driver()
+    recovered = await sandboxes.recover_interrupted(platform)
+    if recovered:
+        log.info("resumed %d interrupted sandbox creation(s)", recovered)
+    await sandboxes.start_background(platform)
+    await computers.start_background(platform)
+    watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
+    await platform.nursery.start(
+        instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_node(settings: Settings) -> AsyncIterator[Platform]:
+    data_dir = Path(settings.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = open_database(settings.database_url)
+    try:
+        await migrate(db)
+        admin_key = bootstrap_admin_key(settings)
+        events = EventLog(db, settings.event_retention_seconds)
+        async with trio.open_nursery() as nursery:
+            platform = Platform(
+                settings=settings,
+                db=db,
+                events=events,
+                secrets=SecretBox(load_or_create_kek(data_dir / "kek")),
+                jwt_secret=await _jwt_secret(db, settings.jwt_secret),
+                admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
+                nursery=nursery,
+                bus=EventBus(events),
+                runtime=RuntimeHolder(settings),
+                agents=AgentPool(settings.agent_timeout),
+            )
+            platform.system = ActorSystem(
+                db,
+                bus=platform.bus,
+                services=platform,
+                config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
+            )
+            await nursery.start(platform.system.run)
+            await _start_parts(platform)
+            await billing.start_metering(platform)  # billing charges running instances
+            await nursery.start(run_webhooks, platform)
+            try:
+                yield platform
+            finally:
+                billing.stop_metering(platform)
+                with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
+                    scope.shield = True
+                    await platform.system.shutdown()
+                    await platform.agents.aclose()
+                    await platform.runtime.aclose()
+                nursery.cancel_scope.cancel()
+    finally:
+        await db.close()
