@@ -72,6 +72,8 @@ async def _jwt_secret(db: Database, configured: str | None) -> str:
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
+    sandboxes.register_with_billing()
+    computers.register_with_billing()
     if platform.runtime.has_instances():
         await platform.runtime.driver()
     recovered = await sandboxes.recover_interrupted(platform)

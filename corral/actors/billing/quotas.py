@@ -2,7 +2,7 @@
 
 Usage is counted from the instance tables themselves, so it is always what really
 exists: each instance kind registers its table with `register_inventory`
-(sandboxes are registered here; computers register theirs). Credits an end user
+(each kind's `register_with_billing`, called by the node at start). Credits an end user
 spent are the `spend` rows attributed to them.
 """
 
@@ -31,9 +31,8 @@ class Inventory:
     gone_states: tuple[str, ...]
 
 
-_INVENTORIES: dict[str, Inventory] = {
-    "sandbox": Inventory("sandboxes", active_states=("creating", "running"), gone_states=("destroyed",)),
-}
+_INVENTORIES: dict[str, Inventory] = {}
+"""Filled by each instance kind's `register_with_billing`, called by the node at start."""
 
 
 def register_inventory(resource_type: str, *, table: str, active_states: Iterable[str], gone_states: Iterable[str]) -> None:

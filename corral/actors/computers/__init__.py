@@ -4,7 +4,8 @@ Modules: `actor` (state table, instance lifecycle), `messages`, `service` (creat
 list, lifecycle, clone, resize, move), `execution` (agent, exec, apps, activity),
 `env` (encrypted environment), `metrics` (cgroup sampler), `idle` (auto-stop),
 `templates` and `apps` (what a template_type offers), `profiles` (agent runtime
-profiles), `credits` (billing hooks).
+profiles), `billing_hooks` (allowance and meter) and `credits` (the stopper billing
+calls when credits run out).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .actor import ComputerActor, computer_not_found, not_running
+from .credits import register_with_billing
 from .env import delete_env, env_public, list_env, parse_env_var, resolved_env, set_env
 from .execution import agent_for, exec_command, exec_python, files_for, list_apps, touch
 from .idle import idle_watch, stop_idle_computers
@@ -61,11 +63,8 @@ if TYPE_CHECKING:
 
 
 async def start_background(platform: Platform) -> None:
-    """At start-up: hook into billing, resume interrupted provisioning, start the metrics
-    sampler. (Auto-stop is the instances' one idle watcher, started by the platform.)"""
-    from .credits import register_with_billing
-
-    register_with_billing()
+    """At start-up: resume interrupted provisioning, start the metrics sampler.
+    (Billing hooks and the one idle watcher are the node's to start.)"""
     await recover_provisioning(platform)
     await start_sampler(platform)
 
@@ -121,6 +120,7 @@ __all__ = [
     "recover_provisioning",
     "regions",
     "register_template",
+    "register_with_billing",
     "require_member",
     "resize_computer",
     "resolved_env",

@@ -32,7 +32,7 @@ from corral.errors import ApiError
 from corral.storage import Transaction, utc_now_iso
 from corral.vm import SIZES, InstanceInfo, RuntimeErrorBase
 
-from . import credits
+from . import billing_hooks
 from .apps import install_apps
 from .env import resolved_env
 from .messages import (
@@ -137,11 +137,11 @@ class ComputerActor(InstanceActor):
         return {"vm_id": self.instance_id, "last_activity_at": utc_now_iso()}
 
     async def on_running(self, booted: bool) -> None:
-        await credits.meter_started(self.services, self.record)
+        await billing_hooks.meter_started(self.services, self.record)
         await self.emit_running()
 
     async def on_instance_lost(self) -> None:
-        await credits.meter_stopped(self.services, self.record)
+        await billing_hooks.meter_stopped(self.services, self.record)
 
     async def save(self, state: str, fields: dict[str, Any]) -> None:
         """`deleted` is not a state the row keeps: the row (with its env and metrics) goes."""
@@ -172,7 +172,7 @@ class ComputerActor(InstanceActor):
     @handles(Start)
     async def start(self, message: Start) -> dict[str, Any]:
         next_state = self.transition(message)
-        await credits.require_allowance(self.services, self.record, self.record["size"])
+        await billing_hooks.require_allowance(self.services, self.record, self.record["size"])
         await self.start_instance()
         await self.persist(state=next_state, error=None, last_activity_at=utc_now_iso())
         await self.on_running(booted=False)
@@ -188,7 +188,7 @@ class ComputerActor(InstanceActor):
             await self.emit("idle", {**self.subject, "idle_seconds": message.idle_seconds})
         await self.halt_instance()
         await self.persist(state=next_state)
-        await credits.meter_stopped(self.services, self.record)
+        await billing_hooks.meter_stopped(self.services, self.record)
         reason = "idle" if isinstance(message, IdleStop) else message.reason
         await self.emit_stopped(reason)
         return dict(self.record)
@@ -228,7 +228,7 @@ class ComputerActor(InstanceActor):
         was_running = self.state == "running"
         await self.destroy_instance()
         if was_running:
-            await credits.meter_stopped(self.services, self.record)
+            await billing_hooks.meter_stopped(self.services, self.record)
         await self.persist(state=next_state)
         await self.emit("deleted", self.subject)
         return {"id": self.id, "deleted": True}

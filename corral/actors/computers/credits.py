@@ -1,10 +1,8 @@
-"""Computers and billing: the allowance before a computer runs, its meter while it runs,
-and how billing halts one when credits run out.
+"""How billing halts a computer when credits run out, registered by the node.
 
-Billing (corral.actors.billing) owns the ledger and the arithmetic; this module only
-says which computer, which size and whose end user. A computer halted for credits
-ends `paused` (the specification names `paused` as a startable state without saying
-what produces it): `start` resumes it once the balance covers an hour again.
+A computer halted for credits ends `paused` (the specification names `paused` as a
+startable state without saying what produces it): `start` resumes it once the
+balance covers an hour again.
 """
 
 from __future__ import annotations
@@ -14,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from corral.actors import billing
 from corral.errors import ApiError
-from corral.storage import Row
 
+from .actor import ComputerActor
+from .billing_hooks import RESOURCE_TYPE
 from .messages import Pause
 
 if TYPE_CHECKING:
@@ -23,51 +22,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("corral.computers.credits")
 
-RESOURCE_TYPE = "computer"
-
-
-async def require_allowance(
-    platform: Platform, row: Row | None, size: str, *, tenant_id: str | None = None, external_user_id: str | None = None
-) -> None:
-    """402 INSUFFICIENT_CREDITS (or a 409 quota code) unless an hour of `size` is covered.
-
-    `row` is the computer being started, or None for one about to be created."""
-    await billing.require_run_allowance(
-        platform,
-        tenant_id=row["tenant_id"] if row is not None else str(tenant_id),
-        size=size,
-        external_user_id=row["external_user_id"] if row is not None else external_user_id,
-        resource_type=RESOURCE_TYPE,
-        resource_id=row["id"] if row is not None else None,
-    )
-
-
-async def meter_started(platform: Platform, row: Row) -> None:
-    try:
-        await billing.meter_start(
-            platform,
-            tenant_id=row["tenant_id"],
-            resource_type=RESOURCE_TYPE,
-            resource_id=row["id"],
-            size=row["size"],
-            user_id=row["owner_user_id"],
-            external_user_id=row["external_user_id"],
-        )
-    except Exception:  # the computer runs either way; the next start or stop settles the meter
-        log.exception("could not start the meter of computer %s", row["id"])
-
-
-async def meter_stopped(platform: Platform, row: Row) -> None:
-    try:
-        await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=row["id"])
-    except Exception:
-        log.exception("could not stop the meter of computer %s", row["id"])
-
 
 async def halt_for_credits(platform: Platform, computer_id: str) -> None:
     """Billing's stopper: pause a running computer whose tenant (or end user) is out of credits."""
-    from .actor import ComputerActor  # the actor imports this module
-
     try:
         ref = await platform.system.get(ComputerActor, computer_id)
         await ref.ask(Pause(reason="credits_exhausted"), timeout=120)
@@ -78,6 +35,7 @@ async def halt_for_credits(platform: Platform, computer_id: str) -> None:
 
 
 def register_with_billing() -> None:
+    """Tell billing how to halt computers and where to count them for quotas (by the node, at start)."""
     billing.register_stopper(RESOURCE_TYPE, halt_for_credits)
     billing.register_inventory(
         RESOURCE_TYPE, table="computers", active_states=("provisioning", "running"), gone_states=("deleted",)

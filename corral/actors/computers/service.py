@@ -17,7 +17,7 @@ from corral.errors import ApiError, forbidden, validation_error
 from corral.ids import new_uuid
 from corral.storage import Event, Row, Transaction, utc_now_iso
 
-from . import credits
+from . import billing_hooks
 from .actor import ComputerActor, computer_not_found
 from .env import copy_env, set_env
 from .messages import Boot, Booted, Clone, Destroy, Move, Resize, Restart, Start, Stop, Update
@@ -141,7 +141,7 @@ async def create_computer(
     new = parse_new_computer(body)
     profile = await explicit_profile(platform, tenant_id, new.profile)
     external_user_id = body.get("external_user_id") if isinstance(body.get("external_user_id"), str) else None
-    await credits.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=external_user_id)
+    await billing_hooks.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=external_user_id)
     if key_workspace_id is not None:
         body = _within_key_workspace(body, key_workspace_id)
     attribution = await resolve_attribution(platform.db, tenant_id, body, owner_user_id)
@@ -188,7 +188,7 @@ async def clone_computer(platform: Platform, owner_user_id: str | None, source: 
     """A new computer with its own id and a copy of the running source's files, apps and env."""
     ref = await platform.system.get(ComputerActor, source["id"])
     source_instance: str = await ref.ask(Clone(), timeout=ASK_TIMEOUT)
-    await credits.require_allowance(
+    await billing_hooks.require_allowance(
         platform, None, source["size"], tenant_id=source["tenant_id"], external_user_id=source["external_user_id"]
     )
     copied = (

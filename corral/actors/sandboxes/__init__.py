@@ -2,6 +2,7 @@
 
 from . import env, processes
 from .actor import SandboxActor
+from .credits import register_with_billing
 from .event_types import EVENT_TYPES, LOG_TYPES
 from .idle import idle_watch
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
@@ -45,6 +46,7 @@ __all__ = [
     "list_sandboxes",
     "processes",
     "recover_interrupted",
+    "register_with_billing",
     "sandbox_public",
     "start_background",
     "touch",

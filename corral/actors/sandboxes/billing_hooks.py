@@ -1,4 +1,4 @@
-"""Where sandboxes meet billing: the run allowance, the meter, and the stopper.
+"""Where sandboxes meet billing: the run allowance and the meter (the stopper is `credits`).
 
 Kept apart from the service and the actor so each of them calls billing in one
 line. The meter follows the sandbox's persisted status (every `save`), so every
@@ -12,10 +12,7 @@ from typing import Any
 
 from corral.actors import billing
 from corral.actors.platform import Platform
-from corral.errors import ApiError
 from corral.storage import Row
-
-from .messages import Stop
 
 RESOURCE_TYPE = "sandbox"
 STARTABLE = ("stopped", "suspended")
@@ -68,18 +65,3 @@ async def follow_status(platform: Platform, record: Row) -> None:
 
 async def meter_off(platform: Platform, sandbox_id: str) -> None:
     await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=sandbox_id)
-
-
-async def stop_for_credits(platform: Platform, sandbox_id: str) -> None:
-    """The stopper billing calls when credits (or an end user's credit quota) run out."""
-    from .service import lifecycle  # the service imports this module
-
-    try:
-        await lifecycle(platform, sandbox_id, Stop(reason="credits_exhausted"))
-    except ApiError as exc:
-        if exc.code not in ("SANDBOX_NOT_RUNNING", "NOT_FOUND"):
-            raise
-        await meter_off(platform, sandbox_id)  # it had already left running
-
-
-billing.register_stopper(RESOURCE_TYPE, stop_for_credits)
