@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,6 +21,14 @@ from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorSystem
 from corral.config import Settings
 from corral.storage import Database, EventLog, SecretBox
+
+if TYPE_CHECKING:  # the parts' own services, built by the node; no part imports another through here
+    from corral.actors.billing.metering import Metering
+    from corral.actors.computers.execution import Activity
+    from corral.actors.computers.metrics import Sampler
+    from corral.actors.computers.profiles import ProfileResolver
+    from corral.actors.previews.access import PreviewAccess
+    from corral.actors.previews.router import PreviewRouter
 
 
 @dataclass
@@ -37,8 +45,21 @@ class Platform:
     agents: AgentPool
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
+    # Services of the parts, typed; the node sets each one explicitly.
+    metering: Metering | None = None
+    """The running metering task (None before the node started billing, and after it stopped)."""
+    computer_activity: Activity | None = None
+    """Computer commands in flight on this node (the idle watcher skips busy computers)."""
+    computer_metrics: Sampler | None = None
+    agent_runtime_profiles: ProfileResolver | None = None
+    """Registered by the agent-runs part; None: tenants have no profiles."""
+    preview_access: PreviewAccess | None = None
+    """Routing and token caches shared by the preview router and the API."""
+    preview_router: PreviewRouter | None = None
+    preview_polls: set[str] = field(default_factory=set)
+    """Previews whose port is being polled for `sandbox.preview.ready`."""
     extensions: dict[str, Any] = field(default_factory=dict)
-    """Optional services registered by later parts (credits, runtime driver, ...)."""
+    """Left only for the webhook runner until it gets a typed field too."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral.actors.computers import PROFILES_EXTENSION, AgentRuntimeProfile
+from corral.actors.computers import AgentRuntimeProfile
 from corral.actors.platform import Platform
 from corral.ids import new_uuid
 from tests.http.computer_support import (
@@ -224,7 +224,7 @@ async def test_agent_runtime_profiles(runtime_api: Api, owner: Tenant) -> None:
         },
         default=AgentRuntimeProfile("house-default", env={"AGENT_MODE": "default"}),
     )
-    runtime_api.platform.extensions[PROFILES_EXTENSION] = store
+    runtime_api.platform.agent_runtime_profiles = store
     try:
         assert_error(await post(agent_profile_id="missing"), 404, "AGENT_RUNTIME_PROFILE_NOT_FOUND")
         assert_error(await post(agent_runtime_profile_id="browser-only"), 422, "AGENT_RUNTIME_PROFILE_NOT_APPLICABLE")
@@ -242,7 +242,7 @@ async def test_agent_runtime_profiles(runtime_api: Api, owner: Tenant) -> None:
             modes[name] = ([e["name"] for e in env], (await run(runtime_api, owner, computer["id"], 'printf %s "${AGENT_MODE-none}"'))["output"])
         assert modes == {"explicit": (["AGENT_MODE"], "coder"), "default": (["AGENT_MODE"], "default"), "skipped": ([], "none")}
     finally:
-        del runtime_api.platform.extensions[PROFILES_EXTENSION]
+        runtime_api.platform.agent_runtime_profiles = None
 
 
 async def test_selected_apps_are_installed_after_boot_and_read_from_the_instance(runtime_api: Api, owner: Tenant) -> None:

@@ -34,7 +34,6 @@ from .metering import (
     start_metering,
     stop_metering,
 )
-from .notices import METERING_KEY
 from .pricing import COMPUTE_CREDITS_PER_HOUR, CREDIT_EXPIRY_DAYS, hourly_credits
 from .quotas import (
     LIMITS,
@@ -50,7 +49,6 @@ __all__ = [
     "COMPUTE_CREDITS_PER_HOUR",
     "CREDIT_EXPIRY_DAYS",
     "LIMITS",
-    "METERING_KEY",
     "Ledger",
     "Metering",
     "Outcome",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -26,7 +26,7 @@ from corral.storage import Row, Transaction, parse_iso
 
 from . import ledger, quotas
 from .ledger import Ledger
-from .notices import METERING_KEY, low_threshold, settle
+from .notices import low_threshold, settle
 from .pricing import CREDIT_VALUE_USD_MICROS, accrue, hourly_credits
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ async def meter_start(
             )
 
     await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
-    metering = platform.extensions.get(METERING_KEY)
+    metering = platform.metering
     if metering is not None and await _balance(platform, tenant_id) <= 0:
         metering.wake()  # started with nothing left (e.g. raced with the last credit)
 
@@ -270,13 +270,13 @@ async def start_metering(platform: Platform) -> Metering:
     if await meter_unmetered(platform):
         log.info("started meters for running instances that had none")
     metering = Metering(platform)
-    platform.extensions[METERING_KEY] = metering
+    platform.metering = metering
     await platform.nursery.start(metering.run)
     return metering
 
 
 def stop_metering(platform: Platform) -> None:
     """Cancel the metering task (before the actor system shuts down)."""
-    metering: Any = platform.extensions.pop(METERING_KEY, None)
+    metering, platform.metering = platform.metering, None
     if metering is not None:
         metering.cancel_scope.cancel()

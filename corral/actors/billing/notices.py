@@ -16,9 +16,6 @@ from .ledger import Outcome
 if TYPE_CHECKING:
     from corral.actors.platform import Platform
 
-METERING_KEY = "billing.metering"
-"""`platform.extensions` key of the running metering service."""
-
 
 def low_threshold(platform: Platform) -> int:
     return int(platform.settings.credit_low_threshold)
@@ -33,7 +30,5 @@ async def settle(platform: Platform, outcome: Outcome) -> None:
         )
     if outcome.exhausted:
         await platform.bus.publish(Event("billing.credit_exhausted", "tenant", outcome.tenant_id, data, tenant_id=outcome.tenant_id))
-    if outcome.balance <= 0:
-        metering = platform.extensions.get(METERING_KEY)
-        if metering is not None:
-            metering.wake()
+    if outcome.balance <= 0 and platform.metering is not None:
+        platform.metering.wake()

@@ -34,7 +34,6 @@ from .messages import (
     Update,
 )
 from .metrics import Sampler, computer_metrics, start_sampler
-from .profiles import EXTENSION as PROFILES_EXTENSION
 from .profiles import AgentRuntimeProfile, ProfileResolver
 from .records import SIZE_NAMES, computer_public, computer_summary, computer_urls
 from .service import (
@@ -71,7 +70,6 @@ async def start_background(platform: Platform) -> None:
 
 __all__ = [
     "FILTERS",
-    "PROFILES_EXTENSION",
     "SIZE_NAMES",
     "AgentRuntimeProfile",
     "App",

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 EXEC_DEFAULT_TIMEOUT = 30
 EXEC_MAX_TIMEOUT = 300
 EXEC_CWD = "/workspace"
-ACTIVITY_KEY = "computer_activity"
 
 
 class Activity:
@@ -57,11 +56,10 @@ class Activity:
 
 
 def activity(platform: Platform) -> Activity:
-    tracker = platform.extensions.get(ACTIVITY_KEY)
-    if tracker is None:
-        tracker = platform.extensions[ACTIVITY_KEY] = Activity()
-    assert isinstance(tracker, Activity)
-    return tracker
+    """This node's tracker (made on first use: a platform built without the node has one too)."""
+    if platform.computer_activity is None:
+        platform.computer_activity = Activity()
+    return platform.computer_activity
 
 
 async def touch(platform: Platform, computer_id: str) -> None:

@@ -158,6 +158,6 @@ async def computer_metrics(platform: Platform, row: Row, window_name: str | None
 
 async def start_sampler(platform: Platform) -> Sampler:
     sampler = Sampler(platform)
-    platform.extensions["computer_metrics"] = sampler
+    platform.computer_metrics = sampler
     await platform.nursery.start(sampler.run)
     return sampler

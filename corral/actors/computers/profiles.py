@@ -2,7 +2,7 @@
 
 Profiles themselves (their records and endpoints) belong to the agent-runs part of
 the platform. Computers need only two questions answered, so they ask them through
-a small interface that part registers in `platform.extensions["agent_runtime_profiles"]`:
+a small interface that part sets as `platform.agent_runtime_profiles`:
 "is this explicit profile in the tenant?" and "which default applies here?". With no
 resolver registered the tenant has no profiles: an explicit profile is
 `404 AGENT_RUNTIME_PROFILE_NOT_FOUND`, and no default applies.
@@ -18,7 +18,6 @@ from corral.errors import ApiError, validation_error
 if TYPE_CHECKING:
     from corral.actors.platform import Platform
 
-EXTENSION = "agent_runtime_profiles"
 
 
 @dataclass(frozen=True)
@@ -75,7 +74,7 @@ async def explicit_profile(platform: Platform, tenant_id: str, request: ProfileR
     """The profile the caller named, which must be in the tenant and apply to computers."""
     if request.profile_id is None:
         return None
-    resolver: ProfileResolver | None = platform.extensions.get(EXTENSION)
+    resolver = platform.agent_runtime_profiles
     profile = await resolver.find(platform, tenant_id, request.profile_id) if resolver else None
     if profile is None:
         raise profile_not_found(request.profile_id)
@@ -89,7 +88,7 @@ async def default_profile(
 ) -> AgentRuntimeProfile | None:
     """The default profile a computer without an explicit one gets, unless skipped; a
     default that does not apply to computers is simply not applied."""
-    resolver: ProfileResolver | None = platform.extensions.get(EXTENSION)
+    resolver = platform.agent_runtime_profiles
     if request.profile_id is not None or request.skip_default or resolver is None:
         return None
     default = await resolver.default_for(platform, tenant_id, workspace_id)

@@ -62,7 +62,6 @@ NEGATIVE_TTL = 1.0
 SHARE_TTL = 1.0
 TOUCH_INTERVAL = 10.0
 MAX_ENTRIES = 10_000
-EXTENSION = "corral.previews.access"
 LIFECYCLE_EVENTS = ("sandbox.started", "sandbox.stopped", "sandbox.suspended", "sandbox.destroyed", "sandbox.error", "sandbox.ready")
 
 
@@ -88,29 +87,24 @@ class ShareEntry:
 
 def access_for(platform: Platform) -> PreviewAccess:
     """This platform's one `PreviewAccess` (the router and the API share its caches)."""
-    access = platform.extensions.get(EXTENSION)
-    if access is None:
-        access = platform.extensions[EXTENSION] = PreviewAccess(platform)
-    assert isinstance(access, PreviewAccess)
-    return access
+    if platform.preview_access is None:
+        platform.preview_access = PreviewAccess(platform)
+    return platform.preview_access
 
 
 def forget_sandbox(platform: Platform, sandbox_id: str) -> None:
-    access = platform.extensions.get(EXTENSION)
-    if isinstance(access, PreviewAccess):
-        access.forget_sandbox(sandbox_id)
+    if platform.preview_access is not None:
+        platform.preview_access.forget_sandbox(sandbox_id)
 
 
 def forget_share(platform: Platform, share_id: str) -> None:
-    access = platform.extensions.get(EXTENSION)
-    if isinstance(access, PreviewAccess):
-        access.forget_share(share_id)
+    if platform.preview_access is not None:
+        platform.preview_access.forget_share(share_id)
 
 
 def forget_all(platform: Platform) -> None:
-    access = platform.extensions.get(EXTENSION)
-    if isinstance(access, PreviewAccess):
-        access.forget_all()
+    if platform.preview_access is not None:
+        platform.preview_access.forget_all()
 
 
 def instance_netns(platform: Platform, sandbox_id: str) -> str:

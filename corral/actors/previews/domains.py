@@ -173,9 +173,9 @@ async def delete_domain(platform: Platform, scope: Scope) -> None:
 
 
 def _domains_changed(platform: Platform) -> None:
-    from .access import forget_all  # the access cache holds routable domains
-
-    forget_all(platform)
+    """The access cache holds routable domains: it must ask again."""
+    if platform.preview_access is not None:
+        platform.preview_access.forget_all()
 
 
 async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str | None]:

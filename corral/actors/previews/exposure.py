@@ -33,7 +33,6 @@ log = logging.getLogger("corral.previews")
 DEFAULT_PREVIEW_PORTS: dict[str, int] = {}
 """Template -> the port `expose` uses without one. The default template has none."""
 
-_POLLING = "corral.previews.polling"
 
 
 def invalid_port(message: str = "port must be an integer from 1 to 65535") -> ApiError:
@@ -85,7 +84,7 @@ async def expose(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict
     preview_id = await platform.db.transaction(work)
     forget_sandbox(platform, sandbox["id"])
     url = await url_of(platform, sandbox, port)
-    polling: set[str] = platform.extensions.setdefault(_POLLING, set())
+    polling = platform.preview_polls
     if preview_id not in polling:
         polling.add(preview_id)
         platform.nursery.start_soon(_announce_when_ready, platform, sandbox, preview_id, port, url)
@@ -137,4 +136,4 @@ async def _announce_when_ready(platform: Platform, sandbox: Row, preview_id: str
     except Exception as exc:  # the sandbox went away, or the store is closing: nothing to announce
         log.debug("stopped waiting for preview %s: %s", preview_id, exc)
     finally:
-        platform.extensions.get(_POLLING, set()).discard(preview_id)
+        platform.preview_polls.discard(preview_id)

@@ -35,7 +35,7 @@ async def run_preview(platform: Platform, stop: trio.Event, *, task_status: trio
         await nursery.start(access_for(platform).run)
         await nursery.start(router.serve, settings.host, settings.preview_port)
         await nursery.start(recheck_forever, platform)
-        platform.extensions["corral.previews.router"] = router
+        platform.preview_router = router
         task_status.started(router)
         await stop.wait()
         nursery.cancel_scope.cancel()

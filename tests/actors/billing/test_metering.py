@@ -135,7 +135,7 @@ async def test_meter_state_survives_a_restart(tmp_path: Path) -> None:
         meter = await meter_row(api.platform, "w1")
         assert meter["running"] and int(meter["carry"]) >= pricing.MICROS_PER_HOUR // 2
         await rewind(api.platform, "w1", timedelta(minutes=10))
-        metering = api.platform.extensions[billing.METERING_KEY]
+        metering = api.platform.metering
         await metering.round()
         await metering.round()
         assert await spends(api.platform, tenant_id) == [-1]
@@ -151,7 +151,7 @@ async def test_running_out_stops_instances_and_announces_it(quiet_api: Api) -> N
         await start_widget(platform, other_id, "w3", "small")
         await rewind(platform, "w1", timedelta(hours=1))
         await rewind(platform, "w3", timedelta(hours=1))
-        await platform.extensions[billing.METERING_KEY].round()
+        await platform.metering.round()
         assert sorted(STOPPED) == ["w1", "w2"]
         assert not (await meter_row(platform, "w1"))["running"]
         assert (await meter_row(platform, "w3"))["running"]
@@ -173,7 +173,7 @@ async def test_an_end_user_past_their_credit_quota_is_stopped(quiet_api: Api) ->
     await start_widget(platform, tenant_id, "alice-w", external_user_id="alice")
     await start_widget(platform, tenant_id, "bob-w", external_user_id="bob")
     await rewind(platform, "alice-w", timedelta(hours=1))
-    await platform.extensions[billing.METERING_KEY].round()
+    await platform.metering.round()
     assert STOPPED == ["alice-w"]
     assert await quotas.credits_spent(platform.db, tenant_id, "alice") == 3
     with pytest.raises(Exception) as refused:
