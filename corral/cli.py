@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def templates_command(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: `corral --help` and `corral serve` should not pay
+    # for the template tooling, nor `corral templates` for the whole server.
     from pathlib import Path
 
     from corral.progress import TEMPLATE_STAGES, StageProgress

@@ -16,6 +16,7 @@ from corral.errors import internal_error, not_found
 from .openapi import build_document
 from .pipeline import Pipeline, error_response, http_error, new_request_id
 from .replies import json_response
+from .routes import all_routers
 from .routing import Route, Router
 
 log = logging.getLogger("corral.http")
@@ -24,8 +25,6 @@ MAX_BODY_BYTES = 11 * 1024 * 1024
 """Room for a 10 MB upload plus its multipart framing; the files API enforces 10 MB itself."""
 
 def default_routers() -> list[Router]:
-    from .routes import all_routers
-
     return all_routers()
 
 

@@ -135,11 +135,12 @@ async def test_private_by_default_and_open_with_a_preview_token(runtime_api: Api
 async def test_expired_tokens_and_unexposed_ports(runtime_api: Api, owner: Tenant) -> None:
     api = runtime_api
     sandbox = await running_app(api, owner)
-    short = await preview_token(api, owner, sandbox["id"], expires_in=1)
+    # Expiry is whole seconds (int(time) + ttl): a 2 s token lives at least 1 s.
+    short = await preview_token(api, owner, sandbox["id"], expires_in=2)
     token = await preview_token(api, owner, sandbox["id"])
     async with router(api) as http:
         assert (await http.get("/", headers={"Host": preview_host(sandbox, 8000, api), "X-Preview-Token": short})).status_code == 200
-        await trio.sleep(1.2)
+        await trio.sleep(2.2)
         expired = await http.get("/", headers={"Host": preview_host(sandbox, 8000, api), "X-Preview-Token": short})
         assert expired.status_code == 401 and "expired" in expired.text
         unexposed = await http.get("/", headers={"Host": preview_host(sandbox, 8001, api), "X-Preview-Token": token})

@@ -1,16 +1,15 @@
 """Sandboxes: the actor that owns each one, and the operations the API calls."""
 
 from . import env, processes
+from .access import agent_for, files_for, touch
 from .actor import SandboxActor
 from .credits import register_with_billing
 from .event_types import EVENT_TYPES, LOG_TYPES
 from .idle import idle_watch
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
 from .service import (
-    agent_for,
     create_sandbox,
     exec_command,
-    files_for,
     find_sandbox,
     fork_sandbox,
     lifecycle,
@@ -18,7 +17,6 @@ from .service import (
     recover_interrupted,
     sandbox_public,
     start_background,
-    touch,
 )
 
 __all__ = [

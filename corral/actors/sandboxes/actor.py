@@ -18,7 +18,7 @@ from corral.vm import AgentClient, InstanceInfo
 
 from . import billing_hooks
 from .messages import Boot, Booted, Connect, Destroy, Fork, Start, Stop, Suspend
-from .processes import halt_processes
+from .process_actor import halt_processes
 
 NOT_RUNNING = ("SANDBOX_NOT_RUNNING", "sandbox is not running")
 

@@ -14,6 +14,7 @@ States (specification, "Sandbox process status"): running -> exited | killed;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -24,11 +25,14 @@ import trio
 
 from corral.actors.actor import handles
 from corral.actors.messages import Message
+from corral.actors.platform import Platform
 from corral.actors.record import RecordActor
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.storage import Event, utc_now_iso
-from corral.vm import RuntimeErrorBase
+from corral.vm import AgentClient, RuntimeErrorBase
+
+from .activity import touch
 
 log = logging.getLogger("corral.sandboxes.processes")
 
@@ -142,10 +146,13 @@ class ProcessActor(RecordActor):
             )
         )
 
-    async def _agent(self) -> Any:
-        from .service import agent_for  # the service imports this module
-
-        return await agent_for(self.services, self.record["sandbox_id"], record_activity=False)
+    async def _agent(self) -> AgentClient:
+        """The sandbox's agent, straight from the runtime: the sandbox's own actor may be
+        the one waiting on this actor (a halt), so it is not asked."""
+        driver = await self.services.runtime.driver()
+        info = await driver.info(self.record["sandbox_id"])
+        client: AgentClient = self.services.agents.client(info)
+        return client
 
     async def _watch(self) -> None:
         """Follow the process in the agent until it ends; report the end with `Finished`."""
@@ -184,8 +191,6 @@ class ProcessActor(RecordActor):
                 await self.db.execute("UPDATE sandbox_processes SET log_seq = ? WHERE id = ?", (after, self.id))
             if lines and time.monotonic() - last_activity > ACTIVITY_EVERY:
                 last_activity = time.monotonic()
-                from .service import touch
-
                 await touch(platform, sandbox_id)
             process = batch["process"]
             if process["status"] != "running" and len(lines) == 0:
@@ -211,3 +216,29 @@ class _LineBudget:
             self.window, self.used = window, 0
         self.used += 1
         return self.used <= self.rate
+
+
+async def halt_processes(platform: Platform, sandbox_id: str, agent: AgentClient | None) -> None:
+    """Before a sandbox stops: keep each running process's last lines in its record and
+    mark it killed (the instance's processes die with it)."""
+    rows = await platform.db.fetch_all(
+        "SELECT id FROM sandbox_processes WHERE sandbox_id = ? AND status = 'running'", (sandbox_id,)
+    )
+    for row in rows:
+        logs: list[dict[str, Any]] = []
+        if agent is not None:
+            with contextlib.suppress(RuntimeErrorBase):
+                logs = (await agent.logs(row["id"], tail=FINAL_LOG_LINES))["lines"]
+        ref = await platform.system.get(ProcessActor, row["id"])
+        with contextlib.suppress(ApiError):
+            # Short: the process actor may itself be waiting on this sandbox (a kill).
+            await ref.ask(Halted(logs), timeout=5)
+
+
+async def resume_watchers(platform: Platform) -> int:
+    """At start-up: activate the actor of every running process, so its watch goes on."""
+    rows = await platform.db.fetch_all("SELECT id FROM sandbox_processes WHERE status = 'running'")
+    for row in rows:
+        with contextlib.suppress(ApiError):
+            await platform.system.get(ProcessActor, row["id"])
+    return len(rows)

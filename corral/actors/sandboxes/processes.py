@@ -14,8 +14,16 @@ from corral.ids import prefixed
 from corral.storage import Event, Row, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
 
+from .access import agent_for, touch
 from .env import resolved_env
-from .process_actor import FINAL_LOG_LINES, Finished, GetProcess, Halted, Kill, ProcessActor
+from .process_actor import (
+    Finished,
+    GetProcess,
+    Kill,
+    ProcessActor,
+    halt_processes,
+    resume_watchers,
+)
 
 DEFAULT_CWD = "/workspace"
 DEFAULT_TAIL = 200
@@ -62,8 +70,6 @@ def parse_new_process(body: dict[str, Any]) -> NewProcess:
 async def start_process(platform: Platform, sandbox: Row, body: dict[str, Any]) -> Row:
     """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
     (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
-    from .service import agent_for, touch
-
     new = parse_new_process(body)
     agent = await agent_for(platform, sandbox["id"], record_activity=False)
     env = {**await resolved_env(platform, sandbox), **new.env}
@@ -142,8 +148,6 @@ async def kill_process(platform: Platform, sandbox_id: str, process_id: str) -> 
 
 async def process_logs(platform: Platform, sandbox_id: str, process_id: str, tail: int) -> list[str]:
     """The last `tail` lines: from the agent while it has them, else from the record."""
-    from .service import agent_for
-
     row = await find_process(platform, sandbox_id, process_id)
     with contextlib.suppress(ApiError, RuntimeErrorBase):
         if row["status"] == "running" or row["final_logs"] is None:
@@ -167,8 +171,6 @@ async def follow_logs(
     """Batches of log lines after sequence `after` (`{id, ts, stream, line}`); an empty
     batch when `wait` passed without one (time for a heartbeat); `Ended` once the
     process has ended and every line has been sent."""
-    from .service import agent_for
-
     row = await find_process(platform, sandbox_id, process_id)
     agent: AgentClient | None = None
     if row["status"] == "running" or row["final_logs"] is None:
@@ -192,32 +194,6 @@ async def follow_logs(
     if saved:
         yield saved
     yield Ended("killed" if row["status"] == "running" else row["status"], row["exit_code"])
-
-
-async def halt_processes(platform: Platform, sandbox_id: str, agent: AgentClient | None) -> None:
-    """Before a sandbox stops: keep each running process's last lines in its record and
-    mark it killed (the instance's processes die with it)."""
-    rows = await platform.db.fetch_all(
-        "SELECT id FROM sandbox_processes WHERE sandbox_id = ? AND status = 'running'", (sandbox_id,)
-    )
-    for row in rows:
-        logs: list[dict[str, Any]] = []
-        if agent is not None:
-            with contextlib.suppress(RuntimeErrorBase):
-                logs = (await agent.logs(row["id"], tail=FINAL_LOG_LINES))["lines"]
-        ref = await platform.system.get(ProcessActor, row["id"])
-        with contextlib.suppress(ApiError):
-            # Short: the process actor may itself be waiting on this sandbox (a kill).
-            await ref.ask(Halted(logs), timeout=5)
-
-
-async def resume_watchers(platform: Platform) -> int:
-    """At start-up: activate the actor of every running process, so its watch goes on."""
-    rows = await platform.db.fetch_all("SELECT id FROM sandbox_processes WHERE status = 'running'")
-    for row in rows:
-        with contextlib.suppress(ApiError):
-            await platform.system.get(ProcessActor, row["id"])
-    return len(rows)
 
 
 __all__ = [

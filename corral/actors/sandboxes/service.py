@@ -8,21 +8,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import trio
-
-from corral.actors.instances import InstanceFiles
 from corral.actors.platform import Platform
 from corral.actors.tenancy import resolve_attribution
 from corral.actors.tenancy.slugs import slugify
 from corral.errors import ApiError, not_found, validation_error
 from corral.ids import new_uuid, prefixed
 from corral.storage import Event, Row, Transaction, utc_now_iso
-from corral.vm import SIZES, AgentClient, ExecEvent, InstanceInfo
+from corral.vm import SIZES, ExecEvent, InstanceInfo
 
 from . import billing_hooks
+from .access import agent_for, touch, wait_until_settled
 from .actor import SandboxActor, limit_reached
 from .env import KEY_PATTERN, EnvVar, copy_vars, put_vars, resolved_env
-from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop
+from .messages import Boot, Booted, Destroy, Fork, Get, Start, Stop
 from .processes import resume_watchers
 
 SIZE_NAMES = tuple(SIZES)
@@ -141,21 +139,6 @@ async def _insert(
     return row
 
 
-async def wait_until_settled(platform: Platform, sandbox_id: str, timeout: float) -> Row:
-    """The sandbox row once it has left `creating`, or as it is when `timeout` passes."""
-    ref = await platform.system.get(SandboxActor, sandbox_id)
-    with trio.move_on_after(timeout):
-        delay = 0.002
-        while True:
-            row: Row = await ref.ask(Get())
-            if row["status"] != "creating":
-                return row
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-    result: Row = await ref.ask(Get())
-    return result
-
-
 async def create_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | None, body: dict[str, Any]) -> Row:
     runtime = platform.runtime
     new = parse_new_sandbox(body, runtime.templates.exists)
@@ -229,31 +212,6 @@ async def lifecycle(platform: Platform, sandbox_id: str, message: Start | Stop |
     ref = await platform.system.get(SandboxActor, sandbox_id)
     row: Row = await ref.ask(message, timeout=120)
     return row
-
-
-async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
-    """The agent of a running sandbox; waits for one still being created."""
-    ref = await platform.system.get(SandboxActor, sandbox_id)
-    try:
-        info: InstanceInfo = await ref.ask(Connect())
-    except ApiError:
-        row = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
-        if row["status"] == "creating":
-            raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet") from None
-        info = await ref.ask(Connect())  # running now, or the actor's own refusal
-    if record_activity:
-        await touch(platform, sandbox_id)
-    return platform.agents.client(info)
-
-
-async def files_for(platform: Platform, sandbox_id: str) -> InstanceFiles:
-    """The files of a running sandbox (waits for one still being created)."""
-    return InstanceFiles(await agent_for(platform, sandbox_id), SandboxActor.refusals)
-
-
-async def touch(platform: Platform, sandbox_id: str) -> None:
-    """Record activity (exec, files, processes, preview) for auto-stop."""
-    await platform.db.execute("UPDATE sandboxes SET last_activity_at = ? WHERE id = ?", (utc_now_iso(), sandbox_id))
 
 
 def clamp_timeout(value: Any) -> int:

@@ -1,0 +1,56 @@
+"""How the rest of the sandbox package reaches a running sandbox's agent.
+
+Apart from `service` so that `processes` can use it without importing the service
+(which imports `processes`): the arrows run access -> actor, and processes -> access.
+`agent_for` asks the sandbox's actor to `Connect` (waiting for one still being
+created) and records the activity that keeps it from auto-stopping.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from corral.actors.instances import InstanceFiles
+from corral.actors.platform import Platform
+from corral.errors import ApiError
+from corral.storage import Row
+from corral.vm import AgentClient, InstanceInfo
+
+from .activity import touch
+from .actor import SandboxActor
+from .messages import Connect, Get
+
+
+async def wait_until_settled(platform: Platform, sandbox_id: str, timeout: float) -> Row:
+    """The sandbox row once it has left `creating`, or as it is when `timeout` passes."""
+    ref = await platform.system.get(SandboxActor, sandbox_id)
+    with trio.move_on_after(timeout):
+        delay = 0.002
+        while True:
+            row: Row = await ref.ask(Get())
+            if row["status"] != "creating":
+                return row
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    result: Row = await ref.ask(Get())
+    return result
+
+
+async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
+    """The agent of a running sandbox; waits for one still being created."""
+    ref = await platform.system.get(SandboxActor, sandbox_id)
+    try:
+        info: InstanceInfo = await ref.ask(Connect())
+    except ApiError:
+        row = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
+        if row["status"] == "creating":
+            raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet") from None
+        info = await ref.ask(Connect())  # running now, or the actor's own refusal
+    if record_activity:
+        await touch(platform, sandbox_id)
+    return platform.agents.client(info)
+
+
+async def files_for(platform: Platform, sandbox_id: str) -> InstanceFiles:
+    """The files of a running sandbox (waits for one still being created)."""
+    return InstanceFiles(await agent_for(platform, sandbox_id), SandboxActor.refusals)
