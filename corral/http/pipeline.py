@@ -16,6 +16,7 @@ from quart import Response, request
 from werkzeug.exceptions import HTTPException
 
 from corral.actors.platform import Platform
+from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
 from corral.ids import new_ulid
@@ -43,10 +44,9 @@ def error_response(error: ApiError, request_id: str) -> Response:
     return json_response(error.body(request_id), error.status, headers)
 
 
-def as_api_error(error: CorralError, request_id: str) -> ApiError:
-    """Runtime and network errors carry their API `code` and `status`; others are 500s."""
-    status = getattr(error, "status", 500)
-    code = getattr(error, "code", "INTERNAL_ERROR")
+def as_api_error(error: Exception, request_id: str) -> ApiError:
+    """Runtime and network errors get the answer of the actors' one table; others are 500s."""
+    status, code = answer_for(error) if isinstance(error, RUNTIME_ERRORS) else (500, "INTERNAL_ERROR")
     if status >= 500:
         log.error("request %s failed: %s: %s", request_id, type(error).__name__, error)
     message = str(error) if status < 500 or code != "INTERNAL_ERROR" else "internal server error"
@@ -93,6 +93,8 @@ class Pipeline:
         except ApiError as error:
             response = error_response(error, ctx.request_id)
         except CorralError as error:
+            response = error_response(as_api_error(error, ctx.request_id), ctx.request_id)
+        except RUNTIME_ERRORS as error:  # a runtime error no actor answered for: the one table
             response = error_response(as_api_error(error, ctx.request_id), ctx.request_id)
         except HTTPException as error:  # raised by quart while reading the body
             response = error_response(http_error(error), ctx.request_id)

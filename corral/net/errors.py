@@ -1,19 +1,11 @@
-"""Network exceptions, with the API code the actor layer maps them to."""
+"""Network exceptions: plain; the actor layer's one table says which API answer each is."""
 
 from __future__ import annotations
 
-from corral.errors import CorralError
 
-
-class NetworkError(CorralError):
+class NetworkError(Exception):
     """A link, namespace or firewall operation failed."""
-
-    code = "INTERNAL_ERROR"
-    status = 500
 
 
 class AddressExhausted(NetworkError):
     """No free address is left in the instances' range."""
-
-    code = "SERVICE_UNAVAILABLE"
-    status = 503

@@ -1,76 +1,57 @@
-"""Runtime exceptions, each carrying the API error code (and status) it becomes.
+"""Runtime exceptions: plain, and named for what went wrong in the runtime.
 
-The actor layer maps them with `ApiError(exc.status, exc.code, str(exc))`; the guest
-agent's error codes are mapped to the same classes by `corral.vm.client`.
+They carry no API codes: which answer each becomes is the actor layer's one table
+(`corral.actors.runtime_errors`). The guest agent's own error codes (its protocol)
+are mapped to these classes by `corral.vm.client`; an agent error with no class of
+its own is an `AgentError` that keeps the agent's code and status.
 """
 
 from __future__ import annotations
 
-from corral.errors import CorralError
 
-
-class RuntimeErrorBase(CorralError):
-    """Base of every runtime error; `code` and `status` are the API's."""
-
-    code = "INTERNAL_ERROR"
-    status = 500
+class RuntimeErrorBase(Exception):
+    """Base of every runtime error."""
 
 
 class TemplateNotFound(RuntimeErrorBase):
-    code = "INVALID_TEMPLATE"
-    status = 400
+    """No such template (recipe) exists."""
 
 
 class TemplateBuildFailed(RuntimeErrorBase):
-    code = "TEMPLATE_BUILD_FAILED"
-    status = 500
+    """Building a template's root filesystem failed."""
 
 
 class InstanceNotFound(RuntimeErrorBase):
-    code = "NOT_FOUND"
-    status = 404
+    """The runtime has no instance of that id."""
 
 
 class InstanceExists(RuntimeErrorBase):
-    code = "INVALID_STATE"
-    status = 409
+    """An instance of that id exists already."""
 
 
 class InvalidInstanceState(RuntimeErrorBase):
     """The operation needs another state (e.g. resize while running)."""
 
-    code = "INVALID_STATE"
-    status = 409
-
 
 class InstanceNotRunning(RuntimeErrorBase):
-    code = "SANDBOX_NOT_RUNNING"
-    status = 409
+    """The operation needs a running instance."""
 
 
 class LaunchFailed(RuntimeErrorBase):
     """The instance could not be started (namespaces, mounts, agent)."""
 
-    code = "INTERNAL_ERROR"
-    status = 500
-
 
 class RuntimeUnavailable(RuntimeErrorBase):
     """The instance has no address (yet): there is nothing to talk to."""
-
-    code = "SANDBOX_RUNTIME_UNAVAILABLE"
-    status = 409
 
 
 class AgentUnavailable(RuntimeErrorBase):
     """The guest agent does not answer (connect error, timeout, broken stream)."""
 
-    code = "AGENT_UNAVAILABLE"
-    status = 502
-
 
 class AgentError(RuntimeErrorBase):
-    """An error the agent answered that has no more specific class."""
+    """An error the agent answered that has no more specific class: its code and status
+    are the agent's own words (the agent speaks the API's codes for what it checks)."""
 
     def __init__(self, message: str, code: str = "INTERNAL_ERROR", status: int = 500) -> None:
         super().__init__(message)
@@ -79,53 +60,43 @@ class AgentError(RuntimeErrorBase):
 
 
 class PathForbidden(RuntimeErrorBase):
-    code = "FORBIDDEN_PATH"
-    status = 403
+    """The path is outside the allowed directories."""
 
 
 class InvalidPath(RuntimeErrorBase):
-    code = "INVALID_PATH"
-    status = 400
+    """The path is malformed (`..`, `~`, not absolute)."""
 
 
 class MissingPath(RuntimeErrorBase):
-    code = "MISSING_PATH"
-    status = 400
+    """No path was given."""
 
 
 class FileNotFound(RuntimeErrorBase):
-    code = "FILE_NOT_FOUND"
-    status = 404
+    """No file or directory at the path."""
 
 
 class DestinationExists(RuntimeErrorBase):
-    code = "DESTINATION_EXISTS"
-    status = 409
+    """A rename or copy would overwrite something."""
 
 
 class FileTooLarge(RuntimeErrorBase):
-    code = "FILE_TOO_LARGE"
-    status = 413
+    """The file is over the agent's size limit."""
 
 
 class MissingMode(RuntimeErrorBase):
-    code = "MISSING_MODE"
-    status = 400
+    """chmod without a mode."""
 
 
 class InvalidMode(RuntimeErrorBase):
-    code = "INVALID_MODE"
-    status = 400
+    """A mode that is not octal permission bits."""
 
 
 class ProcessStartFailed(RuntimeErrorBase):
-    code = "PROCESS_START_FAILED"
-    status = 500
+    """The command could not be started (working directory, exec)."""
 
 
 class ProcessNotFound(RuntimeErrorBase):
-    code = "NOT_FOUND"
-    status = 404
+    """The agent knows no process of that id."""
 
 
 #: Agent error codes -> the exception raised by the client.

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.actors.runtime_errors import answer_for
 from corral.net import AddressAllocator, AddressExhausted
 
 
@@ -34,7 +35,7 @@ def test_exhaustion(tmp_path: Path) -> None:
     assert allocator.allocate("x") == ipaddress.IPv4Address("10.50.0.2")
     with pytest.raises(AddressExhausted) as excinfo:
         allocator.allocate("y")
-    assert excinfo.value.code == "SERVICE_UNAVAILABLE"
+    assert answer_for(excinfo.value) == (503, "SERVICE_UNAVAILABLE")
 
 
 def test_corrupt_or_foreign_file_starts_empty(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from corral.actors.runtime_errors import answer_for
 from corral.vm import (
     AgentClient,
     AgentUnavailable,
@@ -139,7 +140,7 @@ async def test_resize_only_while_stopped(driver: NamespaceDriver, instance: Inst
 async def test_errors(driver: NamespaceDriver, instance: InstanceInfo) -> None:
     with pytest.raises(TemplateNotFound) as excinfo:
         await driver.create(new_spec(template="no-such-template"))
-    assert (excinfo.value.code, excinfo.value.status) == ("INVALID_TEMPLATE", 400)
+    assert answer_for(excinfo.value) == (400, "INVALID_TEMPLATE")
     with pytest.raises(InstanceExists):
         await driver.create(new_spec(instance_id=instance.id))
     with pytest.raises(InstanceNotFound):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.actors.runtime_errors import answer_for
 from corral.vm import TemplateNotFound, TemplateStore, build_template, known_templates
 from corral.vm.agent import paths
 from corral.vm.agent.errors import AgentError
@@ -20,7 +21,7 @@ def test_unknown_template(tmp_path: Path) -> None:
     assert not store.exists("nope") and not store.is_built("default")
     with pytest.raises(TemplateNotFound) as excinfo:
         store.ensure_sync("nope")
-    assert excinfo.value.code == "INVALID_TEMPLATE" and excinfo.value.status == 400
+    assert answer_for(excinfo.value) == (400, "INVALID_TEMPLATE")
     with pytest.raises(TemplateNotFound):
         build_template("nope", tmp_path / "nope")
     assert TemplateStore(tmp_path, build_missing=False).exists("default")

@@ -3,7 +3,8 @@
 A runtime error inside a handler is the caller's answer (a 409 for a state the
 runtime refuses, a 502 for an agent that does not answer), not a crash of the actor.
 The runtime speaks of instances; each kind words "not running" and "gone" its own
-way, so those two are the kind's; every other error keeps the code it carries.
+way, so those two are the kind's; every other error gets the answer of the one
+table, `corral.actors.runtime_errors`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from corral.actors.runtime_errors import api_error_for
 from corral.errors import ApiError
 from corral.vm import InstanceNotFound, InstanceNotRunning, RuntimeErrorBase, RuntimeUnavailable
 
@@ -35,7 +37,7 @@ def runtime_refusals(refusals: Refusals) -> Iterator[None]:
             raise _copy(refusals.instance_gone) from exc
         if isinstance(exc, (InstanceNotRunning, RuntimeUnavailable)) and refusals.not_running is not None:
             raise _copy(refusals.not_running) from exc
-        raise ApiError(exc.status, exc.code, str(exc) if exc.status < 500 else f"runtime error: {exc}") from exc
+        raise api_error_for(exc) from exc
 
 
 def _copy(error: ApiError) -> ApiError:

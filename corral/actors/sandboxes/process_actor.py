@@ -27,6 +27,7 @@ from corral.actors.actor import handles
 from corral.actors.messages import Message
 from corral.actors.platform import Platform
 from corral.actors.record import RecordActor
+from corral.actors.runtime_errors import answer_for
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.storage import Event, utc_now_iso
@@ -112,7 +113,8 @@ class ProcessActor(RecordActor):
             final = await agent.kill(self.id, grace=message.grace)
             logs = (await agent.logs(self.id, tail=FINAL_LOG_LINES))["lines"]
         except RuntimeErrorBase as exc:
-            raise ApiError(exc.status, exc.code, str(exc)) from exc
+            status, code = answer_for(exc)
+            raise ApiError(status, code, str(exc)) from exc
         # The agent answers once the process is gone; whatever way it ended, it was killed.
         await self._finish("killed", final.get("exit_code"), final.get("exited_at"), logs)
         return dict(self.record)
@@ -166,7 +168,7 @@ class ProcessActor(RecordActor):
                 agent = await self._agent()
                 batch = await agent.logs_after(self.id, after, wait=LONG_POLL)
             except (ApiError, RuntimeErrorBase) as exc:
-                if getattr(exc, "status", 0) == 404:
+                if (exc.status if isinstance(exc, ApiError) else answer_for(exc)[0]) == 404:
                     # The agent no longer knows the process (its instance restarted).
                     await self.ref.tell(Finished("killed", None, None))
                     return

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from corral.actors.platform import Platform
+from corral.actors.runtime_errors import answer_for
 from corral.errors import ApiError, not_found, validation_error
 from corral.ids import prefixed
 from corral.storage import Event, Row, utc_now_iso
@@ -96,9 +97,10 @@ async def start_process(platform: Platform, sandbox: Row, body: dict[str, Any]) 
     except RuntimeErrorBase as exc:
         failed = {**row, "status": "error", "error": str(exc)[:1000], "exited_at": utc_now_iso()}
         await platform.db.insert("sandbox_processes", failed)
-        if exc.code == "PROCESS_START_FAILED" or (exc.status >= 500 and exc.status != 502):
+        status, code = answer_for(exc)
+        if code == "PROCESS_START_FAILED" or (status >= 500 and status != 502):
             raise ApiError(500, "PROCESS_START_FAILED", f"the process could not be started: {exc}") from exc
-        raise ApiError(exc.status, exc.code, str(exc)) from exc
+        raise ApiError(status, code, str(exc)) from exc
     row["started_at"] = started.get("started_at") or now
     await platform.db.insert("sandbox_processes", row)
     await platform.bus.publish(

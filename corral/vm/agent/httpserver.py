@@ -9,6 +9,7 @@ instance.
 from __future__ import annotations
 
 import json
+import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -163,12 +164,19 @@ async def _send_streamed(conn: _Connection, status: int, headers: list[tuple[byt
             if data:
                 await conn.stream.send_all(data)
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(flush_head_later)
-        await writer(send)
-        if not ended:
-            await send(b"", final=True)
-        nursery.cancel_scope.cancel()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(flush_head_later)
+            await writer(send)
+            if not ended:
+                await send(b"", final=True)
+            nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what a task raised; the caller expects it as it is (a client
+        # that went away is BrokenResourceError, not a group the server loop cannot catch).
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 async def serve_connection(stream: trio.SocketStream, handler: Handler) -> None:
@@ -194,6 +202,9 @@ async def serve_connection(stream: trio.SocketStream, handler: Handler) -> None:
             except h11.LocalProtocolError:
                 return
     except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError, ConnectionError):
+        return
+    except Exception:  # one connection's failure must never take the whole agent down
+        traceback.print_exc()
         return
     finally:
         with trio.move_on_after(1) as scope:
