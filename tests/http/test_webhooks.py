@@ -153,9 +153,26 @@ async def test_private_destinations_are_refused_without_the_flag(api: Api, tenan
     assert "resolves to" in error["details"]["url"]
 
 
-async def test_an_unresolvable_host_is_refused(api: Api, tenant: Tenant) -> None:
-    error = assert_error(await create(api, tenant, url="https://no-such-host.invalid/hook"), 422, "VALIDATION_ERROR")
-    assert "could not be resolved" in error["details"]["url"]
+async def test_a_host_that_does_not_resolve_yet_is_accepted_and_its_attempts_fail(api: Api, tenant: Tenant) -> None:
+    """DNS for a receiver is often set up after the webhook: the name is checked when
+    it is used, and until it resolves every attempt fails with the reason."""
+    assert not api.platform.settings.allow_private_destinations
+    hook = await created(api, tenant, "https://hook-1234.invalid/x", retry_count=0)
+    assert hook["url"] == "https://hook-1234.invalid/x"
+    result = await api.request("POST", f"{API}/webhooks/{hook['id']}/test", key=tenant.key)
+    assert result.status_code == 200, result.text
+    body = result.json()
+    assert (body["delivered"], body["status_code"]) == (False, None)
+    assert "hook-1234.invalid could not be resolved" in body["error"]
+    sandbox_id = "0b0c4d02-3f5e-4cf8-9d55-6f2f1f0a0043"
+    await api.platform.bus.publish(Event("sandbox.created", "sandbox", sandbox_id, {"sandbox_id": sandbox_id}, tenant_id=tenant.id))
+    with trio.fail_after(10):
+        while len(rows := (await api.request("GET", f"{API}/webhooks/{hook['id']}/deliveries", key=tenant.key)).json()["data"]) < 2:
+            await trio.sleep(0.05)
+    assert all(r["status"] == "failed" and "could not be resolved" in r["error"] for r in rows), rows
+    # A URL change to an address that can never be right is still refused at once.
+    patched = await api.request("PATCH", f"{API}/webhooks/{hook['id']}", key=tenant.key, json={"url": "https://127.0.0.1/x"})
+    assert "resolves to 127.0.0.1" in assert_error(patched, 422, "VALIDATION_ERROR")["details"]["url"]
 
 
 async def test_send_time_check_stops_a_destination_that_turned_private(hooks_api: Api, receiver: Receiver) -> None:

@@ -1,11 +1,16 @@
 """Where a webhook may send: HTTPS URLs whose host resolves only to public addresses.
 
-A destination is checked twice: when the webhook is created or its URL changed, and
-again before every attempt, after resolving the name, and the attempt then connects
-to exactly the addresses that passed (`Destination.addresses`). Checking only at
-creation would let a name that later resolves to `127.0.0.1` or the cloud metadata
-service (DNS rebinding) reach them. `CORRAL_ALLOW_PRIVATE_DESTINATIONS=1` turns the
-address check off, for local development and tests; the URL rules stay.
+When a webhook is created or its URL changed, only what can never be right is
+refused: a URL that is not `https://`, and a host that is a private, loopback or
+metadata address by itself (an address literal, or `localhost`). A name is not
+resolved then: DNS for a receiver is often set up after its webhook (Stripe, Svix
+and GitHub accept such URLs too). Before every attempt the name is resolved and
+every address checked, and the attempt connects to exactly the addresses that
+passed (`Destination.addresses`), so a name that later resolves to `127.0.0.1` or
+the cloud metadata service (DNS rebinding) never reaches them; a name that does not
+resolve is a failed attempt, retried on the usual schedule.
+`CORRAL_ALLOW_PRIVATE_DESTINATIONS=1` turns the address checks off, for local
+development and tests; the URL rules stay.
 """
 
 from __future__ import annotations
@@ -139,6 +144,25 @@ async def resolve(host: str, port: int) -> list[str]:
     if not found:
         raise DestinationRefused(f"host {host} could not be resolved")
     return found
+
+
+LOOPBACK_NAMES = ("localhost",)
+"""Names that always mean this machine (RFC 6761), with every name below them."""
+
+
+def check_url_host(target: Target, *, allow_private: bool) -> None:
+    """At creation: refuse a host that is a forbidden address by itself, without DNS."""
+    if allow_private:
+        return
+    if target.host in LOOPBACK_NAMES or target.host.endswith(tuple(f".{name}" for name in LOOPBACK_NAMES)):
+        raise DestinationRefused(f"host {target.host} resolves to 127.0.0.1, a loopback address")
+    try:
+        address = ipaddress.ip_address(target.host.split("%", 1)[0])
+    except ValueError:
+        return  # a name: checked when it is resolved, before every attempt
+    reason = refused_reason(address)
+    if reason is not None:
+        raise DestinationRefused(f"host {target.host} resolves to {address}, {reason}")
 
 
 async def check_destination(target: Target, *, allow_private: bool) -> Destination:

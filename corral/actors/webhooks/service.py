@@ -18,7 +18,7 @@ from corral.storage import Row, Transaction, utc_now_iso
 
 from . import queue
 from .attempt import secret_aad, send_attempt
-from .destinations import DestinationRefused, check_destination, parse_url
+from .destinations import DestinationRefused, check_url_host, parse_url
 from .events import EVENT_ID_PREFIX, TEST_EVENT, payload
 from .runner import runtime_of
 from .signing import new_secret, secret_preview
@@ -59,9 +59,10 @@ def webhook_not_found() -> ApiError:
 
 
 async def _check_url(platform: Platform, url: str) -> None:
-    """422 on the `url` field when its host resolves to an address webhooks may not reach."""
+    """422 on the `url` field when its host is an address webhooks may never reach
+    (names are resolved and checked before every attempt instead)."""
     try:
-        await check_destination(parse_url(url), allow_private=platform.settings.allow_private_destinations)
+        check_url_host(parse_url(url), allow_private=platform.settings.allow_private_destinations)
     except DestinationRefused as exc:
         raise validation_error({"url": str(exc)}, "webhook destination refused") from None
 
