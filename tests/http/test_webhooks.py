@@ -76,6 +76,8 @@ async def test_create_shows_the_secret_once(hooks_api: Api, receiver: Receiver) 
     fetched = await api.request("GET", f"{API}/webhooks/{hook['id']}", key=tenant.key)
     assert fetched.status_code == 200
     assert fetched.json()["data"] == {k: v for k, v in hook.items() if k != "secret"}
+    # retry_count 0-10: the maximum is accepted (11 and -1 are refused, below).
+    assert (await created(api, tenant, receiver.url(), retry_count=10))["retry_count"] == 10
     listed = await api.request("GET", f"{API}/webhooks", key=tenant.key)
     assert listed.json() == {"data": [fetched.json()["data"]]}
     assert hook["secret"] not in fetched.text + listed.text
