@@ -61,6 +61,14 @@ async def created(api: Api, tenant: Tenant, url: str, **body: Any) -> dict[str, 
     return hook
 
 
+async def test_retry_count_default_and_maximum(hooks_api: Api, receiver: Receiver) -> None:
+    """retry_count is 0-10, 3 when omitted (11 and -1 are refused: see the validation test)."""
+    tenant = await hooks_api.create_tenant()
+    assert (await created(hooks_api, tenant, receiver.url()))["retry_count"] == 3
+    assert (await created(hooks_api, tenant, receiver.url(), retry_count=10))["retry_count"] == 10
+    assert (await created(hooks_api, tenant, receiver.url(), retry_count=0))["retry_count"] == 0
+
+
 async def test_create_shows_the_secret_once(hooks_api: Api, receiver: Receiver) -> None:
     api = hooks_api
     tenant = await api.create_tenant()
@@ -76,8 +84,6 @@ async def test_create_shows_the_secret_once(hooks_api: Api, receiver: Receiver) 
     fetched = await api.request("GET", f"{API}/webhooks/{hook['id']}", key=tenant.key)
     assert fetched.status_code == 200
     assert fetched.json()["data"] == {k: v for k, v in hook.items() if k != "secret"}
-    # retry_count 0-10: the maximum is accepted (11 and -1 are refused, below).
-    assert (await created(api, tenant, receiver.url(), retry_count=10))["retry_count"] == 10
     listed = await api.request("GET", f"{API}/webhooks", key=tenant.key)
     assert listed.json() == {"data": [fetched.json()["data"]]}
     assert hook["secret"] not in fetched.text + listed.text
