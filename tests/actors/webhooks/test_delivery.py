@@ -292,7 +292,9 @@ async def test_a_restarted_corral_serve_process_sends_the_pending_retry(tmp_path
         "CORRAL_CA_BUNDLE": str(receiver.ca_path),
         "CORRAL_WEBHOOK_RETRY_SCALE": "0.2",
     }
-    command = [sys.executable, "-m", "corral", "serve", "--port", str(port), "--data-dir", str(data_dir)]
+    command = [
+        sys.executable, "-m", "corral", "serve", "--port", str(port), "--preview-port", str(free_port()), "--data-dir", str(data_dir)
+    ]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:

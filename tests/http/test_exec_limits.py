@@ -1,0 +1,85 @@
+"""The exec timeout through HTTP, at its default (30 s), its maximum (300 s) and past it.
+
+A command that prints nothing for longer than the agent timeout (10 s) is normal
+(builds, downloads, `sleep`); the agent timeout bounds only how long the agent takes
+to start answering. The long waits run at once, so the file costs one maximum
+timeout (about five minutes) of wall time.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import trio
+
+from tests.http.computer_support import create_running
+from tests.support import Api, Tenant, assert_error
+
+API = "/api/v1"
+
+
+async def timed(api: Api, tenant: Tenant, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    started = time.monotonic()
+    response = await api.request("POST", f"{API}{path}", key=tenant.key, json=body, timeout=400)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result, time.monotonic() - started
+
+
+@pytest.mark.slow
+async def test_exec_timeouts_default_maximum_and_clamp(runtime_api: Api, owner: Tenant) -> None:
+    created = await runtime_api.request("POST", f"{API}/sandboxes", key=owner.key, json={})
+    sid = created.json()["data"]["id"]
+    computer = await create_running(runtime_api, owner)
+    cid = computer["id"]
+    results: dict[str, tuple[dict[str, Any], float]] = {}
+
+    async def run(name: str, path: str, body: dict[str, Any]) -> None:
+        results[name] = await timed(runtime_api, owner, path, body)
+
+    calls = {
+        "sandbox silent 12 s": (f"/sandboxes/{sid}/exec", {"command": "sleep 12; echo slept", "timeout": 30}),
+        "sandbox default": (f"/sandboxes/{sid}/exec", {"command": "echo start; sleep 45; echo never"}),
+        "sandbox maximum": (f"/sandboxes/{sid}/exec", {"command": "sleep 1; echo ok", "timeout": 300}),
+        "sandbox past maximum": (f"/sandboxes/{sid}/exec", {"command": "sleep 400; echo never", "timeout": 301}),
+        "computer silent 12 s": (f"/computers/{cid}/exec", {"command": "sleep 12; echo slept", "timeout": 30}),
+        "computer python 11 s": (f"/computers/{cid}/exec/python", {"code": "import time\ntime.sleep(11)\nprint(6 * 7)"}),
+        "computer default": (f"/computers/{cid}/exec", {"command": "sleep 45; echo never"}),
+        "computer past maximum": (f"/computers/{cid}/exec", {"command": "sleep 400; echo never", "timeout": 1000}),
+    }
+    with trio.fail_after(360):
+        async with trio.open_nursery() as nursery:
+            for name, (path, body) in calls.items():
+                nursery.start_soon(run, name, path, body)
+
+    result, took = results["sandbox silent 12 s"]
+    assert (result["exit_code"], result["stdout"], result["timed_out"]) == (0, "slept\n", False)
+    assert 12 <= took < 20 and result["duration_ms"] >= 12000
+    result, took = results["sandbox default"]
+    assert result["timed_out"] and result["exit_code"] == 143 and result["stdout"] == "start\n"
+    assert 30 <= took < 40 and 30000 <= result["duration_ms"] < 33000
+    result, took = results["sandbox maximum"]
+    assert (result["exit_code"], result["stdout"], result["timed_out"]) == (0, "ok\n", False)
+    result, took = results["sandbox past maximum"]
+    assert result["timed_out"] and 300000 <= result["duration_ms"] < 303000, result  # clamped to 300 s
+
+    result, took = results["computer silent 12 s"]
+    assert result == {"output": "slept\n", "exit_code": 0} and 12 <= took < 20
+    result, took = results["computer python 11 s"]
+    assert result == {"output": "42\n", "exit_code": 0} and 11 <= took < 20
+    result, took = results["computer default"]
+    assert result == {"output": "", "exit_code": 143} and 30 <= took < 40
+    result, took = results["computer past maximum"]
+    assert result == {"output": "", "exit_code": 143} and 300 <= took < 310  # clamped to 300 s
+
+
+@pytest.mark.parametrize("timeout", [0, -1, "30", True])
+async def test_exec_timeout_must_be_a_positive_number(runtime_api: Api, owner: Tenant, timeout: Any) -> None:
+    created = await runtime_api.request("POST", f"{API}/sandboxes", key=owner.key, json={})
+    sid = created.json()["data"]["id"]
+    response = await runtime_api.request(
+        "POST", f"{API}/sandboxes/{sid}/exec", key=owner.key, json={"command": "true", "timeout": timeout}
+    )
+    assert "timeout" in assert_error(response, 422, "VALIDATION_ERROR")["details"]
