@@ -101,3 +101,10 @@ async def runtime_api(runtime_host: None, tmp_path_factory: pytest.TempPathFacto
             driver = await client.platform.runtime.driver()
             for info in await driver.instances():
                 await driver.destroy(info.id)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a test marked `slow` go first, so that parallel workers start the long
+    ones (a five-minute exec timeout) early instead of ending the run with them."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: order kept within each group

@@ -10,12 +10,13 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.support import free_port
 
 PG_BIN_CANDIDATES = [Path(f"/usr/lib/postgresql/{v}/bin") for v in (17, 16, 15, 14, 13)]
 
@@ -25,12 +26,6 @@ def find_pg_bin() -> Path | None:
         if (candidate / "initdb").exists():
             return candidate
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _service_user() -> pwd.struct_passwd:

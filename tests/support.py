@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,17 +26,30 @@ PASSWORD = "correct horse battery"
 _HANDED_OUT: set[int] = set()
 
 
+PORTS_PER_SLOT = 2000
+FIRST_PORT = 12000
+"""Each test slot takes its ports from its own range below the kernel's ephemeral range
+(32768 and up), so parallel workers never pick the same port, and no port is one the
+kernel hands out for an outgoing connection meanwhile."""
+
+
 def free_port() -> int:
-    """A free loopback port, never one this process was given before: a server's API
-    and preview ports are picked one after the other, and the kernel may otherwise
-    hand out the same ephemeral port twice."""
-    while True:
+    """A free loopback port of this slot's range, never one this process was given before
+    (a server's API and preview ports are picked one after the other)."""
+    start = FIRST_PORT + _test_slot() * PORTS_PER_SLOT
+    candidates = list(range(start, start + PORTS_PER_SLOT))
+    random.shuffle(candidates)
+    for port in candidates:
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port left in {start}-{start + PORTS_PER_SLOT - 1}")
 
 
 @dataclass
@@ -167,11 +181,21 @@ async def running_server(data_dir: Path, database_url: str = "", **overrides: An
 
 TEMPLATE_CACHE = Path(os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
 
-TEST_SLOT = int(os.environ.get("CORRAL_TEST_SLOT", "0"))
-"""1-9 moves every host name and address range the tests use, so that several test
-sessions can run on one machine at once; 0 (the default) keeps the plain names."""
-if not 0 <= TEST_SLOT <= 9:
-    raise ValueError("CORRAL_TEST_SLOT must be between 0 and 9")
+def _test_slot() -> int:
+    """`CORRAL_TEST_SLOT` (0 by default), plus the pytest-xdist worker's number: each
+    worker of a parallel run gets a slot of its own."""
+    base = int(os.environ.get("CORRAL_TEST_SLOT", "0"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slot = base + (int(worker[2:]) if worker.startswith("gw") else 0)
+    if not 0 <= slot <= 9:
+        raise ValueError(f"test slot {slot} (CORRAL_TEST_SLOT {base} + xdist worker {worker}) must be between 0 and 9")
+    return slot
+
+
+TEST_SLOT = _test_slot()
+"""1-9 moves every host name, address range and port range the tests use, so that
+several test sessions (or xdist workers) run on one machine at once; 0 keeps the
+plain names."""
 
 
 def host_names(
