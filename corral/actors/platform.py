@@ -1,4 +1,4 @@
-"""The platform: the long-lived services of one Corral node, as one object.
+"""The platform: the long-lived services of one Corral node, as one object, every one typed.
 
 `corral.node.open_node(settings)`, the composition root, builds and starts it: the
 store and its migrations, the secret box, the bootstrap admin key, the JWT signing
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the parts' own services, built by the node; no part imports
     from corral.actors.computers.profiles import ProfileResolver
     from corral.actors.previews.access import PreviewAccess
     from corral.actors.previews.router import PreviewRouter
+    from corral.actors.webhooks.runner import WebhookRuntime
 
 
 @dataclass
@@ -58,8 +59,8 @@ class Platform:
     preview_router: PreviewRouter | None = None
     preview_polls: set[str] = field(default_factory=set)
     """Previews whose port is being polled for `sandbox.preview.ready`."""
-    extensions: dict[str, Any] = field(default_factory=dict)
-    """Left only for the webhook runner until it gets a typed field too."""
+    webhooks: WebhookRuntime | None = None
+    """The webhook sender, delivery worker and dispatcher of this node."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()

@@ -1,8 +1,8 @@
-"""The webhook services of one node, started from `open_platform`.
+"""The webhook services of one node, started by the node (`corral.node`).
 
-`run_webhooks` builds the sender, the delivery worker and the dispatcher, registers
-them as `platform.extensions["webhooks"]` (the test endpoint sends through the same
-sender), and runs the worker and the dispatcher in the platform's nursery.
+`run_webhooks` builds the sender, the delivery worker and the dispatcher, keeps
+them as `platform.webhooks` (the test endpoint sends through the same sender), and
+runs the worker and the dispatcher in the platform's nursery.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from .worker import DeliveryWorker
 if TYPE_CHECKING:
     from corral.actors.platform import Platform
 
-EXTENSION = "webhooks"
-
-
 @dataclass
 class WebhookRuntime:
     sender: Sender
@@ -30,10 +27,9 @@ class WebhookRuntime:
 
 
 def runtime_of(platform: Platform) -> WebhookRuntime:
-    runtime = platform.extensions.get(EXTENSION)
-    if not isinstance(runtime, WebhookRuntime):
+    if platform.webhooks is None:
         raise RuntimeError("the webhook services are not running on this platform")
-    return runtime
+    return platform.webhooks
 
 
 async def run_webhooks(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -41,7 +37,7 @@ async def run_webhooks(platform: Platform, *, task_status: trio.TaskStatus[None]
     sender = Sender(platform.settings)
     worker = DeliveryWorker(platform, sender)
     dispatcher = Dispatcher(platform, worker.wake)
-    platform.extensions[EXTENSION] = WebhookRuntime(sender, worker, dispatcher)
+    platform.webhooks = WebhookRuntime(sender, worker, dispatcher)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(worker.run)
