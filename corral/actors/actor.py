@@ -178,6 +178,21 @@ class Actor:
     def children(self) -> int:
         return 0 if self._cell is None else self._cell.children
 
+    # --- what the supervisor calls ---------------------------------------------------
+
+    def attach(self, cell: ActorCell) -> None:
+        """This incarnation runs in `cell`: `spawn` starts children in its nursery."""
+        self._cell = cell
+
+    @property
+    def persisted_state(self) -> str:
+        """The state as last stored: a handler must not leave `state` different from it."""
+        return self._persisted_state
+
+    def mark_persisted(self) -> None:
+        """The state `on_activate` loaded is the stored one."""
+        self._persisted_state = self.state
+
     # --- hooks -----------------------------------------------------------------------
 
     async def on_activate(self) -> None:

@@ -8,7 +8,7 @@ call `system.get` per request; a child task can keep one.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import trio
 
@@ -18,13 +18,26 @@ from corral.actors.mailbox import MailboxClosed
 from corral.actors.messages import Envelope, Reply
 
 if TYPE_CHECKING:
-    from corral.actors.system import ActorSystem
+    from corral.actors.mailbox import Mailbox
 
 A = TypeVar("A", bound=Actor)
 
 
+class Deliverable(Protocol):
+    """A live actor, as far as a ref is concerned: somewhere to put messages."""
+
+    @property
+    def mailbox(self) -> Mailbox: ...
+
+
+class Registry(Protocol):
+    """Where refs resolve: finds a live actor or activates it (the `ActorSystem`)."""
+
+    async def cell_for(self, actor_class: type[Actor], actor_id: str) -> Deliverable: ...
+
+
 class ActorRef(Generic[A]):
-    def __init__(self, system: ActorSystem, actor_class: type[A], actor_id: str) -> None:
+    def __init__(self, system: Registry, actor_class: type[A], actor_id: str) -> None:
         self.system = system
         self.actor_class = actor_class
         self.id = actor_id
@@ -80,7 +93,7 @@ class ActorRef(Generic[A]):
 
     async def _deliver(self, envelope: Envelope, *, wait_for_room: bool) -> None:
         while True:
-            cell = await self.system._cell_for(self.actor_class, self.id)
+            cell = await self.system.cell_for(self.actor_class, self.id)
             try:
                 if wait_for_room:
                     await cell.mailbox.put(envelope)

@@ -84,8 +84,15 @@ class ActorCell:
         mailbox_size: int,
         idle_timeout: float,
         policy: SupervisionPolicy,
+        on_exit: Callable[[ActorCell], None],
+        on_give_up: Callable[[ActorCell], None],
     ) -> None:
+        """`on_exit` is called once the cell has stopped for good (passivated, stopped or
+        failed); `on_give_up` when supervision gives up after repeated crashes. The
+        system passes its own bookkeeping; the cell knows nothing else of it."""
         self.system = system
+        self._on_exit = on_exit
+        self._on_give_up = on_give_up
         self.actor_class = actor_class
         self.kind = actor_class.kind
         self.id = actor_id
@@ -177,7 +184,7 @@ class ActorCell:
             if self.status not in (CellStatus.FAILED,):
                 self.status = CellStatus.STOPPED
             self._refuse(self.mailbox.close(self._stopped), self._stopped)
-            self.system._deregister(self)
+            self._on_exit(self)
             self.ready.set()
             self.finished.set()
 
@@ -209,7 +216,7 @@ class ActorCell:
 
     async def _incarnation(self) -> _Exit:
         actor = self.actor_class(self.id, self.system)
-        actor._cell = self
+        actor.attach(self)
         self._child_error = None
         phase = "activate"
         error: BaseException | None = None
@@ -218,7 +225,7 @@ class ActorCell:
             async with trio.open_nursery() as children:
                 self._children_nursery = children
                 await actor.on_activate()
-                actor._persisted_state = actor.state
+                actor.mark_persisted()
                 self.actor = actor
                 self.tenant_id = actor.tenant_id
                 self.last_state = actor.state
@@ -292,12 +299,12 @@ class ActorCell:
             envelope.succeed(result)
         finally:
             self.current = None
-            self.last_state = actor._persisted_state
+            self.last_state = actor.persisted_state
             self.handled += 1
             self.last_activity = trio.current_time()
 
     def _check_persisted(self, actor: Actor) -> None:
-        if actor.state != actor._persisted_state:
+        if actor.state != actor.persisted_state:
             raise RuntimeError(
                 f"{type(actor).__name__} changed state to {actor.state!r} without persist()"
             )
@@ -342,7 +349,7 @@ class ActorCell:
     async def _give_up(self, error: BaseException) -> None:
         self.status = CellStatus.FAILED
         self._refuse(self.mailbox.close(self._crashed), self._crashed)
-        self.system._record_failure(self)
+        self._on_give_up(self)
         log.error("actor %s/%s failed after %d crashes", self.kind, self.id, len(self.crash_times))
         with trio.CancelScope(shield=True), trio.move_on_after(30):
             reporter = self.actor_class(self.id, self.system)

@@ -1,6 +1,6 @@
 """`ActorSystem`: the registry of live actors, activation, passivation, shutdown.
 
-All activation goes through `_cell_for`, the one place that decides where an actor
+All activation goes through `cell_for`, the one place that decides where an actor
 lives; a multi-node lease (DESIGN.md, "Where the edges are") will slot in there.
 
 Run it inside a nursery; it reports readiness through `nursery.start`::
@@ -152,7 +152,7 @@ class ActorSystem:
         Concurrent `get`s of one id share one activation.
         """
         ref = self.ref(actor_class, actor_id)
-        await self._cell_for(actor_class, actor_id)
+        await self.cell_for(actor_class, actor_id)
         return ref
 
     def _register_kind(self, actor_class: type[Actor]) -> None:
@@ -163,8 +163,8 @@ class ActorSystem:
         if known is not actor_class:
             raise TypeError(f"kind {kind!r} is already served by {known.__name__}")
 
-    async def _cell_for(self, actor_class: type[Actor], actor_id: str) -> ActorCell:
-        """The one place actors are found or activated."""
+    async def cell_for(self, actor_class: type[Actor], actor_id: str) -> ActorCell:
+        """The one place actors are found or activated (the `Registry` refs resolve through)."""
         key = (actor_class.kind, actor_id)
         while True:
             if self._stopping or self._nursery is None:
@@ -204,9 +204,11 @@ class ActorSystem:
             mailbox_size=pick(actor_class.mailbox_size, config.mailbox_size),
             idle_timeout=pick(actor_class.idle_timeout, config.idle_timeout),
             policy=policy,
+            on_exit=self._forget_cell,
+            on_give_up=self._record_failure,
         )
 
-    def _deregister(self, cell: ActorCell) -> None:
+    def _forget_cell(self, cell: ActorCell) -> None:
         key = (cell.kind, cell.id)
         if self._cells.get(key) is cell:
             del self._cells[key]
