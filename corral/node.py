@@ -16,27 +16,77 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import hmac
 import logging
 import os
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
 
 from corral.actors import billing, computers, instances, sandboxes
 from corral.actors.agents import AgentPool
+from corral.actors.billing.metering import Metering
 from corral.actors.bus import EventBus
-from corral.actors.platform import Platform
+from corral.actors.computers.execution import Activity
+from corral.actors.computers.metrics import Sampler
+from corral.actors.computers.profiles import ProfileResolver
+from corral.actors.previews.access import PreviewAccess
+from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
+from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import Settings
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
 
 log = logging.getLogger("corral")
 
 ADMIN_KEY_PREFIX = "msk_a_"
+
+
+@dataclass
+class Platform:
+    """The long-lived services of one node, as one object, every one typed.
+
+    No part takes this type: each declares the narrow interface it needs (a
+    `Protocol` in its `services` module), and this object satisfies all of them.
+    The HTTP layer and integration tests hold it, so tests can drive actors directly.
+    """
+
+    settings: Settings
+    db: Database
+    events: EventLog
+    secrets: SecretBox
+    jwt_secret: str
+    admin_key_digest: str
+    nursery: trio.Nursery
+    bus: EventBus
+    runtime: RuntimeHolder
+    agents: AgentPool
+    system: ActorSystem = field(init=False)
+    """The actor system; its actors see this platform as `self.services`."""
+    # Services of the parts, typed; the node sets each one explicitly.
+    metering: Metering | None = None
+    """The running metering task (None before the node started billing, and after it stopped)."""
+    computer_activity: Activity | None = None
+    """Computer commands in flight on this node (the idle watcher skips busy computers)."""
+    computer_metrics: Sampler | None = None
+    agent_runtime_profiles: ProfileResolver | None = None
+    """Registered by the agent-runs part; None: tenants have no profiles."""
+    preview_access: PreviewAccess | None = None
+    """Routing and token caches shared by the preview router and the API."""
+    preview_router: PreviewRouter | None = None
+    preview_polls: set[str] = field(default_factory=set)
+    """Previews whose port is being polled for `sandbox.preview.ready`."""
+    webhooks: WebhookRuntime | None = None
+    """The webhook sender, delivery worker and dispatcher of this node."""
+
+    def is_bootstrap_admin_key(self, token: str) -> bool:
+        candidate = hashlib.sha256(token.encode()).hexdigest()
+        return hmac.compare_digest(candidate, self.admin_key_digest)
 
 
 def bootstrap_admin_key(settings: Settings) -> str:

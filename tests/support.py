@@ -14,10 +14,9 @@ from typing import Any
 import httpx
 import trio
 
-from corral.actors.platform import Platform
 from corral.config import Settings
 from corral.http import run_api
-from corral.node import open_node
+from corral.node import Platform, open_node
 
 ADMIN_KEY = "msk_a_test-operator-key-0123456789abcdef"
 PASSWORD = "correct horse battery"

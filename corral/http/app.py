@@ -10,8 +10,8 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
-from corral.actors.platform import Platform
 from corral.errors import internal_error, not_found
+from corral.node import Platform
 
 from .openapi import build_document
 from .pipeline import Pipeline, error_response, http_error, new_request_id

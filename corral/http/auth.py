@@ -10,9 +10,9 @@ import ipaddress
 import json
 import time
 
-from corral.actors.platform import Platform
 from corral.actors.tenancy import api_keys, tickets
 from corral.errors import ApiError, forbidden, unauthorized
+from corral.node import Platform
 from corral.storage import Row, utc_now_iso
 
 from . import tokens

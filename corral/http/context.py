@@ -9,10 +9,10 @@ from typing import Any
 from quart import Request
 from werkzeug.exceptions import HTTPException
 
-from corral.actors.platform import Platform
 from corral.actors.tenancy import tenant_resolution_failed
 from corral.errors import ApiError, invalid_body, invalid_id, unauthorized
 from corral.ids import is_uuid
+from corral.node import Platform
 
 from .principal import Principal
 from .routing import Route

@@ -15,11 +15,11 @@ from typing import Any
 from quart import Response, request
 from werkzeug.exceptions import HTTPException
 
-from corral.actors.platform import Platform
 from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
 from corral.ids import new_ulid
+from corral.node import Platform
 
 from .auth import Authenticator
 from .context import RequestContext

@@ -13,10 +13,9 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve as hypercorn_serve
 
-from corral.actors.platform import Platform
 from corral.actors.previews import run_preview
 from corral.config import Settings
-from corral.node import open_node
+from corral.node import Platform, open_node
 
 from .app import create_app
 

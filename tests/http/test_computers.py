@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.actors.computers import AgentRuntimeProfile
-from corral.actors.platform import Platform
 from corral.ids import new_uuid
+from corral.node import Platform
 from tests.http.computer_support import (
     API,
     call,

@@ -19,11 +19,11 @@ from .notices import low_threshold, settle
 from .pricing import CREDIT_VALUE_USD_MICROS, MICRO, Tier, ai_micro_credits, model_tier
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.billing.services import BillingServices
 
 
 async def record_ai_usage(
-    platform: Platform,
+    platform: BillingServices,
     *,
     tenant_id: str,
     provider: str,

@@ -11,11 +11,11 @@ from .pricing import hourly_credits
 from .quotas import check_quota
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.billing.services import BillingServices
 
 
 async def require_run_allowance(
-    platform: Platform,
+    platform: BillingServices,
     *,
     tenant_id: str,
     size: str,

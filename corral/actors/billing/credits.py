@@ -11,7 +11,7 @@ from . import ledger
 from .notices import low_threshold, settle
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.billing.services import BillingServices
 
 TRANSACTION_FIELDS = (
     "id", "tenant_id", "user_id", "computer_id", "type", "amount_credits", "description", "provider", "model",
@@ -26,7 +26,7 @@ def transaction_public(row: Row) -> dict[str, Any]:
 
 
 async def grant_credits(
-    platform: Platform, tenant_id: str, amount: int, description: str, *, user_id: str | None = None
+    platform: BillingServices, tenant_id: str, amount: int, description: str, *, user_id: str | None = None
 ) -> Row:
     """An operator grant (an `earn` lot) or, when negative, an `adjust` row."""
     row, outcome = await ledger.grant(
@@ -36,7 +36,7 @@ async def grant_credits(
     return row
 
 
-async def get_balance(platform: Platform, tenant_id: str) -> dict[str, Any]:
+async def get_balance(platform: BillingServices, tenant_id: str) -> dict[str, Any]:
     """The balance record; zeros and nulls when the tenant has no ledger yet."""
     now = to_iso(utc_now())
     due = await platform.db.fetch_value(
@@ -72,7 +72,7 @@ async def get_balance(platform: Platform, tenant_id: str) -> dict[str, Any]:
     }
 
 
-async def available_credits(platform: Platform, tenant_id: str) -> int:
+async def available_credits(platform: BillingServices, tenant_id: str) -> int:
     """The balance as a spend would see it now: lots past their expiry do not count."""
     balance = await platform.db.fetch_value(
         "SELECT balance_credits FROM credit_accounts WHERE tenant_id = ?", (tenant_id,)
@@ -87,7 +87,7 @@ async def available_credits(platform: Platform, tenant_id: str) -> int:
     return int(balance) - int(expired or 0)
 
 
-async def list_transactions(platform: Platform, tenant_id: str, page: int, page_size: int) -> tuple[list[Row], int]:
+async def list_transactions(platform: BillingServices, tenant_id: str, page: int, page_size: int) -> tuple[list[Row], int]:
     """One page of the tenant's rows, newest first, and the total count."""
     total = await platform.db.fetch_value(
         "SELECT COUNT(*) AS n FROM credit_transactions WHERE tenant_id = ?", (tenant_id,)
@@ -99,7 +99,7 @@ async def list_transactions(platform: Platform, tenant_id: str, page: int, page_
     return rows, int(total or 0)
 
 
-async def usage(platform: Platform, tenant_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+async def usage(platform: BillingServices, tenant_id: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
     """`spend` rows between `start` and `end` (inclusive), by UTC day, provider and model.
 
     Compute rows (no provider) are reported as provider `compute`, model = the size."""

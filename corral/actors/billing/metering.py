@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -30,15 +30,18 @@ from .notices import low_threshold, settle
 from .pricing import CREDIT_VALUE_USD_MICROS, accrue, hourly_credits
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.billing.services import BillingServices
 
 log = logging.getLogger("corral.billing")
 
-Stopper = Callable[["Platform", str], Awaitable[None]]
+Stopper = Callable[[Any, str], Awaitable[None]]
+"""`stop(services, resource_id)`. Billing hands on the node's services object as it was
+given it; a kind's stopper takes it as its own part's services (the node's object
+satisfies every part's interface), which billing's narrower type cannot say."""
 _STOPPERS: dict[str, Stopper] = {}
 
 
-def register_stopper(resource_type: str, stop: Callable[[Platform, str], Awaitable[None]]) -> None:
+def register_stopper(resource_type: str, stop: Stopper) -> None:
     """Tell billing how to stop one running instance of `resource_type` (by id)."""
     _STOPPERS[resource_type] = stop
 
@@ -78,12 +81,12 @@ def _charge(ledger_: Ledger, meter: Row, scale: float) -> None:
     )
 
 
-def _scale(platform: Platform) -> float:
+def _scale(platform: BillingServices) -> float:
     return float(platform.settings.meter_rate_scale)
 
 
 async def meter_start(
-    platform: Platform,
+    platform: BillingServices,
     *,
     tenant_id: str,
     resource_type: str,
@@ -126,7 +129,7 @@ async def meter_start(
         metering.wake()  # started with nothing left (e.g. raced with the last credit)
 
 
-async def meter_stop(platform: Platform, *, resource_type: str, resource_id: str) -> None:
+async def meter_stop(platform: BillingServices, *, resource_type: str, resource_id: str) -> None:
     """Charge `resource_id` up to now and stop its meter; the carried fraction stays."""
     meter = await platform.db.fetch_one(
         "SELECT tenant_id, running FROM credit_meters WHERE resource_type = ? AND resource_id = ?",
@@ -150,12 +153,12 @@ async def meter_stop(platform: Platform, *, resource_type: str, resource_id: str
     await settle(platform, outcome)
 
 
-async def _balance(platform: Platform, tenant_id: str) -> int:
+async def _balance(platform: BillingServices, tenant_id: str) -> int:
     value = await platform.db.fetch_value("SELECT balance_credits FROM credit_accounts WHERE tenant_id = ?", (tenant_id,))
     return int(value or 0)
 
 
-async def charge_tenant(platform: Platform, tenant_id: str) -> ledger.Outcome:
+async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Outcome:
     """Charge every running meter of `tenant_id` up to now, in one transaction."""
     scale = _scale(platform)
 
@@ -173,7 +176,7 @@ async def charge_tenant(platform: Platform, tenant_id: str) -> ledger.Outcome:
     return outcome
 
 
-async def stop_instances(platform: Platform, meters: list[Row], reason: str) -> int:
+async def stop_instances(platform: BillingServices, meters: list[Row], reason: str) -> int:
     """Stop each metered instance through its kind's stopper; returns how many stopped."""
     stopped = 0
     for meter in meters:
@@ -194,7 +197,7 @@ async def stop_instances(platform: Platform, meters: list[Row], reason: str) -> 
 class Metering:
     """The background charging task of one node; `wake()` runs a round at once."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: BillingServices) -> None:
         self.platform = platform
         self.interval = float(platform.settings.meter_interval)
         self._wake = trio.Event()
@@ -245,7 +248,7 @@ class Metering:
         self.rounds += 1
 
 
-async def meter_unmetered(platform: Platform) -> int:
+async def meter_unmetered(platform: BillingServices) -> int:
     """Start meters for running instances that have none (e.g. running since before
     billing existed); they are charged from now. Returns how many."""
     started = 0
@@ -265,7 +268,7 @@ async def meter_unmetered(platform: Platform) -> int:
     return started
 
 
-async def start_metering(platform: Platform) -> Metering:
+async def start_metering(platform: BillingServices) -> Metering:
     """Start the node's metering task in the platform's nursery (from `corral.node`)."""
     if await meter_unmetered(platform):
         log.info("started meters for running instances that had none")
@@ -275,7 +278,7 @@ async def start_metering(platform: Platform) -> Metering:
     return metering
 
 
-def stop_metering(platform: Platform) -> None:
+def stop_metering(platform: BillingServices) -> None:
     """Cancel the metering task (before the actor system shuts down)."""
     metering, platform.metering = platform.metering, None
     if metering is not None:

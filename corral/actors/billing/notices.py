@@ -14,14 +14,14 @@ from corral.storage import Event
 from .ledger import Outcome
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.billing.services import BillingServices
 
 
-def low_threshold(platform: Platform) -> int:
+def low_threshold(platform: BillingServices) -> int:
     return int(platform.settings.credit_low_threshold)
 
 
-async def settle(platform: Platform, outcome: Outcome) -> None:
+async def settle(platform: BillingServices, outcome: Outcome) -> None:
     """Publish what `outcome` calls for; an empty balance wakes the metering task."""
     data: dict[str, Any] = {"tenant_id": outcome.tenant_id, "balance_credits": outcome.balance}
     if outcome.low:

@@ -58,10 +58,10 @@ from .service import (
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 
-async def start_background(platform: Platform) -> None:
+async def start_background(platform: ComputerServices) -> None:
     """At start-up: resume interrupted provisioning, start the metrics sampler.
     (Billing hooks and the one idle watcher are the node's to start.)"""
     await recover_provisioning(platform)

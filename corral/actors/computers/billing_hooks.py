@@ -14,7 +14,7 @@ from corral.actors import billing
 from corral.storage import Row
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 log = logging.getLogger("corral.computers.billing")
 
@@ -22,7 +22,7 @@ RESOURCE_TYPE = "computer"
 
 
 async def require_allowance(
-    platform: Platform, row: Row | None, size: str, *, tenant_id: str | None = None, external_user_id: str | None = None
+    platform: ComputerServices, row: Row | None, size: str, *, tenant_id: str | None = None, external_user_id: str | None = None
 ) -> None:
     """402 INSUFFICIENT_CREDITS (or a 409 quota code) unless an hour of `size` is covered.
 
@@ -37,7 +37,7 @@ async def require_allowance(
     )
 
 
-async def meter_started(platform: Platform, row: Row) -> None:
+async def meter_started(platform: ComputerServices, row: Row) -> None:
     try:
         await billing.meter_start(
             platform,
@@ -52,7 +52,7 @@ async def meter_started(platform: Platform, row: Row) -> None:
         log.exception("could not start the meter of computer %s", row["id"])
 
 
-async def meter_stopped(platform: Platform, row: Row) -> None:
+async def meter_stopped(platform: ComputerServices, row: Row) -> None:
     try:
         await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=row["id"])
     except Exception:

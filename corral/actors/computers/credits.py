@@ -18,12 +18,12 @@ from .billing_hooks import RESOURCE_TYPE
 from .messages import Pause
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 log = logging.getLogger("corral.computers.credits")
 
 
-async def halt_for_credits(platform: Platform, computer_id: str) -> None:
+async def halt_for_credits(platform: ComputerServices, computer_id: str) -> None:
     """Billing's stopper: pause a running computer whose tenant (or end user) is out of credits."""
     try:
         ref = await platform.system.get(ComputerActor, computer_id)

@@ -17,7 +17,7 @@ from corral.storage import Row
 from ..instances.sealed_env import SealedEnv, SealedEnvTable
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_NAME_LENGTH = 256
@@ -27,7 +27,7 @@ MAX_VALUE_BYTES = 32 * 1024
 COMPUTER_ENV = SealedEnvTable("computer_env", "computer_id", "name", "computer-env")
 
 
-def _store(platform: Platform) -> SealedEnv:
+def _store(platform: ComputerServices) -> SealedEnv:
     return SealedEnv(platform.db, platform.secrets, COMPUTER_ENV)
 
 
@@ -58,25 +58,25 @@ def parse_env_var(body: dict[str, Any]) -> tuple[str, str]:
     return str(name), str(value)
 
 
-async def list_env(platform: Platform, computer_id: str) -> list[Row]:
+async def list_env(platform: ComputerServices, computer_id: str) -> list[Row]:
     return await _store(platform).names(computer_id)
 
 
-async def set_env(platform: Platform, computer: Row, values: dict[str, str]) -> list[Row]:
+async def set_env(platform: ComputerServices, computer: Row, values: dict[str, str]) -> list[Row]:
     """Upsert `values`; names not given are kept. Answers the rows written."""
     return await _store(platform).put(computer, values, _too_many)
 
 
-async def delete_env(platform: Platform, computer_id: str, name: str) -> None:
+async def delete_env(platform: ComputerServices, computer_id: str, name: str) -> None:
     if not await _store(platform).delete(computer_id, name):
         raise not_found(f"env var not found: {name}")
 
 
-async def resolved_env(platform: Platform, computer: Row) -> dict[str, str]:
+async def resolved_env(platform: ComputerServices, computer: Row) -> dict[str, str]:
     """The computer's variables in plaintext, for a boot or an exec."""
     return await _store(platform).plaintext(computer)
 
 
-async def copy_env(platform: Platform, source: Row, target: Row) -> None:
+async def copy_env(platform: ComputerServices, source: Row, target: Row) -> None:
     """A clone's environment: the source's values, sealed anew for the clone."""
     await _store(platform).copy(source, target, _too_many)

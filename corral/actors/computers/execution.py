@@ -28,7 +28,7 @@ from .messages import Connect
 from .templates import get_template
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 EXEC_DEFAULT_TIMEOUT = 30
 EXEC_MAX_TIMEOUT = 300
@@ -55,19 +55,19 @@ class Activity:
         return self._running.get(computer_id, 0) > 0
 
 
-def activity(platform: Platform) -> Activity:
+def activity(platform: ComputerServices) -> Activity:
     """This node's tracker (made on first use: a platform built without the node has one too)."""
     if platform.computer_activity is None:
         platform.computer_activity = Activity()
     return platform.computer_activity
 
 
-async def touch(platform: Platform, computer_id: str) -> None:
+async def touch(platform: ComputerServices, computer_id: str) -> None:
     """Record activity (exec, files, apps) for auto-stop."""
     await platform.db.execute("UPDATE computers SET last_activity_at = ? WHERE id = ?", (utc_now_iso(), computer_id))
 
 
-async def agent_for(platform: Platform, row: Row, *, record_activity: bool = True) -> AgentClient:
+async def agent_for(platform: ComputerServices, row: Row, *, record_activity: bool = True) -> AgentClient:
     """The agent of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
     if row["status"] != "running":
         raise not_running()
@@ -81,7 +81,7 @@ async def agent_for(platform: Platform, row: Row, *, record_activity: bool = Tru
         raise not_running() from exc
 
 
-async def files_for(platform: Platform, row: Row) -> InstanceFiles:
+async def files_for(platform: ComputerServices, row: Row) -> InstanceFiles:
     """The files of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
     return InstanceFiles(await agent_for(platform, row), ComputerActor.refusals)
 
@@ -104,7 +104,7 @@ def _required_text(body: dict[str, Any], name: str) -> str:
     return value
 
 
-async def _run(platform: Platform, row: Row, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
+async def _run(platform: ComputerServices, row: Row, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
     env = await resolved_env(platform, row)
     with activity(platform).busy(row["id"]):
         result = await agent.exec(command, timeout=timeout, cwd=EXEC_CWD, env=env, combined=True)
@@ -112,7 +112,7 @@ async def _run(platform: Platform, row: Row, agent: AgentClient, command: str, t
     return {"output": result.output, "exit_code": result.exit_code}
 
 
-async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def exec_command(platform: ComputerServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
     """`{output, exit_code}`: the command under /bin/sh -c, stdout and stderr combined,
     SIGTERM to its process group past the timeout (SIGKILL 2 s later)."""
     command = _required_text(body, "command")
@@ -121,7 +121,7 @@ async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> di
     return await _run(platform, row, agent, command, timeout)
 
 
-async def exec_python(platform: Platform, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def exec_python(platform: ComputerServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
     """The code goes to a file under /tmp, runs with `python3 -u` under the timeout
     (unbuffered, so stdout and stderr interleave as written), and the file is deleted
     afterwards, also after a timeout."""
@@ -139,7 +139,7 @@ async def exec_python(platform: Platform, row: Row, body: dict[str, Any]) -> dic
             await agent.delete(path)
 
 
-async def list_apps(platform: Platform, row: Row) -> list[dict[str, Any]]:
+async def list_apps(platform: ComputerServices, row: Row) -> list[dict[str, Any]]:
     """`[{name, version}]` read from the instance (dpkg), not from the record."""
     template = get_template(row["template_type"])
     if template is None:

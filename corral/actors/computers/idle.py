@@ -19,13 +19,13 @@ from .execution import activity
 from .messages import IdleStop
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 
-def idle_watch(platform: Platform) -> IdleWatch:
+def idle_watch(platform: ComputerServices) -> IdleWatch:
     return IdleWatch("computers", ComputerActor, IdleStop, is_busy=activity(platform).is_busy)
 
 
-async def stop_idle_computers(platform: Platform) -> int:
+async def stop_idle_computers(platform: ComputerServices) -> int:
     """One round for computers; returns how many stopped."""
     return await stop_idle(platform.db, platform.system, idle_watch(platform))

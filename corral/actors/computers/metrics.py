@@ -28,7 +28,7 @@ from corral.storage import Row, parse_iso, to_iso, utc_now
 from corral.vm import SIZES, InstanceNotFound
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 log = logging.getLogger("corral.computers.metrics")
 
@@ -57,7 +57,7 @@ class Reading:
 class Sampler:
     """Samples every running computer; remembers the last CPU reading of each."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: ComputerServices) -> None:
         self.platform = platform
         self.last: dict[str, Reading] = {}
         self.rounds = 0
@@ -141,7 +141,7 @@ def _bucketed(samples: list[Row], column: str, bucket_seconds: int | None) -> li
     ]
 
 
-async def computer_metrics(platform: Platform, row: Row, window_name: str | None) -> dict[str, Any]:
+async def computer_metrics(platform: ComputerServices, row: Row, window_name: str | None) -> dict[str, Any]:
     """`{cpu_percent: [{ts, value}], memory_percent: [{ts, value}], credits_per_hour}`."""
     window = parse_window(window_name)
     since = to_iso(utc_now() - window.span)
@@ -156,7 +156,7 @@ async def computer_metrics(platform: Platform, row: Row, window_name: str | None
     }
 
 
-async def start_sampler(platform: Platform) -> Sampler:
+async def start_sampler(platform: ComputerServices) -> Sampler:
     sampler = Sampler(platform)
     platform.computer_metrics = sampler
     await platform.nursery.start(sampler.run)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from corral.errors import ApiError, validation_error
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 
 
@@ -29,10 +29,10 @@ class AgentRuntimeProfile:
 
 
 class ProfileResolver(Protocol):
-    async def find(self, platform: Platform, tenant_id: str, profile_id: str) -> AgentRuntimeProfile | None:
+    async def find(self, platform: ComputerServices, tenant_id: str, profile_id: str) -> AgentRuntimeProfile | None:
         """The tenant's profile `profile_id`, or None."""
 
-    async def default_for(self, platform: Platform, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
+    async def default_for(self, platform: ComputerServices, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
         """The workspace's (else the tenant's) default profile for computers, or None."""
 
 
@@ -70,7 +70,7 @@ def profile_not_applicable(profile_id: str) -> ApiError:
     return ApiError(422, "AGENT_RUNTIME_PROFILE_NOT_APPLICABLE", f"agent runtime profile {profile_id} does not apply to computers")
 
 
-async def explicit_profile(platform: Platform, tenant_id: str, request: ProfileRequest) -> AgentRuntimeProfile | None:
+async def explicit_profile(platform: ComputerServices, tenant_id: str, request: ProfileRequest) -> AgentRuntimeProfile | None:
     """The profile the caller named, which must be in the tenant and apply to computers."""
     if request.profile_id is None:
         return None
@@ -84,7 +84,7 @@ async def explicit_profile(platform: Platform, tenant_id: str, request: ProfileR
 
 
 async def default_profile(
-    platform: Platform, tenant_id: str, workspace_id: str, request: ProfileRequest
+    platform: ComputerServices, tenant_id: str, workspace_id: str, request: ProfileRequest
 ) -> AgentRuntimeProfile | None:
     """The default profile a computer without an explicit one gets, unless skipped; a
     default that does not apply to computers is simply not applied."""

@@ -26,7 +26,7 @@ from .records import SIZE_NAMES
 from .templates import get_template, template_types
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.computers.services import ComputerServices
 
 FILTERS = ("workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id")
 MAX_NAME = 100
@@ -41,7 +41,7 @@ NOT_UPDATABLE = (
 )
 
 
-def regions(platform: Platform) -> list[str]:
+def regions(platform: ComputerServices) -> list[str]:
     """The region slugs this deployment offers; the first is where new computers go."""
     names = [name.strip() for name in platform.settings.regions.split(",") if name.strip()]
     return names or ["local"]
@@ -100,7 +100,7 @@ def _unique_slug(tx: Transaction, base: str) -> str:
             return candidate
 
 
-async def _insert(platform: Platform, values: Row) -> Row:
+async def _insert(platform: ComputerServices, values: Row) -> Row:
     def work(tx: Transaction) -> Row:
         now = utc_now_iso()
         row: Row = {
@@ -126,7 +126,7 @@ async def _insert(platform: Platform, values: Row) -> Row:
     return await platform.db.transaction(work)
 
 
-async def _announce_and_boot(platform: Platform, row: Row, clone_source: str | None = None) -> Row:
+async def _announce_and_boot(platform: ComputerServices, row: Row, clone_source: str | None = None) -> Row:
     data = {"computer_id": row["id"], "name": row["name"], "size": row["size"], "template_type": row["template_type"]}
     await platform.bus.publish(Event("computer.created", "computer", row["id"], data, tenant_id=row["tenant_id"]))
     ref = await platform.system.get(ComputerActor, row["id"])
@@ -135,7 +135,7 @@ async def _announce_and_boot(platform: Platform, row: Row, clone_source: str | N
 
 
 async def create_computer(
-    platform: Platform, tenant_id: str, owner_user_id: str | None, body: dict[str, Any], *, key_workspace_id: str | None = None
+    platform: ComputerServices, tenant_id: str, owner_user_id: str | None, body: dict[str, Any], *, key_workspace_id: str | None = None
 ) -> Row:
     """Validate, check the profile and the credits, attribute, insert `provisioning`, boot."""
     new = parse_new_computer(body)
@@ -184,7 +184,7 @@ def _within_key_workspace(body: dict[str, Any], key_workspace_id: str) -> dict[s
     return {**body, "workspace_id": key_workspace_id}
 
 
-async def clone_computer(platform: Platform, owner_user_id: str | None, source: Row) -> Row:
+async def clone_computer(platform: ComputerServices, owner_user_id: str | None, source: Row) -> Row:
     """A new computer with its own id and a copy of the running source's files, apps and env."""
     ref = await platform.system.get(ComputerActor, source["id"])
     source_instance: str = await ref.ask(Clone(), timeout=ASK_TIMEOUT)
@@ -205,7 +205,7 @@ async def clone_computer(platform: Platform, owner_user_id: str | None, source: 
     return await _announce_and_boot(platform, row, clone_source=source_instance)
 
 
-async def find_computer(platform: Platform, tenant_id: str, computer_id: str, *, key_workspace_id: str | None = None) -> Row:
+async def find_computer(platform: ComputerServices, tenant_id: str, computer_id: str, *, key_workspace_id: str | None = None) -> Row:
     row = await platform.db.fetch_one("SELECT * FROM computers WHERE id = ? AND tenant_id = ?", (computer_id, tenant_id))
     if row is None or (key_workspace_id is not None and row["workspace_id"] != key_workspace_id):
         raise computer_not_found()
@@ -213,7 +213,7 @@ async def find_computer(platform: Platform, tenant_id: str, computer_id: str, *,
 
 
 async def list_computers(
-    platform: Platform, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
+    platform: ComputerServices, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
 ) -> list[Row]:
     clauses, params = ["tenant_id = ?"], [tenant_id]
     if key_workspace_id is not None:
@@ -228,7 +228,7 @@ async def list_computers(
     )
 
 
-async def require_member(platform: Platform, row: Row, user_id: str | None, tenant_role: str | None) -> None:
+async def require_member(platform: ComputerServices, row: Row, user_id: str | None, tenant_role: str | None) -> None:
     """Changing a computer needs its owner, or a member (not a viewer) of its workspace;
     tenant owners and admins (and keys without a user) act as admins everywhere."""
     if user_id is not None and user_id == row["owner_user_id"]:
@@ -239,25 +239,25 @@ async def require_member(platform: Platform, row: Row, user_id: str | None, tena
         raise forbidden("not a member of this computer")
 
 
-async def ask(platform: Platform, computer_id: str, message: Any) -> Row:
+async def ask(platform: ComputerServices, computer_id: str, message: Any) -> Row:
     ref = await platform.system.get(ComputerActor, computer_id)
     row: Row = await ref.ask(message, timeout=ASK_TIMEOUT)
     return row
 
 
-async def start_computer(platform: Platform, row: Row) -> Row:
+async def start_computer(platform: ComputerServices, row: Row) -> Row:
     return await ask(platform, row["id"], Start())
 
 
-async def stop_computer(platform: Platform, row: Row) -> Row:
+async def stop_computer(platform: ComputerServices, row: Row) -> Row:
     return await ask(platform, row["id"], Stop())
 
 
-async def restart_computer(platform: Platform, row: Row) -> Row:
+async def restart_computer(platform: ComputerServices, row: Row) -> Row:
     return await ask(platform, row["id"], Restart())
 
 
-async def delete_computer(platform: Platform, row: Row) -> dict[str, Any]:
+async def delete_computer(platform: ComputerServices, row: Row) -> dict[str, Any]:
     ref = await platform.system.get(ComputerActor, row["id"])
     result: dict[str, Any] = await ref.ask(Destroy(), timeout=ASK_TIMEOUT)
     return result
@@ -269,14 +269,14 @@ def _required(body: dict[str, Any], name: str) -> Any:
     return body[name]
 
 
-async def resize_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+async def resize_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
     size = _required(body, "size")
     if size not in SIZE_NAMES:
         raise validation_error({"size": f"must be one of {', '.join(SIZE_NAMES)}"})
     return await ask(platform, row["id"], Resize(str(size)))
 
 
-async def move_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+async def move_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
     region = _required(body, "region")
     offered = regions(platform)
     if region not in offered:
@@ -284,7 +284,7 @@ async def move_computer(platform: Platform, row: Row, body: dict[str, Any]) -> R
     return await ask(platform, row["id"], Move(str(region)))
 
 
-async def update_computer(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+async def update_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
     """PATCH: only `agent_session_id` (a string, or null to clear) may change."""
     refused = {name: "cannot be changed; only agent_session_id can" for name in NOT_UPDATABLE if name in body}
     if refused:
@@ -302,7 +302,7 @@ def auto_stop_public(row: Row) -> dict[str, Any]:
     return {"auto_stop_seconds": seconds, "enabled": seconds > 0}
 
 
-async def set_auto_stop(platform: Platform, row: Row, body: dict[str, Any]) -> Row:
+async def set_auto_stop(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
     """`auto_stop_seconds`: a whole number of seconds of inactivity; 0 or null disables.
 
     Setting it counts as activity, so the idle clock starts from now."""
@@ -316,7 +316,7 @@ async def set_auto_stop(platform: Platform, row: Row, body: dict[str, Any]) -> R
     return await ask(platform, row["id"], Update({"auto_stop": value, "last_activity_at": utc_now_iso()}))
 
 
-async def recover_provisioning(platform: Platform) -> int:
+async def recover_provisioning(platform: ComputerServices) -> int:
     """At start-up: provision again what a restart cut short (a clone copies again)."""
     rows = await platform.db.fetch_all("SELECT * FROM computers WHERE status = 'provisioning'")
     for row in rows:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import trio
 
 from corral.actors.bus import SubscriberLagged
-from corral.actors.platform import Platform
+from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import Connect, SandboxActor, touch
 from corral.net.links import netns_path
 from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, strip_query_params
@@ -85,35 +85,35 @@ class ShareEntry:
     loaded: float
 
 
-def access_for(platform: Platform) -> PreviewAccess:
+def access_for(platform: PreviewServices) -> PreviewAccess:
     """This platform's one `PreviewAccess` (the router and the API share its caches)."""
     if platform.preview_access is None:
         platform.preview_access = PreviewAccess(platform)
     return platform.preview_access
 
 
-def forget_sandbox(platform: Platform, sandbox_id: str) -> None:
+def forget_sandbox(platform: PreviewServices, sandbox_id: str) -> None:
     if platform.preview_access is not None:
         platform.preview_access.forget_sandbox(sandbox_id)
 
 
-def forget_share(platform: Platform, share_id: str) -> None:
+def forget_share(platform: PreviewServices, share_id: str) -> None:
     if platform.preview_access is not None:
         platform.preview_access.forget_share(share_id)
 
 
-def forget_all(platform: Platform) -> None:
+def forget_all(platform: PreviewServices) -> None:
     if platform.preview_access is not None:
         platform.preview_access.forget_all()
 
 
-def instance_netns(platform: Platform, sandbox_id: str) -> str:
+def instance_netns(platform: PreviewServices, sandbox_id: str) -> str:
     """The namespace driver's network namespace of an instance (for apps bound to loopback)."""
     return netns_path(f"{platform.settings.netns_prefix}{sandbox_id}")
 
 
 class PreviewAccess:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: PreviewServices) -> None:
         self.platform = platform
         self.key = preview_key(platform.jwt_secret)
         self.secure = platform.settings.preview_url_scheme == "https"

@@ -25,7 +25,7 @@ import trio
 from publicsuffixlist import PublicSuffixList
 
 from corral.actors.periodic import run_periodically
-from corral.actors.platform import Platform
+from corral.actors.previews.services import PreviewServices
 from corral.config import Settings
 from corral.errors import ApiError, conflict
 from corral.net import cname_points_to, parse_name_servers
@@ -144,7 +144,7 @@ async def domain_public(db: Database, settings: Settings, scope: Scope, row: Row
     }
 
 
-async def put_domain(platform: Platform, scope: Scope, value: Any) -> Row:
+async def put_domain(platform: PreviewServices, scope: Scope, value: Any) -> Row:
     domain = normalize_domain(value, platform.settings)
     db = platform.db
     taken = await db.fetch_one("SELECT 1 FROM preview_domains WHERE domain = ? AND tenant_id != ?", (domain, scope.tenant_id))
@@ -167,12 +167,12 @@ async def put_domain(platform: Platform, scope: Scope, value: Any) -> Row:
     return row
 
 
-async def delete_domain(platform: Platform, scope: Scope) -> None:
+async def delete_domain(platform: PreviewServices, scope: Scope) -> None:
     await platform.db.execute("DELETE FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
     _domains_changed(platform)
 
 
-def _domains_changed(platform: Platform) -> None:
+def _domains_changed(platform: PreviewServices) -> None:
     """The access cache holds routable domains: it must ask again."""
     if platform.preview_access is not None:
         platform.preview_access.forget_all()
@@ -192,7 +192,7 @@ async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str |
     return True, None
 
 
-async def verify(platform: Platform, scope_type: str, scope_id: str, domain: str) -> Row | None:
+async def verify(platform: PreviewServices, scope_type: str, scope_id: str, domain: str) -> Row | None:
     """Check DNS now and store the outcome; the updated row (None if it was removed meanwhile)."""
     db = platform.db
     ok, why = await check_dns(platform.settings, domain)
@@ -228,14 +228,14 @@ async def verify(platform: Platform, scope_type: str, scope_id: str, domain: str
     return row
 
 
-async def _check_soon(platform: Platform, scope_type: str, scope_id: str, domain: str) -> None:
+async def _check_soon(platform: PreviewServices, scope_type: str, scope_id: str, domain: str) -> None:
     try:
         await verify(platform, scope_type, scope_id, domain)
     except Exception:
         log.exception("checking preview domain %s failed", domain)
 
 
-async def recheck_once(platform: Platform) -> int:
+async def recheck_once(platform: PreviewServices) -> int:
     """Check every pending domain, and configured ones not checked for an hour; drop orphans."""
     db = platform.db
     await db.execute("DELETE FROM preview_domains WHERE scope_type = 'workspace' AND scope_id NOT IN (SELECT id FROM workspaces)")
@@ -251,7 +251,7 @@ async def recheck_once(platform: Platform) -> int:
     return len(rows)
 
 
-async def recheck_forever(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def recheck_forever(platform: PreviewServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The background re-check, every `preview_dns_recheck_seconds`."""
     await run_periodically(
         lambda: recheck_once(platform),

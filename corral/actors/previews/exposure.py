@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from corral.actors.platform import Platform
+from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import Connect, SandboxActor
 from corral.errors import ApiError
 from corral.ids import prefixed
@@ -55,12 +55,12 @@ def parse_port(value: Any, *, required_message: str | None = None, template_id: 
     return value
 
 
-async def url_of(platform: Platform, sandbox: Row, port: int) -> str:
+async def url_of(platform: PreviewServices, sandbox: Row, port: int) -> str:
     domain = await domains.url_domain(platform.db, platform.settings, sandbox["tenant_id"], sandbox["workspace_id"], sandbox["project_id"])
     return sandbox_url(platform.settings, port, sandbox["slug"], domain)
 
 
-async def expose(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def expose(platform: PreviewServices, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
     port = parse_port(
         body.get("port"),
         required_message="port is required (the sandbox's template has no default preview port)",
@@ -91,14 +91,14 @@ async def expose(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict
     return {"url": url, "port": port, "preview_id": preview_id}
 
 
-async def latest_port(platform: Platform, sandbox_id: str) -> int | None:
+async def latest_port(platform: PreviewServices, sandbox_id: str) -> int | None:
     value = await platform.db.fetch_value(
         "SELECT port FROM sandbox_previews WHERE sandbox_id = ? ORDER BY updated_at DESC, id DESC LIMIT 1", (sandbox_id,)
     )
     return None if value is None else int(value)
 
 
-async def _address(platform: Platform, sandbox_id: str) -> str | None:
+async def _address(platform: PreviewServices, sandbox_id: str) -> str | None:
     """The instance's address while it runs; None while it does not (yet)."""
     ref = await platform.system.get(SandboxActor, sandbox_id)
     try:
@@ -110,7 +110,7 @@ async def _address(platform: Platform, sandbox_id: str) -> str | None:
     return info.address
 
 
-async def _announce_when_ready(platform: Platform, sandbox: Row, preview_id: str, port: int, url: str) -> None:
+async def _announce_when_ready(platform: PreviewServices, sandbox: Row, preview_id: str, port: int, url: str) -> None:
     connector = Connector(connect_timeout=2.0)
     delay = 0.1
     try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import trio
 
-from corral.actors.platform import Platform
+from corral.actors.previews.services import PreviewServices
 from corral.net.preview import PreviewRouter, RouteTable
 
 from .access import access_for
@@ -21,14 +21,14 @@ from .domains import recheck_forever
 from .urls import SANDBOX_HOST_PATTERN
 
 
-def build_router(platform: Platform) -> PreviewRouter:
+def build_router(platform: PreviewServices) -> PreviewRouter:
     access = access_for(platform)
     table = RouteTable()
     table.add_pattern("sandbox-port", SANDBOX_HOST_PATTERN, access.resolve_sandbox)
     return PreviewRouter(table, scheme=platform.settings.preview_url_scheme)
 
 
-async def run_preview(platform: Platform, stop: trio.Event, *, task_status: trio.TaskStatus[PreviewRouter] = trio.TASK_STATUS_IGNORED) -> None:
+async def run_preview(platform: PreviewServices, stop: trio.Event, *, task_status: trio.TaskStatus[PreviewRouter] = trio.TASK_STATUS_IGNORED) -> None:
     settings = platform.settings
     router = build_router(platform)
     async with trio.open_nursery() as nursery:

@@ -13,7 +13,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.actors.platform import Platform
+from corral.actors.previews.services import PreviewServices
 from corral.errors import ApiError, not_found, validation_error
 from corral.ids import prefixed
 from corral.storage import Row, iso_in, to_iso, utc_now_iso
@@ -37,7 +37,7 @@ def _positive_seconds(value: Any, maximum: int | None) -> int:
     return value
 
 
-async def mint_preview_token(platform: Platform, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def mint_preview_token(platform: PreviewServices, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
     raw = body.get("expires_in")
     ttl = PREVIEW_TOKEN_DEFAULT_TTL if raw is None else _positive_seconds(raw, PREVIEW_TOKEN_MAX_TTL)
     expires_at = int(time.time()) + ttl
@@ -45,7 +45,7 @@ async def mint_preview_token(platform: Platform, sandbox: Row, body: dict[str, A
     return {"token": token, "expires_at": to_iso(datetime.fromtimestamp(expires_at, UTC)), "sandbox_id": sandbox["id"]}
 
 
-async def _url(platform: Platform, sandbox: Row, port: int | None, token: str | None = None) -> str | None:
+async def _url(platform: PreviewServices, sandbox: Row, port: int | None, token: str | None = None) -> str | None:
     port = port if port is not None else await latest_port(platform, sandbox["id"])
     if port is None:
         return None
@@ -61,7 +61,7 @@ def share_public(row: Row, url: str | None) -> dict[str, Any]:
     return record
 
 
-async def create_share(platform: Platform, sandbox: Row, user_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+async def create_share(platform: PreviewServices, sandbox: Row, user_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
     raw = body.get("expires_in")
     ttl = None if raw is None else _positive_seconds(raw, None)
     port = parse_port(body.get("port"))
@@ -82,7 +82,7 @@ async def create_share(platform: Platform, sandbox: Row, user_id: str | None, bo
     return {**share_public(row, await _url(platform, sandbox, port, token)), "token": token}
 
 
-async def list_shares(platform: Platform, sandbox: Row) -> list[dict[str, Any]]:
+async def list_shares(platform: PreviewServices, sandbox: Row) -> list[dict[str, Any]]:
     """Shares not revoked, newest first; their URLs without the token (it is not stored)."""
     rows = await platform.db.fetch_all(
         "SELECT * FROM sandbox_shares WHERE sandbox_id = ? AND revoked_at IS NULL ORDER BY created_at DESC, id DESC", (sandbox["id"],)
@@ -90,7 +90,7 @@ async def list_shares(platform: Platform, sandbox: Row) -> list[dict[str, Any]]:
     return [share_public(row, await _url(platform, sandbox, row["port"])) for row in rows]
 
 
-async def revoke_share(platform: Platform, sandbox: Row, share_id: str) -> dict[str, Any]:
+async def revoke_share(platform: PreviewServices, sandbox: Row, share_id: str) -> dict[str, Any]:
     if not SHARE_ID.match(share_id):
         raise ApiError(400, "INVALID_ID", "invalid share id")
     now = utc_now_iso()

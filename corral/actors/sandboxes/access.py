@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from corral.actors.instances import InstanceFiles
-from corral.actors.platform import Platform
+from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
 from corral.storage import Row
 from corral.vm import AgentClient, InstanceInfo
@@ -21,7 +21,7 @@ from .actor import SandboxActor
 from .messages import Connect, Get
 
 
-async def wait_until_settled(platform: Platform, sandbox_id: str, timeout: float) -> Row:
+async def wait_until_settled(platform: SandboxServices, sandbox_id: str, timeout: float) -> Row:
     """The sandbox row once it has left `creating`, or as it is when `timeout` passes."""
     ref = await platform.system.get(SandboxActor, sandbox_id)
     with trio.move_on_after(timeout):
@@ -36,7 +36,7 @@ async def wait_until_settled(platform: Platform, sandbox_id: str, timeout: float
     return result
 
 
-async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
+async def agent_for(platform: SandboxServices, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
     """The agent of a running sandbox; waits for one still being created."""
     ref = await platform.system.get(SandboxActor, sandbox_id)
     try:
@@ -51,6 +51,6 @@ async def agent_for(platform: Platform, sandbox_id: str, *, record_activity: boo
     return platform.agents.client(info)
 
 
-async def files_for(platform: Platform, sandbox_id: str) -> InstanceFiles:
+async def files_for(platform: SandboxServices, sandbox_id: str) -> InstanceFiles:
     """The files of a running sandbox (waits for one still being created)."""
     return InstanceFiles(await agent_for(platform, sandbox_id), SandboxActor.refusals)

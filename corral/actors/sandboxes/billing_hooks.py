@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from corral.actors import billing
-from corral.actors.platform import Platform
+from corral.actors.sandboxes.services import SandboxServices
 from corral.storage import Row
 
 RESOURCE_TYPE = "sandbox"
 STARTABLE = ("stopped", "suspended")
 
 
-async def allow_create(platform: Platform, tenant_id: str, size: str, body: dict[str, Any]) -> None:
+async def allow_create(platform: SandboxServices, tenant_id: str, size: str, body: dict[str, Any]) -> None:
     """402/409 before a new sandbox (create or fork) is written."""
     external_user_id = body.get("external_user_id")
     await billing.require_run_allowance(
@@ -30,7 +30,7 @@ async def allow_create(platform: Platform, tenant_id: str, size: str, body: dict
     )
 
 
-async def allow_start(platform: Platform, sandbox_id: str) -> None:
+async def allow_start(platform: SandboxServices, sandbox_id: str) -> None:
     """402/409 before a stopped or suspended sandbox starts; other states get the actor's own 409."""
     row = await platform.db.fetch_one(
         "SELECT tenant_id, size, status, external_user_id FROM sandboxes WHERE id = ?", (sandbox_id,)
@@ -47,7 +47,7 @@ async def allow_start(platform: Platform, sandbox_id: str) -> None:
     )
 
 
-async def follow_status(platform: Platform, record: Row) -> None:
+async def follow_status(platform: SandboxServices, record: Row) -> None:
     """Meter a sandbox while its persisted status is `running`, and only then."""
     if record.get("status") == "running":
         await billing.meter_start(
@@ -63,5 +63,5 @@ async def follow_status(platform: Platform, record: Row) -> None:
         await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=record["id"])
 
 
-async def meter_off(platform: Platform, sandbox_id: str) -> None:
+async def meter_off(platform: SandboxServices, sandbox_id: str) -> None:
     await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=sandbox_id)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral.actors import billing
-from corral.actors.platform import Platform
+from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
 
 from .billing_hooks import RESOURCE_TYPE, meter_off
@@ -11,7 +11,7 @@ from .messages import Stop
 from .service import lifecycle
 
 
-async def stop_for_credits(platform: Platform, sandbox_id: str) -> None:
+async def stop_for_credits(platform: SandboxServices, sandbox_id: str) -> None:
     """The stopper billing calls when credits (or an end user's credit quota) run out."""
     try:
         await lifecycle(platform, sandbox_id, Stop(reason="credits_exhausted"))

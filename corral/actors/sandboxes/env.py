@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from corral.actors.platform import Platform
+from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
 from corral.storage import Row
 
@@ -61,7 +61,7 @@ def parse_vars(body: Any) -> list[EnvVar]:
 SANDBOX_ENV = SealedEnvTable("sandbox_env", "sandbox_id", "key", "sandbox-env", flag_column="encrypted")
 
 
-def _store(platform: Platform) -> SealedEnv:
+def _store(platform: SandboxServices) -> SealedEnv:
     return SealedEnv(platform.db, platform.secrets, SANDBOX_ENV)
 
 
@@ -73,11 +73,11 @@ def entry_public(row: Row) -> dict[str, Any]:
     return {"key": row["key"], "encrypted": bool(row["encrypted"])}
 
 
-async def list_vars(platform: Platform, sandbox_id: str) -> list[Row]:
+async def list_vars(platform: SandboxServices, sandbox_id: str) -> list[Row]:
     return await _store(platform).names(sandbox_id)
 
 
-async def put_vars(platform: Platform, sandbox: Row, variables: list[EnvVar]) -> list[Row]:
+async def put_vars(platform: SandboxServices, sandbox: Row, variables: list[EnvVar]) -> list[Row]:
     """Upsert `variables`; keys not listed are left as they are. Answers the whole list."""
     values = {var.key: var.value for var in variables}
     flags = {var.key: var.encrypted for var in variables}
@@ -85,16 +85,16 @@ async def put_vars(platform: Platform, sandbox: Row, variables: list[EnvVar]) ->
     return await list_vars(platform, sandbox["id"])
 
 
-async def delete_var(platform: Platform, sandbox_id: str, key: str) -> None:
+async def delete_var(platform: SandboxServices, sandbox_id: str, key: str) -> None:
     if not await _store(platform).delete(sandbox_id, key):
         raise not_found(f"env var not found: {key}")
 
 
-async def resolved_env(platform: Platform, sandbox: Row) -> dict[str, str]:
+async def resolved_env(platform: SandboxServices, sandbox: Row) -> dict[str, str]:
     """The sandbox's variables in plaintext, for an exec or a process about to start."""
     return await _store(platform).plaintext(sandbox)
 
 
-async def copy_vars(platform: Platform, source: Row, target: Row) -> None:
+async def copy_vars(platform: SandboxServices, source: Row, target: Row) -> None:
     """A fork's environment: the source's values, sealed anew for the new sandbox."""
     await _store(platform).copy(source, target, _too_many)

@@ -25,9 +25,9 @@ import trio
 
 from corral.actors.actor import handles
 from corral.actors.messages import Message
-from corral.actors.platform import Platform
 from corral.actors.record import RecordActor
 from corral.actors.runtime_errors import answer_for
+from corral.actors.sandboxes.services import SandboxServices
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.storage import Event, utc_now_iso
@@ -220,7 +220,7 @@ class _LineBudget:
         return self.used <= self.rate
 
 
-async def halt_processes(platform: Platform, sandbox_id: str, agent: AgentClient | None) -> None:
+async def halt_processes(platform: SandboxServices, sandbox_id: str, agent: AgentClient | None) -> None:
     """Before a sandbox stops: keep each running process's last lines in its record and
     mark it killed (the instance's processes die with it)."""
     rows = await platform.db.fetch_all(
@@ -237,7 +237,7 @@ async def halt_processes(platform: Platform, sandbox_id: str, agent: AgentClient
             await ref.ask(Halted(logs), timeout=5)
 
 
-async def resume_watchers(platform: Platform) -> int:
+async def resume_watchers(platform: SandboxServices) -> int:
     """At start-up: activate the actor of every running process, so its watch goes on."""
     rows = await platform.db.fetch_all("SELECT id FROM sandbox_processes WHERE status = 'running'")
     for row in rows:

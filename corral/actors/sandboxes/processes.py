@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from corral.actors.platform import Platform
 from corral.actors.runtime_errors import answer_for
+from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found, validation_error
 from corral.ids import prefixed
 from corral.storage import Event, Row, utc_now_iso
@@ -68,7 +68,7 @@ def parse_new_process(body: dict[str, Any]) -> NewProcess:
     return NewProcess(cmd, cwd, env, (name or cmd.split()[0])[:MAX_NAME])
 
 
-async def start_process(platform: Platform, sandbox: Row, body: dict[str, Any]) -> Row:
+async def start_process(platform: SandboxServices, sandbox: Row, body: dict[str, Any]) -> Row:
     """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
     (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
     new = parse_new_process(body)
@@ -117,13 +117,13 @@ async def start_process(platform: Platform, sandbox: Row, body: dict[str, Any]) 
     return row
 
 
-async def list_processes(platform: Platform, sandbox_id: str) -> list[Row]:
+async def list_processes(platform: SandboxServices, sandbox_id: str) -> list[Row]:
     return await platform.db.fetch_all(
         "SELECT * FROM sandbox_processes WHERE sandbox_id = ? ORDER BY started_at DESC, id DESC", (sandbox_id,)
     )
 
 
-async def find_process(platform: Platform, sandbox_id: str, process_id: str) -> Row:
+async def find_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> Row:
     row = await platform.db.fetch_one(
         "SELECT * FROM sandbox_processes WHERE id = ? AND sandbox_id = ?", (process_id, sandbox_id)
     )
@@ -132,7 +132,7 @@ async def find_process(platform: Platform, sandbox_id: str, process_id: str) -> 
     return row
 
 
-async def kill_process(platform: Platform, sandbox_id: str, process_id: str) -> Row:
+async def kill_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> Row:
     """SIGTERM, then SIGKILL after the grace period, to the whole process group.
     Deleting a process that already ended changes nothing."""
     row = await find_process(platform, sandbox_id, process_id)
@@ -148,7 +148,7 @@ async def kill_process(platform: Platform, sandbox_id: str, process_id: str) -> 
     return result
 
 
-async def process_logs(platform: Platform, sandbox_id: str, process_id: str, tail: int) -> list[str]:
+async def process_logs(platform: SandboxServices, sandbox_id: str, process_id: str, tail: int) -> list[str]:
     """The last `tail` lines: from the agent while it has them, else from the record."""
     row = await find_process(platform, sandbox_id, process_id)
     with contextlib.suppress(ApiError, RuntimeErrorBase):
@@ -168,7 +168,7 @@ class Ended:
 
 
 async def follow_logs(
-    platform: Platform, sandbox_id: str, process_id: str, after: int, wait: float
+    platform: SandboxServices, sandbox_id: str, process_id: str, after: int, wait: float
 ) -> AsyncIterator[list[dict[str, Any]] | Ended]:
     """Batches of log lines after sequence `after` (`{id, ts, stream, line}`); an empty
     batch when `wait` passed without one (time for a heartbeat); `Ended` once the

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from corral.actors.platform import Platform
+from corral.actors.sandboxes.services import SandboxServices
 from corral.actors.tenancy import resolve_attribution
 from corral.actors.tenancy.slugs import slugify
 from corral.errors import ApiError, not_found, validation_error
@@ -95,7 +95,7 @@ def _unique_slug(tx: Transaction, base: str) -> str:
 
 
 async def _insert(
-    platform: Platform, tenant_id: str, owner_user_id: str | None, new: NewSandbox, body: dict[str, Any], forked_from: str | None = None
+    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox, body: dict[str, Any], forked_from: str | None = None
 ) -> Row:
     attribution = await resolve_attribution(platform.db, tenant_id, body, owner_user_id)
 
@@ -139,7 +139,7 @@ async def _insert(
     return row
 
 
-async def create_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | None, body: dict[str, Any]) -> Row:
+async def create_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, body: dict[str, Any]) -> Row:
     runtime = platform.runtime
     new = parse_new_sandbox(body, runtime.templates.exists)
     await billing_hooks.allow_create(platform, tenant_id, new.size, body)  # 402 / quota 409
@@ -151,7 +151,7 @@ async def create_sandbox(platform: Platform, tenant_id: str, owner_user_id: str 
     return await wait_until_settled(platform, row["id"], platform.settings.sandbox_ready_wait)
 
 
-async def fork_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | None, source: Row) -> Row:
+async def fork_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, source: Row) -> Row:
     new = NewSandbox(source["template_id"], f"{source['name']}-fork"[:100], source["size"], {}, source["auto_stop"], json.loads(source["metadata"]))
     body = {"workspace_id": source["workspace_id"], "project_id": source["project_id"]}
     body.update({k: source[k] for k in ("external_workspace_id", "external_user_id", "external_project_id") if source[k]})
@@ -170,7 +170,7 @@ async def fork_sandbox(platform: Platform, tenant_id: str, owner_user_id: str | 
     return result
 
 
-async def recover_interrupted(platform: Platform) -> int:
+async def recover_interrupted(platform: SandboxServices) -> int:
     """At start-up: boot sandboxes whose creation was cut off; an interrupted fork is an error."""
     rows = await platform.db.fetch_all("SELECT id, forked_from FROM sandboxes WHERE status = 'creating'")
     for row in rows:
@@ -182,12 +182,12 @@ async def recover_interrupted(platform: Platform) -> int:
     return len(rows)
 
 
-async def start_background(platform: Platform) -> None:
+async def start_background(platform: SandboxServices) -> None:
     """At start-up: follow the processes that kept running."""
     await resume_watchers(platform)
 
 
-async def find_sandbox(platform: Platform, tenant_id: str, sandbox_id: str) -> Row:
+async def find_sandbox(platform: SandboxServices, tenant_id: str, sandbox_id: str) -> Row:
     row = await platform.db.fetch_one(
         "SELECT * FROM sandboxes WHERE id = ? AND tenant_id = ? AND status != 'destroyed'", (sandbox_id, tenant_id)
     )
@@ -196,7 +196,7 @@ async def find_sandbox(platform: Platform, tenant_id: str, sandbox_id: str) -> R
     return row
 
 
-async def list_sandboxes(platform: Platform, tenant_id: str, filters: dict[str, str]) -> list[Row]:
+async def list_sandboxes(platform: SandboxServices, tenant_id: str, filters: dict[str, str]) -> list[Row]:
     clauses, params = ["tenant_id = ?", "status != 'destroyed'"], [tenant_id]
     for column, value in filters.items():
         clauses.append(f"{column} = ?")
@@ -206,7 +206,7 @@ async def list_sandboxes(platform: Platform, tenant_id: str, filters: dict[str, 
     )
 
 
-async def lifecycle(platform: Platform, sandbox_id: str, message: Start | Stop | Destroy) -> Row:
+async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start | Stop | Destroy) -> Row:
     if isinstance(message, Start):
         await billing_hooks.allow_start(platform, sandbox_id)  # 402 / quota 409
     ref = await platform.system.get(SandboxActor, sandbox_id)
@@ -225,7 +225,7 @@ def clamp_timeout(value: Any) -> int:
 class _LineEvents:
     """Turns output chunks into `sandbox.exec.stdout/stderr` line events."""
 
-    def __init__(self, platform: Platform, row: Row, exec_id: str) -> None:
+    def __init__(self, platform: SandboxServices, row: Row, exec_id: str) -> None:
         self.platform, self.row, self.exec_id = platform, row, exec_id
         self.partial = {"stdout": "", "stderr": ""}
         self.published = 0
@@ -249,11 +249,11 @@ class _LineEvents:
         await publish(self.platform, self.row, f"sandbox.exec.{stream}", {"exec_id": self.exec_id, "line": line})
 
 
-async def publish(platform: Platform, row: Row, event_type: str, data: dict[str, Any]) -> None:
+async def publish(platform: SandboxServices, row: Row, event_type: str, data: dict[str, Any]) -> None:
     await platform.bus.publish(Event(event_type, "sandbox", row["id"], data, tenant_id=row["tenant_id"]))
 
 
-async def exec_command(platform: Platform, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def exec_command(platform: SandboxServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
     command = body.get("command")
     if command is None or (isinstance(command, str) and not command.strip()):
         raise ApiError(400, "MISSING_PARAM", "command is required")

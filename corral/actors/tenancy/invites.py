@@ -27,7 +27,7 @@ from .members import check_owner_rule, insert_member, join_tenant, join_workspac
 from .white_label import invite_base_url
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.tenancy.services import TenancyServices
 
 WORKSPACE = "workspace"
 TENANT = "tenant"
@@ -77,7 +77,7 @@ class WorkspaceInviteOutcome:
     member: Row | None = None
 
 
-def invite_url(platform: Platform, kind: str, token: str, custom_domain: str | None) -> str:
+def invite_url(platform: TenancyServices, kind: str, token: str, custom_domain: str | None) -> str:
     return f"{invite_base_url(platform.settings, custom_domain)}{PRODUCT_PATHS[kind]}{token}"
 
 
@@ -110,7 +110,7 @@ def tenant_invite_public(row: Row) -> dict[str, Any]:
 
 
 def _insert_invite(
-    tx: Transaction, platform: Platform, *, kind: str, tenant_id: str, workspace_id: str | None, email: str, role: str, invited_by: str | None
+    tx: Transaction, platform: TenancyServices, *, kind: str, tenant_id: str, workspace_id: str | None, email: str, role: str, invited_by: str | None
 ) -> tuple[Row, str]:
     """Supersede the address's pending invite to the same place, then insert a new one."""
     now = utc_now_iso()
@@ -156,7 +156,7 @@ async def _inviter_name(db: Database, user_id: str | None) -> str | None:
 
 
 async def invite_to_workspace(
-    platform: Platform, workspace: Row, email: str, role: str, *, actor_role: str, actor_id: str | None
+    platform: TenancyServices, workspace: Row, email: str, role: str, *, actor_role: str, actor_id: str | None
 ) -> WorkspaceInviteOutcome:
     """Invite an address to a workspace; an address of a tenant member is added at once
     (no e-mail), `409 ALREADY_MEMBER` when already in the workspace."""
@@ -194,7 +194,7 @@ async def invite_to_workspace(
     return WorkspaceInviteOutcome(invite=IssuedInvite(row, token, url))
 
 
-async def invite_to_tenant(platform: Platform, tenant: Row, email: str, role: str, *, actor_role: str, actor_id: str | None) -> IssuedInvite:
+async def invite_to_tenant(platform: TenancyServices, tenant: Row, email: str, role: str, *, actor_role: str, actor_id: str | None) -> IssuedInvite:
     """Invite an address to the org; `409 ALREADY_MEMBER` when it belongs to a member."""
     check_owner_rule(actor_role, role)
 

@@ -31,7 +31,7 @@ from corral.config import Settings
 from . import outbox
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.tenancy.services import TenancyServices
 
 log = logging.getLogger("corral.mail")
 
@@ -122,7 +122,7 @@ def deliver(target: SmtpTarget, message: EmailMessage, ca_bundle: str | None = N
         client.send_message(message)
 
 
-async def send_mail(platform: Platform, to: str, subject: str, body: str) -> str:
+async def send_mail(platform: TenancyServices, to: str, subject: str, body: str) -> str:
     """Queue the message in the operator outbox and, with SMTP configured, send it in
     the background. Returns the outbox id."""
     mail_id = await outbox.queue_mail(platform.db, to, subject, body)

@@ -28,7 +28,7 @@ from . import queue
 from .events import BUS_EVENT_TYPES, event_id_of, payload_of, subscribed
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.webhooks.services import WebhookServices
 
 log = logging.getLogger("corral.webhooks")
 
@@ -36,7 +36,7 @@ REPLAY_BATCH = 500
 
 
 class Dispatcher:
-    def __init__(self, platform: Platform, wake_worker: Callable[[], None]) -> None:
+    def __init__(self, platform: WebhookServices, wake_worker: Callable[[], None]) -> None:
         self.platform = platform
         self.db = platform.db
         self.wake_worker = wake_worker

@@ -17,7 +17,7 @@ from .sender import Sender
 from .worker import DeliveryWorker
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.webhooks.services import WebhookServices
 
 @dataclass
 class WebhookRuntime:
@@ -26,13 +26,13 @@ class WebhookRuntime:
     dispatcher: Dispatcher
 
 
-def runtime_of(platform: Platform) -> WebhookRuntime:
+def runtime_of(platform: WebhookServices) -> WebhookRuntime:
     if platform.webhooks is None:
         raise RuntimeError("the webhook services are not running on this platform")
     return platform.webhooks
 
 
-async def run_webhooks(platform: Platform, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def run_webhooks(platform: WebhookServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Run the dispatcher and the delivery worker until cancelled."""
     sender = Sender(platform.settings)
     worker = DeliveryWorker(platform, sender)

@@ -25,7 +25,7 @@ from .signing import new_secret, secret_preview
 from .spec import DEFAULT_RETRY_COUNT, WebhookFields
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.webhooks.services import WebhookServices
 
 MAX_WEBHOOKS_PER_TENANT = 100
 DELIVERIES_DEFAULT_LIMIT = 100
@@ -58,7 +58,7 @@ def webhook_not_found() -> ApiError:
     return not_found("webhook not found")
 
 
-async def _check_url(platform: Platform, url: str) -> None:
+async def _check_url(platform: WebhookServices, url: str) -> None:
     """422 on the `url` field when its host is an address webhooks may never reach
     (names are resolved and checked before every attempt instead)."""
     try:
@@ -67,7 +67,7 @@ async def _check_url(platform: Platform, url: str) -> None:
         raise validation_error({"url": str(exc)}, "webhook destination refused") from None
 
 
-async def create_webhook(platform: Platform, tenant_id: str, user_id: str | None, fields: WebhookFields) -> tuple[Row, str]:
+async def create_webhook(platform: WebhookServices, tenant_id: str, user_id: str | None, fields: WebhookFields) -> tuple[Row, str]:
     """The stored webhook and its plaintext secret (shown to the caller once)."""
     assert fields.url is not None
     await _check_url(platform, fields.url)
@@ -100,13 +100,13 @@ async def create_webhook(platform: Platform, tenant_id: str, user_id: str | None
     return row, secret
 
 
-async def list_webhooks(platform: Platform, tenant_id: str) -> list[Row]:
+async def list_webhooks(platform: WebhookServices, tenant_id: str) -> list[Row]:
     return await platform.db.fetch_all(
         "SELECT * FROM webhooks WHERE tenant_id = ? ORDER BY created_at, id", (tenant_id,)
     )
 
 
-async def find_webhook(platform: Platform, tenant_id: str, webhook_id: str) -> Row:
+async def find_webhook(platform: WebhookServices, tenant_id: str, webhook_id: str) -> Row:
     """The tenant's webhook; `400 INVALID_ID` for a malformed id, 404 for another tenant's."""
     if not WEBHOOK_ID.match(webhook_id):
         raise invalid_id("webhook id")
@@ -118,7 +118,7 @@ async def find_webhook(platform: Platform, tenant_id: str, webhook_id: str) -> R
     return row
 
 
-async def update_webhook(platform: Platform, row: Row, fields: WebhookFields) -> Row:
+async def update_webhook(platform: WebhookServices, row: Row, fields: WebhookFields) -> Row:
     """Apply the given fields; the secret never changes here."""
     changes: dict[str, Any] = {}
     if fields.url is not None and fields.url != row["url"]:
@@ -147,12 +147,12 @@ async def update_webhook(platform: Platform, row: Row, fields: WebhookFields) ->
     return {**row, **changes}
 
 
-async def delete_webhook(platform: Platform, row: Row) -> None:
+async def delete_webhook(platform: WebhookServices, row: Row) -> None:
     """Remove the webhook, its queued attempts and its delivery history."""
     await platform.db.execute("DELETE FROM webhooks WHERE id = ? AND tenant_id = ?", (row["id"], row["tenant_id"]))
 
 
-async def send_test_event(platform: Platform, row: Row) -> dict[str, Any]:
+async def send_test_event(platform: WebhookServices, row: Row) -> dict[str, Any]:
     """Send a synthetic `webhook.test` event now and wait for the answer (no retries).
 
     The attempt is recorded in the webhook's deliveries like any other.
@@ -197,7 +197,7 @@ async def send_test_event(platform: Platform, row: Row) -> dict[str, Any]:
 
 
 async def list_deliveries(
-    platform: Platform, row: Row, *, limit: int, cursor: str | None = None, status: str | None = None
+    platform: WebhookServices, row: Row, *, limit: int, cursor: str | None = None, status: str | None = None
 ) -> tuple[list[Row], str | None]:
     """Made attempts, newest first, and the cursor of the next page (None on the last)."""
     if cursor is not None and not DELIVERY_ID.match(cursor):

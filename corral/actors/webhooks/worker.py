@@ -31,7 +31,7 @@ from .schedule import retry_delay
 from .sender import Outcome, Sender
 
 if TYPE_CHECKING:
-    from corral.actors.platform import Platform
+    from corral.actors.webhooks.services import WebhookServices
 
 log = logging.getLogger("corral.webhooks")
 
@@ -42,7 +42,7 @@ MIN_SLEEP = 0.02
 
 
 class DeliveryWorker:
-    def __init__(self, platform: Platform, sender: Sender, *, concurrency: int = 16) -> None:
+    def __init__(self, platform: WebhookServices, sender: Sender, *, concurrency: int = 16) -> None:
         self.platform = platform
         self.db = platform.db
         self.settings = platform.settings

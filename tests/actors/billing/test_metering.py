@@ -18,7 +18,7 @@ import pytest
 
 from corral.actors import billing
 from corral.actors.billing import pricing, quotas
-from corral.actors.platform import Platform
+from corral.node import Platform
 from corral.storage import Row, to_iso, utc_now
 from tests.support import API, Api, running_server
 

@@ -1,0 +1,23 @@
+"""What billing needs of its node (see `corral.actors.tenancy.services` for why a Protocol)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import trio
+
+from corral.actors.bus import EventBus
+from corral.config import Settings
+from corral.storage import Database
+
+if TYPE_CHECKING:
+    from .metering import Metering
+
+
+class BillingServices(Protocol):
+    settings: Settings
+    db: Database
+    bus: EventBus
+    nursery: trio.Nursery
+    metering: Metering | None
+    """The node's running metering task (None before billing started and after it stopped)."""

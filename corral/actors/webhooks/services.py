@@ -1,0 +1,22 @@
+"""What webhooks need of their node (see `corral.actors.tenancy.services` for why a Protocol)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from corral.actors.bus import EventBus
+from corral.config import Settings
+from corral.storage import Database, EventLog, SecretBox
+
+if TYPE_CHECKING:
+    from .runner import WebhookRuntime
+
+
+class WebhookServices(Protocol):
+    settings: Settings
+    db: Database
+    bus: EventBus
+    events: EventLog
+    secrets: SecretBox
+    webhooks: WebhookRuntime | None
+    """This node's sender, delivery worker and dispatcher, once started."""
