@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from tests.http.computer_support import create_running
+from tests.sse_client import open_sse
 from tests.support import Api, Tenant, assert_error
 
 API = "/api/v1"
@@ -73,6 +74,26 @@ async def test_exec_timeouts_default_maximum_and_clamp(runtime_api: Api, owner: 
     assert result == {"output": "", "exit_code": 143} and 30 <= took < 40
     result, took = results["computer past maximum"]
     assert result == {"output": "", "exit_code": 143} and 300 <= took < 310  # clamped to 300 s
+
+
+@pytest.mark.slow
+async def test_a_process_silent_for_longer_than_the_agent_timeout_streams_and_logs(runtime_api: Api, owner: Tenant) -> None:
+    """A build that prints, says nothing for 15 s, then prints again: its SSE stream
+    and its logs get every line, and the stream ends with the exit."""
+    created = await runtime_api.request("POST", f"{API}/sandboxes", key=owner.key, json={})
+    sid = created.json()["data"]["id"]
+    started = await runtime_api.request(
+        "POST", f"{API}/sandboxes/{sid}/processes", key=owner.key, json={"cmd": "echo building; sleep 15; echo built"}
+    )
+    assert started.status_code == 201, started.text
+    pid = started.json()["data"]["pid"]
+    url = f"{API}/sandboxes/{sid}/processes/{pid}/stream"
+    async with open_sse(runtime_api.client, url, {"Authorization": f"Bearer {owner.key}"}) as stream:
+        frames = await stream.frames_until("exit", timeout=30)
+    assert [f.data["line"] for f in frames if f.event == "log"] == ["building", "built"]
+    assert frames[-1].data["exit_code"] == 0
+    logs = await runtime_api.request("GET", f"{API}/sandboxes/{sid}/processes/{pid}/logs", key=owner.key)
+    assert logs.json()["data"]["lines"] == ["building", "built"]
 
 
 @pytest.mark.parametrize("timeout", [0, -1, "30", True])
