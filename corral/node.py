@@ -40,6 +40,7 @@ from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import Settings
+from corral.net import HostNetwork, NetworkConfig
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
 
 log = logging.getLogger("corral")
@@ -119,6 +120,20 @@ async def _jwt_secret(db: Database, configured: str | None) -> str:
     return str(value)
 
 
+def host_network(settings: Settings) -> HostNetwork:
+    """This node's instance network (`net`), which the runtime (`vm`) is handed."""
+    return HostNetwork(
+        NetworkConfig(
+            state_dir=Path(settings.data_dir) / "network",
+            bridge=settings.bridge,
+            subnet=settings.subnet,
+            nft_table=settings.nft_table,
+            link_prefix=settings.link_prefix,
+            netns_prefix=settings.netns_prefix,
+        )
+    )
+
+
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
@@ -156,7 +171,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
                 bus=EventBus(events),
-                runtime=RuntimeHolder(settings),
+                runtime=RuntimeHolder(settings, lambda: host_network(settings)),
                 agents=AgentPool(settings.agent_timeout),
             )
             platform.system = ActorSystem(

@@ -2,28 +2,40 @@
 
 Built on first use, so a node that never runs an instance never touches the host
 network; but at start a node whose data directory already holds instances builds it
-at once and re-adopts them (DESIGN.md: instances survive the control plane).
+at once and re-adopts them (DESIGN.md: instances survive the control plane). The
+host network is the node's to make (`corral.node` plugs `corral.net` in): this
+module only knows the runtime's `InstanceNetwork` interface.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import trio
 
 from corral.config import Settings
-from corral.net import HostNetwork, NetworkConfig
-from corral.vm import CgroupV1, NamespaceDriver, RuntimeDriver, TemplateStore
+from corral.vm import CgroupV1, InstanceNetwork, NamespaceDriver, RuntimeDriver, TemplateStore
 
 log = logging.getLogger("corral.runtime")
 
 
+class NodeNetwork(InstanceNetwork, Protocol):
+    """The host network as the node owns it: set up before the first instance, closed at the end."""
+
+    async def setup(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RuntimeHolder:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, make_network: Callable[[], NodeNetwork]) -> None:
         self.settings = settings
+        self._make_network = make_network
         self._driver: RuntimeDriver | None = None
-        self._network: HostNetwork | None = None
+        self._network: NodeNetwork | None = None
         self._lock = trio.Lock()
         assert settings.template_dir is not None
         self.templates = TemplateStore(Path(settings.template_dir))
@@ -41,16 +53,7 @@ class RuntimeHolder:
         async with self._lock:
             if self._driver is None:
                 settings = self.settings
-                network = HostNetwork(
-                    NetworkConfig(
-                        state_dir=Path(settings.data_dir) / "network",
-                        bridge=settings.bridge,
-                        subnet=settings.subnet,
-                        nft_table=settings.nft_table,
-                        link_prefix=settings.link_prefix,
-                        netns_prefix=settings.netns_prefix,
-                    )
-                )
+                network = self._make_network()
                 await network.setup()
                 self._network = network
                 driver = NamespaceDriver(
