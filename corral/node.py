@@ -28,6 +28,7 @@ import trio
 
 from corral.actors import billing, computers, instances, sandboxes
 from corral.actors.agents import AgentPool
+from corral.actors.billing.hooks import BillingHooks
 from corral.actors.billing.metering import Metering
 from corral.actors.bus import EventBus
 from corral.actors.computers.execution import Activity
@@ -71,6 +72,8 @@ class Platform:
     """The actor system; its actors see this platform as `self.services`."""
     # Services of the parts, typed; the node sets each one explicitly.
     metering: Metering | None = None
+    billing_hooks: BillingHooks = field(default_factory=BillingHooks)
+    """How each instance kind is stopped and counted on this node (registered at start)."""
     """The running metering task (None before the node started billing, and after it stopped)."""
     computer_activity: Activity | None = None
     """Computer commands in flight on this node (the idle watcher skips busy computers)."""
@@ -137,8 +140,8 @@ def host_network(settings: Settings) -> HostNetwork:
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
-    sandboxes.register_with_billing()
-    computers.register_with_billing()
+    sandboxes.register_with_billing(platform)
+    computers.register_with_billing(platform)
     if platform.runtime.has_instances():
         await platform.runtime.driver()
     recovered = await sandboxes.recover_interrupted(platform)

@@ -8,9 +8,10 @@ The interface other parts code against (docs/api.md, "Credits, metering and quot
 - `meter_start(platform, *, tenant_id, resource_type, resource_id, size, user_id=None, external_user_id=None)`
   and `meter_stop(platform, *, resource_type, resource_id)` as an instance enters and
   leaves running (both idempotent);
-- `register_stopper(resource_type, stop)`: how to stop an instance when credits run out;
-- `register_inventory(resource_type, table=..., active_states=..., gone_states=...)`:
-  count a kind's instances against end-user quotas;
+- `BillingHooks` (the node's `billing_hooks`): `register_stopper(resource_type, stop)`,
+  how to stop an instance when credits run out, and `register_inventory(resource_type,
+  table=..., active_states=..., gone_states=...)`, where a kind's instances are counted
+  against end-user quotas; each kind registers through the node at start;
 - `record_ai_usage(platform, *, tenant_id, provider, model, input_tokens, output_tokens, ...)`.
 """
 
@@ -24,13 +25,13 @@ from .credits import (
     transaction_public,
     usage,
 )
+from .hooks import BillingHooks, Inventory
 from .ledger import Ledger, Outcome, in_ledger
 from .metering import (
     Metering,
     charge_tenant,
     meter_start,
     meter_stop,
-    register_stopper,
     start_metering,
     stop_metering,
 )
@@ -42,13 +43,14 @@ from .quotas import (
     get_quota,
     put_quota,
     quota_public,
-    register_inventory,
 )
 
 __all__ = [
     "COMPUTE_CREDITS_PER_HOUR",
     "CREDIT_EXPIRY_DAYS",
     "LIMITS",
+    "BillingHooks",
+    "Inventory",
     "Ledger",
     "Metering",
     "Outcome",
@@ -67,8 +69,6 @@ __all__ = [
     "put_quota",
     "quota_public",
     "record_ai_usage",
-    "register_inventory",
-    "register_stopper",
     "require_run_allowance",
     "start_metering",
     "stop_metering",

@@ -38,6 +38,7 @@ async def require_run_allowance(
     if external_user_id:
         await check_quota(
             platform.db,
+            platform.billing_hooks.inventories().values(),
             tenant_id=tenant_id,
             external_user_id=external_user_id,
             size=size,

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -33,18 +32,6 @@ if TYPE_CHECKING:
     from corral.actors.billing.services import BillingServices
 
 log = logging.getLogger("corral.billing")
-
-Stopper = Callable[[Any, str], Awaitable[None]]
-"""`stop(services, resource_id)`. Billing hands on the node's services object as it was
-given it; a kind's stopper takes it as its own part's services (the node's object
-satisfies every part's interface), which billing's narrower type cannot say."""
-_STOPPERS: dict[str, Stopper] = {}
-
-
-def register_stopper(resource_type: str, stop: Stopper) -> None:
-    """Tell billing how to stop one running instance of `resource_type` (by id)."""
-    _STOPPERS[resource_type] = stop
-
 
 def _meter(tx: Transaction, resource_type: str, resource_id: str) -> Row | None:
     lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
@@ -180,12 +167,12 @@ async def stop_instances(platform: BillingServices, meters: list[Row], reason: s
     """Stop each metered instance through its kind's stopper; returns how many stopped."""
     stopped = 0
     for meter in meters:
-        stopper = _STOPPERS.get(meter["resource_type"])
+        stopper = platform.billing_hooks.stopper(meter["resource_type"])
         if stopper is None:
             log.warning("no stopper registered for %s; %s keeps running", meter["resource_type"], meter["resource_id"])
             continue
         try:
-            await stopper(platform, meter["resource_id"])
+            await stopper(meter["resource_id"])
             stopped += 1
             log.info("stopped %s %s: %s", meter["resource_type"], meter["resource_id"], reason)
         except Exception:
@@ -252,7 +239,7 @@ async def meter_unmetered(platform: BillingServices) -> int:
     """Start meters for running instances that have none (e.g. running since before
     billing existed); they are charged from now. Returns how many."""
     started = 0
-    for resource_type, inventory in quotas.inventories().items():
+    for resource_type, inventory in platform.billing_hooks.inventories().items():
         rows = await platform.db.fetch_all(
             f"SELECT t.id, t.tenant_id, t.size, t.external_user_id FROM {inventory.table} t WHERE t.status = 'running'"
             " AND NOT EXISTS (SELECT 1 FROM credit_meters m"

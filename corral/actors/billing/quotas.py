@@ -1,8 +1,8 @@
 """Per-end-user quotas (`external_user_id`): limits, live usage, enforcement.
 
 Usage is counted from the instance tables themselves, so it is always what really
-exists: each instance kind registers its table with `register_inventory`
-(each kind's `register_with_billing`, called by the node at start). Credits an end user
+exists: each instance kind registers its table (`BillingHooks.register_inventory`,
+through the node at start), and the callers hand those inventories in. Credits an end user
 spent are the `spend` rows attributed to them.
 """
 
@@ -15,33 +15,10 @@ from typing import Any
 from corral.errors import ApiError
 from corral.storage import Database, Row, sql_identifier, utc_now_iso
 
+from .hooks import Inventory
 from .pricing import DISK_GB_PER_SIZE, hourly_credits
 
 LIMITS = ("max_sandboxes", "max_concurrent", "max_storage_gb", "max_credit_cents")
-
-
-@dataclass(frozen=True)
-class Inventory:
-    """Where one kind of instance lives: a table with `tenant_id`, `external_user_id`,
-    `status` and `size` columns, the statuses that count as running, and those of
-    instances that no longer exist."""
-
-    table: str
-    active_states: tuple[str, ...]
-    gone_states: tuple[str, ...]
-
-
-_INVENTORIES: dict[str, Inventory] = {}
-"""Filled by each instance kind's `register_with_billing`, called by the node at start."""
-
-
-def register_inventory(resource_type: str, *, table: str, active_states: Iterable[str], gone_states: Iterable[str]) -> None:
-    """Count instances of `resource_type` (in `table`) against end-user quotas."""
-    _INVENTORIES[resource_type] = Inventory(sql_identifier(table), tuple(active_states), tuple(gone_states))
-
-
-def inventories() -> dict[str, Inventory]:
-    return dict(_INVENTORIES)
 
 
 @dataclass
@@ -52,10 +29,10 @@ class Usage:
     active_ids: frozenset[str] = frozenset()
 
 
-async def instance_usage(db: Database, tenant_id: str, external_user_id: str) -> Usage:
+async def instance_usage(db: Database, inventories: Iterable[Inventory], tenant_id: str, external_user_id: str) -> Usage:
     usage = Usage()
     active: set[str] = set()
-    for inventory in _INVENTORIES.values():
+    for inventory in inventories:
         marks = ", ".join("?" for _ in inventory.gone_states) or "''"
         rows = await db.fetch_all(
             f"SELECT id, size, status FROM {sql_identifier(inventory.table)}"
@@ -111,8 +88,8 @@ async def delete_quota(db: Database, tenant_id: str, external_user_id: str) -> b
     return changed > 0
 
 
-async def quota_public(db: Database, row: Row) -> dict[str, Any]:
-    usage = await instance_usage(db, row["tenant_id"], row["external_user_id"])
+async def quota_public(db: Database, inventories: Iterable[Inventory], row: Row) -> dict[str, Any]:
+    usage = await instance_usage(db, inventories, row["tenant_id"], row["external_user_id"])
     spent = await credits_spent(db, row["tenant_id"], row["external_user_id"])
     return {
         "external_user_id": row["external_user_id"],
@@ -133,14 +110,14 @@ def quota_exceeded(code: str, message: str) -> ApiError:
 
 
 async def check_quota(
-    db: Database, *, tenant_id: str, external_user_id: str, size: str, resource_type: str, resource_id: str | None
+    db: Database, inventories: Iterable[Inventory], *, tenant_id: str, external_user_id: str, size: str, resource_type: str, resource_id: str | None
 ) -> None:
     """Raise 409 with a `QUOTA_*_EXCEEDED` code when creating (`resource_id` None) or
     starting this instance would go past the end user's quota."""
     quota = await get_quota(db, tenant_id, external_user_id)
     if quota is None:
         return
-    usage = await instance_usage(db, tenant_id, external_user_id)
+    usage = await instance_usage(db, inventories, tenant_id, external_user_id)
     who = f"end user {external_user_id!r}"
     creating = resource_id is None
     if creating and quota["max_sandboxes"] is not None and usage.total >= quota["max_sandboxes"]:

@@ -10,6 +10,8 @@ from corral.actors.bus import EventBus
 from corral.config import Settings
 from corral.storage import Database
 
+from .hooks import BillingHooks
+
 if TYPE_CHECKING:
     from .metering import Metering
 
@@ -21,3 +23,5 @@ class BillingServices(Protocol):
     nursery: trio.Nursery
     metering: Metering | None
     """The node's running metering task (None before billing started and after it stopped)."""
+    billing_hooks: BillingHooks
+    """How each instance kind is stopped and counted on this node."""

@@ -34,9 +34,10 @@ async def halt_for_credits(platform: ComputerServices, computer_id: str) -> None
         await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=computer_id)
 
 
-def register_with_billing() -> None:
-    """Tell billing how to halt computers and where to count them for quotas (by the node, at start)."""
-    billing.register_stopper(RESOURCE_TYPE, halt_for_credits)
-    billing.register_inventory(
+def register_with_billing(services: ComputerServices) -> None:
+    """Tell this node's billing how to halt computers and where to count them for quotas."""
+    hooks = services.billing_hooks
+    hooks.register_stopper(RESOURCE_TYPE, lambda computer_id: halt_for_credits(services, computer_id))
+    hooks.register_inventory(
         RESOURCE_TYPE, table="computers", active_states=("provisioning", "running"), gone_states=("deleted",)
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from corral.actors import billing
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
 
@@ -21,9 +20,10 @@ async def stop_for_credits(platform: SandboxServices, sandbox_id: str) -> None:
         await meter_off(platform, sandbox_id)  # it had already left running
 
 
-def register_with_billing() -> None:
-    """Tell billing how to stop sandboxes and where to count them for quotas (by the node, at start)."""
-    billing.register_stopper(RESOURCE_TYPE, stop_for_credits)
-    billing.register_inventory(
+def register_with_billing(services: SandboxServices) -> None:
+    """Tell this node's billing how to stop sandboxes and where to count them for quotas."""
+    hooks = services.billing_hooks
+    hooks.register_stopper(RESOURCE_TYPE, lambda sandbox_id: stop_for_credits(services, sandbox_id))
+    hooks.register_inventory(
         RESOURCE_TYPE, table="sandboxes", active_states=("creating", "running"), gone_states=("destroyed",)
     )

@@ -56,7 +56,7 @@ async def get_quota(ctx: RequestContext, external_user_id: str) -> Reply:
     row = await billing.get_quota(ctx.db, ctx.tenant_id, _external_id(external_user_id))
     if row is None:
         raise _quota_not_found()
-    return data(await billing.quota_public(ctx.db, row))
+    return data(await billing.quota_public(ctx.db, ctx.platform.billing_hooks.inventories().values(), row))
 
 
 @router.put(
@@ -72,7 +72,7 @@ async def put_quota(ctx: RequestContext, external_user_id: str) -> Reply:
     limits = _limits(await ctx.json())
     ctx.audit.update(resource_type="quota", resource_id=external_id, external_user_id=external_id)
     row = await billing.put_quota(ctx.db, ctx.tenant_id, external_id, limits)
-    return data(await billing.quota_public(ctx.db, row))
+    return data(await billing.quota_public(ctx.db, ctx.platform.billing_hooks.inventories().values(), row))
 
 
 @router.delete(

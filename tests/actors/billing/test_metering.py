@@ -30,14 +30,14 @@ async def stop_widget(platform: Platform, widget_id: str) -> None:
     await billing.meter_stop(platform, resource_type="widget", resource_id=widget_id)
 
 
-billing.register_stopper("widget", stop_widget)
-
 
 @pytest.fixture
 async def quiet_api(tmp_path: Path, database_url: str) -> AsyncIterator[Api]:
     """A server on SQLite, then on PostgreSQL, whose metering waits to be woken."""
     STOPPED.clear()
     async with running_server(tmp_path / "corral", database_url, meter_interval=math.inf) as api:
+        platform = api.platform
+        platform.billing_hooks.register_stopper("widget", lambda widget_id: stop_widget(platform, widget_id))
         yield api
 
 
