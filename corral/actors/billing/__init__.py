@@ -6,7 +6,8 @@ The interface other parts code against (docs/api.md, "Credits, metering and quot
   before an instance is created (`resource_id` None) or started: 402
   INSUFFICIENT_CREDITS or 409 `QUOTA_*_EXCEEDED`;
 - `meter_start(platform, *, tenant_id, resource_type, resource_id, size, user_id=None, external_user_id=None)`
-  and `meter_stop(platform, *, resource_type, resource_id)` as an instance enters and
+  (or `meter_instance(platform, resource_type, row)` from an instance row) and
+  `meter_stop(platform, *, resource_type, resource_id)` as an instance enters and
   leaves running (both idempotent);
 - `BillingHooks` (the node's `billing_hooks`): `register_stopper(resource_type, stop)`,
   how to stop an instance when credits run out, and `register_inventory(resource_type,
@@ -30,6 +31,7 @@ from .ledger import Ledger, Outcome, in_ledger
 from .metering import (
     Metering,
     charge_tenant,
+    meter_instance,
     meter_start,
     meter_stop,
     start_metering,
@@ -64,6 +66,7 @@ __all__ = [
     "hourly_credits",
     "in_ledger",
     "list_transactions",
+    "meter_instance",
     "meter_start",
     "meter_stop",
     "put_quota",

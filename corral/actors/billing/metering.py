@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -114,6 +115,20 @@ async def meter_start(
     metering = platform.metering
     if metering is not None and await _balance(platform, tenant_id) <= 0:
         metering.wake()  # started with nothing left (e.g. raced with the last credit)
+
+
+async def meter_instance(platform: BillingServices, resource_type: str, row: Mapping[str, Any]) -> None:
+    """`meter_start` for an instance row: its `id`, `tenant_id` and `size`, and the
+    `owner_user_id` and `external_user_id` it may have (every inventory table has them)."""
+    await meter_start(
+        platform,
+        tenant_id=row["tenant_id"],
+        resource_type=resource_type,
+        resource_id=row["id"],
+        size=row["size"],
+        user_id=row.get("owner_user_id"),
+        external_user_id=row.get("external_user_id"),
+    )
 
 
 async def meter_stop(platform: BillingServices, *, resource_type: str, resource_id: str) -> None:
@@ -247,10 +262,7 @@ async def meter_unmetered(platform: BillingServices) -> int:
             (resource_type,),
         )
         for row in rows:
-            await meter_start(
-                platform, tenant_id=row["tenant_id"], resource_type=resource_type, resource_id=row["id"],
-                size=row["size"], external_user_id=row["external_user_id"],
-            )
+            await meter_instance(platform, resource_type, row)
             started += 1
     return started
 

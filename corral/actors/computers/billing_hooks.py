@@ -39,15 +39,7 @@ async def require_allowance(
 
 async def meter_started(platform: ComputerServices, row: Row) -> None:
     try:
-        await billing.meter_start(
-            platform,
-            tenant_id=row["tenant_id"],
-            resource_type=RESOURCE_TYPE,
-            resource_id=row["id"],
-            size=row["size"],
-            user_id=row["owner_user_id"],
-            external_user_id=row["external_user_id"],
-        )
+        await billing.meter_instance(platform, RESOURCE_TYPE, row)
     except Exception:  # the computer runs either way; the next start or stop settles the meter
         log.exception("could not start the meter of computer %s", row["id"])
 

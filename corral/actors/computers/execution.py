@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from corral.actors.instances import InstanceFiles
+from corral.actors.instances import InstanceFiles, clamp_timeout
 from corral.errors import ApiError, validation_error
 from corral.ids import new_ulid
 from corral.storage import Row, utc_now_iso
@@ -30,8 +30,6 @@ from .templates import get_template
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
 
-EXEC_DEFAULT_TIMEOUT = 30
-EXEC_MAX_TIMEOUT = 300
 EXEC_CWD = "/workspace"
 
 
@@ -86,13 +84,6 @@ async def files_for(platform: ComputerServices, row: Row) -> InstanceFiles:
     return InstanceFiles(await agent_for(platform, row), ComputerActor.refusals)
 
 
-def clamp_timeout(value: Any) -> int:
-    """Seconds: 30 when absent, at most 300 (the specification clamps, it does not refuse)."""
-    if value is None:
-        return EXEC_DEFAULT_TIMEOUT
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise validation_error({"timeout": "must be a positive number of seconds"})
-    return max(1, int(min(value, EXEC_MAX_TIMEOUT)))
 
 
 def _required_text(body: dict[str, Any], name: str) -> str:

@@ -1,6 +1,7 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
 from .actor import InstanceActor, failure_summary
+from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
 from .messages import Boot, Booted, Connect, Get
@@ -8,6 +9,8 @@ from .refusals import Refusals, runtime_refusals
 from .sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
 
 __all__ = [
+    "EXEC_DEFAULT_TIMEOUT",
+    "EXEC_MAX_TIMEOUT",
     "MAX_VARS",
     "Boot",
     "Booted",
@@ -19,6 +22,7 @@ __all__ = [
     "Refusals",
     "SealedEnv",
     "SealedEnvTable",
+    "clamp_timeout",
     "failure_summary",
     "runtime_refusals",
     "stop_idle",

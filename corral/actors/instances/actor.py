@@ -259,10 +259,9 @@ class InstanceActor(RecordActor):
         if self.info is None or self.info.state is not InstanceState.RUNNING:
             with self.refused():
                 self.info = await (await self.driver()).info(self.instance_id)
-            if self.info.state is not InstanceState.RUNNING and self.refusals.not_running is not None:
-                raise ApiError(
-                    self.refusals.not_running.status, self.refusals.not_running.code, self.refusals.not_running.message
-                )
+            refusal = self.refusals.not_running_error()
+            if self.info.state is not InstanceState.RUNNING and refusal is not None:
+                raise refusal
         return self.info
 
     @handles(Get)

@@ -9,11 +9,14 @@ actor's mailbox, and every runtime error comes back as the kind's API answer.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from corral.vm import AgentClient, FileContent
 
 from .refusals import Refusals, runtime_refusals
+
+T = TypeVar("T")
 
 
 class InstanceFiles:
@@ -21,38 +24,33 @@ class InstanceFiles:
         self._agent = agent
         self._refusals = refusals
 
-    async def read(self, path: str) -> FileContent:
+    async def _answered(self, call: Awaitable[T]) -> T:
         with runtime_refusals(self._refusals):
-            return await self._agent.read_file(path)
+            return await call
+
+    async def read(self, path: str) -> FileContent:
+        return await self._answered(self._agent.read_file(path))
 
     async def write(self, path: str, data: bytes) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.write_file(path, data)
+        return await self._answered(self._agent.write_file(path, data))
 
     async def list(self, path: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.list_files(path)
+        return await self._answered(self._agent.list_files(path))
 
     async def stat(self, path: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.stat(path)
+        return await self._answered(self._agent.stat(path))
 
     async def mkdir(self, path: str, recursive: bool = False) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.mkdir(path, recursive=recursive)
+        return await self._answered(self._agent.mkdir(path, recursive=recursive))
 
     async def rename(self, source: str, destination: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.rename(source, destination)
+        return await self._answered(self._agent.rename(source, destination))
 
     async def copy(self, source: str, destination: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.copy(source, destination)
+        return await self._answered(self._agent.copy(source, destination))
 
     async def chmod(self, path: str, mode: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.chmod(path, mode)
+        return await self._answered(self._agent.chmod(path, mode))
 
     async def delete(self, path: str) -> dict[str, Any]:
-        with runtime_refusals(self._refusals):
-            return await self._agent.delete(path)
+        return await self._answered(self._agent.delete(path))

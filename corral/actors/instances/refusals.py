@@ -27,6 +27,10 @@ class Refusals:
     instance_gone: ApiError | None = None
     """For an instance the runtime no longer has."""
 
+    def not_running_error(self) -> ApiError | None:
+        """A fresh `not_running` to raise, or None when the kind keeps the runtime's words."""
+        return None if self.not_running is None else _copy(self.not_running)
+
 
 @contextlib.contextmanager
 def runtime_refusals(refusals: Refusals) -> Iterator[None]:

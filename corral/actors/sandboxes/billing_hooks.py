@@ -50,15 +50,7 @@ async def allow_start(platform: SandboxServices, sandbox_id: str) -> None:
 async def follow_status(platform: SandboxServices, record: Row) -> None:
     """Meter a sandbox while its persisted status is `running`, and only then."""
     if record.get("status") == "running":
-        await billing.meter_start(
-            platform,
-            tenant_id=record["tenant_id"],
-            resource_type=RESOURCE_TYPE,
-            resource_id=record["id"],
-            size=record["size"],
-            user_id=record.get("owner_user_id"),
-            external_user_id=record.get("external_user_id"),
-        )
+        await billing.meter_instance(platform, RESOURCE_TYPE, record)
     else:
         await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=record["id"])
 

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from corral.actors.instances import clamp_timeout
 from corral.actors.sandboxes.services import SandboxServices
 from corral.actors.tenancy import resolve_attribution
 from corral.actors.tenancy.slugs import slugify
@@ -26,8 +27,6 @@ from .processes import resume_watchers
 SIZE_NAMES = tuple(SIZES)
 ACTIVE_STATES = ("creating", "running")
 """States that count against the tenant's concurrent-sandbox cap."""
-EXEC_DEFAULT_TIMEOUT = 30
-EXEC_MAX_TIMEOUT = 300
 MAX_LINE_EVENTS = 2000
 """Line events one exec may publish; the response always has the whole output."""
 
@@ -214,12 +213,6 @@ async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start |
     return row
 
 
-def clamp_timeout(value: Any) -> int:
-    if value is None:
-        return EXEC_DEFAULT_TIMEOUT
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise validation_error({"timeout": "must be a positive number of seconds"})
-    return int(min(value, EXEC_MAX_TIMEOUT))
 
 
 class _LineEvents:

@@ -58,7 +58,7 @@ def webhook_not_found() -> ApiError:
     return not_found("webhook not found")
 
 
-async def _check_url(platform: WebhookServices, url: str) -> None:
+def _check_url(platform: WebhookServices, url: str) -> None:
     """422 on the `url` field when its host is an address webhooks may never reach
     (names are resolved and checked before every attempt instead)."""
     try:
@@ -70,7 +70,7 @@ async def _check_url(platform: WebhookServices, url: str) -> None:
 async def create_webhook(platform: WebhookServices, tenant_id: str, user_id: str | None, fields: WebhookFields) -> tuple[Row, str]:
     """The stored webhook and its plaintext secret (shown to the caller once)."""
     assert fields.url is not None
-    await _check_url(platform, fields.url)
+    _check_url(platform, fields.url)
     webhook_id = prefixed("wh")
     secret = new_secret()
     now = utc_now_iso()
@@ -122,7 +122,7 @@ async def update_webhook(platform: WebhookServices, row: Row, fields: WebhookFie
     """Apply the given fields; the secret never changes here."""
     changes: dict[str, Any] = {}
     if fields.url is not None and fields.url != row["url"]:
-        await _check_url(platform, fields.url)
+        _check_url(platform, fields.url)
         changes["url"] = fields.url
     if fields.name is not None:
         changes["name"] = fields.name or None
