@@ -82,7 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from corral.http.server import serve
 
-        trio.run(serve, Settings.from_args(args))
+        try:
+            settings = Settings.from_args(args)
+        except ValueError as exc:  # SettingsError, or a number that is not one
+            print(f"corral: {exc}", file=sys.stderr)
+            return 2
+        trio.run(serve, settings)
         return 0
     if args.command == "templates":
         return templates_command(args)

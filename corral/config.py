@@ -15,6 +15,14 @@ def _env_flag(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+ADMIN_KEY_PREFIX = "msk_a_"
+MIN_ADMIN_KEY_LENGTH = 32
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; `corral serve` prints it and exits instead of starting."""
+
+
 @dataclass
 class Settings:
     host: str = "127.0.0.1"
@@ -89,6 +97,9 @@ class Settings:
     dns_servers: str = ""
     """Name servers for DNS checks, `host[:port]` comma-separated (`CORRAL_DNS_SERVERS`); empty: the system's."""
     preview_dns_recheck_seconds: float = 60.0
+    #: Build the default template at start if it is missing (`corral serve`: on,
+    #: `CORRAL_PREPARE_TEMPLATES=0` turns it off; embedded nodes and tests: off).
+    prepare_templates: bool = False
     """How often pending preview domains are checked again (`CORRAL_PREVIEW_DNS_RECHECK_SECONDS`)."""
     preview_ready_timeout: float = 300.0
     """How long an exposed port is polled for `sandbox.preview.ready`."""
@@ -101,6 +112,15 @@ class Settings:
         self.template_dir = Path(self.template_dir).absolute()
         if not self.database_url:
             self.database_url = f"sqlite:///{(self.data_dir / 'corral.db').absolute()}"
+        if self.admin_key is not None and (
+            not self.admin_key.startswith(ADMIN_KEY_PREFIX) or len(self.admin_key) < MIN_ADMIN_KEY_LENGTH
+        ):
+            # Admin tokens are recognised by their prefix; any other key would be
+            # accepted here and then refused on every request as an invalid token.
+            raise SettingsError(
+                f"CORRAL_ADMIN_KEY must start with {ADMIN_KEY_PREFIX} and be at least"
+                f" {MIN_ADMIN_KEY_LENGTH} characters long (or leave it unset to have one generated)"
+            )
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -140,6 +160,7 @@ class Settings:
             "preview_router_host": env.get("CORRAL_PREVIEW_ROUTER_HOST", ""),
             "dns_servers": env.get("CORRAL_DNS_SERVERS", ""),
             "preview_dns_recheck_seconds": float(env.get("CORRAL_PREVIEW_DNS_RECHECK_SECONDS", "60")),
+            "prepare_templates": _env_flag("CORRAL_PREPARE_TEMPLATES", default=True),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

@@ -40,13 +40,12 @@ from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
-from corral.config import Settings
+from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
 
 log = logging.getLogger("corral")
 
-ADMIN_KEY_PREFIX = "msk_a_"
 
 
 @dataclass
@@ -142,6 +141,8 @@ async def _start_parts(platform: Platform) -> None:
     and start each part's background work."""
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
+    if platform.settings.prepare_templates:
+        platform.nursery.start_soon(platform.runtime.prepare_template)
     if platform.runtime.has_instances():
         await platform.runtime.driver()
     recovered = await sandboxes.recover_interrupted(platform)

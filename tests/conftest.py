@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -19,6 +20,10 @@ from tests.support import (
 )
 
 _db_names = itertools.count()
+
+# `corral serve` processes the tests start would otherwise build the default template
+# into their empty data directories in the background (tests share a prebuilt cache).
+os.environ.setdefault("CORRAL_PREPARE_TEMPLATES", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -78,6 +78,52 @@ def test_first_start_generates_admin_key_and_sigterm_stops_cleanly(tmp_path: Pat
         assert time.monotonic() - started < 12
 
 
+@pytest.mark.parametrize(
+    ("key", "starts"),
+    [("my-secret-admin-key-0123456789abcdef", False), ("msk_a_short", False), ("msk_a_" + "k" * 26, True)],
+)
+def test_a_configured_admin_key_that_could_never_work_refuses_to_start(tmp_path: Path, key: str, starts: bool) -> None:
+    """Admin tokens are recognised by their prefix: a key without it would start a
+    server that answers every admin request with 401, so it is refused at startup."""
+    env = {**os.environ, "CORRAL_ADMIN_KEY": key}
+    if starts:
+        with corral_serve(tmp_path, env=env) as (base, _):
+            tenants = httpx.get(f"{base}/api/v1/admin/tenants", headers={"Authorization": f"Bearer {key}"})
+            assert tenants.status_code == 200
+        return
+    result = subprocess.run(
+        [*CORRAL, "serve", "--port", str(free_port()), "--data-dir", str(tmp_path)],
+        env=env, capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "CORRAL_ADMIN_KEY must start with msk_a_ and be at least 32 characters" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_first_start_builds_the_default_template_in_the_background(tmp_path: Path) -> None:
+    """The server answers at once and says what it is doing; here the build cannot run
+    (no mmdebstrap on the PATH), which it reports without stopping."""
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    env = {
+        "CORRAL_ADMIN_KEY": ADMIN_KEY,
+        "CORRAL_PREPARE_TEMPLATES": "1",
+        "CORRAL_TEMPLATE_DIR": str(tmp_path / "templates"),
+        "PATH": str(empty_bin),
+    }
+    with corral_serve(tmp_path / "data", env=env) as (base, proc):
+        assert httpx.get(f"{base}/healthz").status_code == 200
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "templates" / ".default.lock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=15) == 0
+        output = proc.stdout.read().decode() if proc.stdout else ""
+    assert "building the 'default' template in the background" in output
+    assert "could not build the 'default' template: mmdebstrap is not installed" in output
+
+
 def test_state_survives_a_restart(tmp_path: Path) -> None:
     env = {"CORRAL_ADMIN_KEY": ADMIN_KEY}
     with corral_serve(tmp_path, env=env) as (base, proc):

@@ -69,6 +69,28 @@ class RuntimeHolder:
                 self._driver = driver
         return self._driver
 
+    async def prepare_template(self, name: str = "default") -> None:
+        """Build template `name` now if it is not built, so that the first sandbox does
+        not wait for it (a first start's mmdebstrap takes about 30 s). Creations that
+        come meanwhile wait on the store's build lock. Abandoned at shutdown: a node
+        stopped mid-build builds again at its next start."""
+        if self.templates.is_built(name):
+            return
+        log.info(
+            "building the %r template in the background (first start, about 30 s);"
+            " sandboxes created meanwhile start when it is ready",
+            name,
+        )
+        try:
+            await trio.to_thread.run_sync(
+                self.templates.ensure_sync, name, lambda line: log.debug("template %s: %s", name, line),
+                abandon_on_cancel=True,
+            )
+        except Exception as exc:  # the first create reports it again, with its own error
+            log.error("could not build the %r template: %s", name, exc)
+            return
+        log.info("the %r template is ready", name)
+
     async def aclose(self) -> None:
         """Release the driver; instances and the host network stay for the next start."""
         if self._driver is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from quart import Request
 from werkzeug.exceptions import HTTPException
@@ -12,10 +12,13 @@ from werkzeug.exceptions import HTTPException
 from corral.actors.tenancy import tenant_resolution_failed
 from corral.errors import ApiError, invalid_body, invalid_id, unauthorized
 from corral.ids import is_uuid
+from corral.models import parse
 from corral.node import Platform
 
 from .principal import Principal
 from .routing import Route
+
+M = TypeVar("M")
 
 
 @dataclass
@@ -85,6 +88,12 @@ class RequestContext:
         if not isinstance(self._body, dict):
             raise invalid_body("request body must be a JSON object")
         return self._body
+
+    async def body(self, model: type[M]) -> M:
+        """The body validated into the route's declared request model (`corral.models`)."""
+        if model is not self.route.request:
+            raise TypeError(f"{self.route.endpoint} declares {self.route.request!r}, not {model.__name__}")
+        return parse(model, await self.json())
 
     def query(self, name: str, default: str | None = None) -> str | None:
         return self.request.args.get(name, default)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral import __version__
+from corral.models import json_schema
 
 from .routing import Route
 
@@ -73,7 +74,8 @@ def _operation(route: Route) -> dict[str, Any]:
     if route.auth in ("public", "public_auth"):
         operation["security"] = []
     if route.request is not None:
-        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.request}}}
+        schema = json_schema(route.request)
+        operation["requestBody"] = {"required": "required" in schema, "content": {"application/json": {"schema": schema}}}
     return operation
 
 

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from corral.models import is_model
+
 Auth = Literal["public", "public_auth", "user", "admin", "ticket"]
 Handler = Callable[..., Awaitable[Any]]
 
@@ -31,8 +33,9 @@ class Route:
     scope: str | None = None
     action: str | None = None
     """Audit action name such as `api_keys.create`; mutations record it."""
-    request: dict[str, Any] | None = None
-    """JSON schema of the request body, for the OpenAPI document."""
+    request: type | None = None
+    """The request model (`corral.models.model`) the handler reads with `ctx.body`;
+    the OpenAPI document describes the body from the same class."""
     status: int = 200
     query: dict[str, str] = field(default_factory=dict)
     """Query parameter name -> description."""
@@ -82,11 +85,14 @@ class Router:
         auth: Auth = "user",
         scope: str | None = None,
         action: str | None = None,
-        request: dict[str, Any] | None = None,
+        request: type | None = None,
         status: int = 200,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Callable[[Handler], Handler]:
+        if request is not None and not is_model(request):
+            raise TypeError(f"{method} {path}: request must be a corral.models.model class, not {request!r}")
+
         def register(handler: Handler) -> Handler:
             self.routes.append(
                 Route(

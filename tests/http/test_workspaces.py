@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from corral.actors.tenancy import resolve_attribution
+from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError
+from corral.models import parse
 from tests.support import API, Api, Tenant, assert_error
 
 UNKNOWN_ID = "00000000-0000-4000-8000-000000000000"
@@ -624,14 +625,22 @@ async def test_workspace_restriction_validation(
 # --- attribution -----------------------------------------------------------------------
 
 
+async def attribute(
+    db: Any, tenant_id: str | None, body: dict[str, Any], creator_id: str | None = None
+) -> Attribution:
+    """Resolve the placement a request body names, as the create routes do."""
+    return await resolve_attribution(db, tenant_id, parse(Placement, body), creator_id)
+
+
+
 async def attribution_error(api: Api, tenant_id: str | None, body: dict[str, Any]) -> ApiError:
     with pytest.raises(ApiError) as caught:
-        await resolve_attribution(api.platform.db, tenant_id, body)
+        await attribute(api.platform.db, tenant_id, body)
     return caught.value
 
 
 async def test_attribution_defaults(api: Api, tenant: Tenant) -> None:
-    result = await resolve_attribution(api.platform.db, tenant.id, {})
+    result = await attribute(api.platform.db, tenant.id, {})
     assert (result.tenant_id, result.workspace_id, result.project_id) == (
         tenant.id,
         tenant.workspace_id,
@@ -652,7 +661,7 @@ async def test_attribution_without_tenant(api: Api) -> None:
 
 async def test_attribution_by_workspace_id(api: Api, tenant: Tenant, other_tenant: Tenant) -> None:
     workspace = await new_workspace(api, tenant.key)
-    result = await resolve_attribution(
+    result = await attribute(
         api.platform.db, tenant.id, {"workspace_id": workspace["id"]}
     )
     assert result.workspace_id == workspace["id"]
@@ -661,7 +670,7 @@ async def test_attribution_by_workspace_id(api: Api, tenant: Tenant, other_tenan
     ).json()["data"]
     assert result.project_id == default_project[0]["id"]
     # The id wins over a slug or name.
-    result = await resolve_attribution(
+    result = await attribute(
         api.platform.db,
         tenant.id,
         {
@@ -688,16 +697,16 @@ async def test_attribution_by_workspace_id(api: Api, tenant: Tenant, other_tenan
 async def test_attribution_by_workspace_slug_existing_or_created(api: Api, tenant: Tenant) -> None:
     existing = await new_workspace(api, tenant.key, "Existing", slug="existing")
     assert (
-        await resolve_attribution(api.platform.db, tenant.id, {"workspace_slug": "existing"})
+        await attribute(api.platform.db, tenant.id, {"workspace_slug": "existing"})
     ).workspace_id == existing["id"]
     assert (
-        await resolve_attribution(api.platform.db, tenant.id, {"workspace_slug": "default"})
+        await attribute(api.platform.db, tenant.id, {"workspace_slug": "default"})
     ).workspace_id == tenant.workspace_id
 
-    first = await resolve_attribution(
+    first = await attribute(
         api.platform.db, tenant.id, {"workspace_slug": "customer-42"}, creator_id=tenant.owner_id
     )
-    again = await resolve_attribution(api.platform.db, tenant.id, {"workspace_slug": "customer-42"})
+    again = await attribute(api.platform.db, tenant.id, {"workspace_slug": "customer-42"})
     assert first == again
     created = (
         await api.request("GET", f"{API}/workspaces/{first.workspace_id}", key=tenant.key)
@@ -724,10 +733,10 @@ async def test_attribution_by_workspace_slug_existing_or_created(api: Api, tenan
 
 
 async def test_attribution_by_workspace_name(api: Api, tenant: Tenant) -> None:
-    first = await resolve_attribution(
+    first = await attribute(
         api.platform.db, tenant.id, {"workspace_name": "Customer Forty Two"}
     )
-    again = await resolve_attribution(
+    again = await attribute(
         api.platform.db, tenant.id, {"workspace_name": "Customer Forty Two"}
     )
     assert first.workspace_id == again.workspace_id
@@ -736,7 +745,7 @@ async def test_attribution_by_workspace_name(api: Api, tenant: Tenant) -> None:
     )
     assert row == {"name": "Customer Forty Two", "slug": "customer-forty-two"}
     # Slug and name together: the slug finds or makes it, the name names it.
-    both = await resolve_attribution(
+    both = await attribute(
         api.platform.db, tenant.id, {"workspace_slug": "acme", "workspace_name": "Acme Corp"}
     )
     row = await api.platform.db.fetch_one(
@@ -748,40 +757,40 @@ async def test_attribution_by_workspace_name(api: Api, tenant: Tenant) -> None:
 async def test_attribution_finds_a_renamed_workspace_by_name(api: Api, tenant: Tenant) -> None:
     """A workspace whose slug no longer matches its name is still found by name, not duplicated."""
     workspace = await new_workspace(api, tenant.key, "Research", slug="r-and-d")
-    result = await resolve_attribution(api.platform.db, tenant.id, {"workspace_name": "Research"})
+    result = await attribute(api.platform.db, tenant.id, {"workspace_name": "Research"})
     assert result.workspace_id == workspace["id"]
-    unsluggable = await resolve_attribution(api.platform.db, tenant.id, {"workspace_name": "研究"})
+    unsluggable = await attribute(api.platform.db, tenant.id, {"workspace_name": "研究"})
     assert (
-        await resolve_attribution(api.platform.db, tenant.id, {"workspace_name": "研究"})
+        await attribute(api.platform.db, tenant.id, {"workspace_name": "研究"})
     ).workspace_id == unsluggable.workspace_id
 
 
 async def test_attribution_projects(api: Api, tenant: Tenant) -> None:
     db = api.platform.db
-    by_slug = await resolve_attribution(db, tenant.id, {"project_slug": "web"})
+    by_slug = await attribute(db, tenant.id, {"project_slug": "web"})
     assert by_slug.workspace_id == tenant.workspace_id and by_slug.project_id != tenant.project_id
     assert (
-        await resolve_attribution(db, tenant.id, {"project_slug": "web"})
+        await attribute(db, tenant.id, {"project_slug": "web"})
     ).project_id == by_slug.project_id
     assert (
-        await resolve_attribution(db, tenant.id, {"project_slug": "default"})
+        await attribute(db, tenant.id, {"project_slug": "default"})
     ).project_id == tenant.project_id
 
-    by_name = await resolve_attribution(db, tenant.id, {"project_name": "Mobile App"})
+    by_name = await attribute(db, tenant.id, {"project_name": "Mobile App"})
     row = await db.fetch_one(
         "SELECT name, slug, workspace_id FROM projects WHERE id = ?", (by_name.project_id,)
     )
     assert row == {"name": "Mobile App", "slug": "mobile-app", "workspace_id": tenant.workspace_id}
     assert (
-        await resolve_attribution(db, tenant.id, {"project_name": "Mobile App"})
+        await attribute(db, tenant.id, {"project_name": "Mobile App"})
     ).project_id == by_name.project_id
 
     assert (
-        await resolve_attribution(db, tenant.id, {"project_id": by_name.project_id})
+        await attribute(db, tenant.id, {"project_id": by_name.project_id})
     ).project_id == by_name.project_id
 
     # Projects are looked up inside the chosen workspace.
-    elsewhere = await resolve_attribution(
+    elsewhere = await attribute(
         db, tenant.id, {"workspace_slug": "other", "project_slug": "web"}
     )
     assert (
@@ -800,7 +809,7 @@ async def test_attribution_projects(api: Api, tenant: Tenant) -> None:
 
 
 async def test_attribution_external_ids_and_bad_values(api: Api, tenant: Tenant) -> None:
-    result = await resolve_attribution(
+    result = await attribute(
         api.platform.db,
         tenant.id,
         {
@@ -836,7 +845,7 @@ async def test_attribution_does_not_cross_tenants(
     api: Api, tenant: Tenant, other_tenant: Tenant
 ) -> None:
     await new_workspace(api, other_tenant.key, "Theirs", slug="theirs")
-    mine = await resolve_attribution(api.platform.db, tenant.id, {"workspace_slug": "theirs"})
+    mine = await attribute(api.platform.db, tenant.id, {"workspace_slug": "theirs"})
     row = await api.platform.db.fetch_one(
         "SELECT tenant_id FROM workspaces WHERE id = ?", (mine.workspace_id,)
     )

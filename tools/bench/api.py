@@ -91,7 +91,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
         serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(free_port()), "--data-dir", data_dir, "--log-level", "WARNING"]
-        with process(hypercorn, {}), process(serve, {"CORRAL_ADMIN_KEY": ADMIN_KEY}):
+        with process(hypercorn, {}), process(serve, {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}):
             raw_url, base = f"http://127.0.0.1:{raw_port}/", f"http://127.0.0.1:{api_port}"
             wait_http(raw_url)
             wait_http(f"{base}/healthz")

@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING
 
 from .actor import ComputerActor, computer_not_found, not_running
 from .credits import register_with_billing
-from .env import delete_env, env_public, list_env, parse_env_var, resolved_env, set_env
-from .execution import agent_for, exec_command, exec_python, files_for, list_apps, touch
+from .env import SetEnvVar, delete_env, env_public, list_env, resolved_env, set_env
+from .execution import (
+    ExecRequest,
+    PythonRequest,
+    agent_for,
+    exec_command,
+    exec_python,
+    files_for,
+    list_apps,
+    touch,
+)
 from .idle import idle_watch, stop_idle_computers
 from .messages import (
     Boot,
@@ -38,6 +47,11 @@ from .profiles import AgentRuntimeProfile, ProfileResolver
 from .records import SIZE_NAMES, computer_public, computer_summary, computer_urls
 from .service import (
     FILTERS,
+    AutoStop,
+    MoveTo,
+    NewComputer,
+    ResizeRequest,
+    UpdateComputer,
     auto_stop_public,
     clone_computer,
     create_computer,
@@ -46,6 +60,7 @@ from .service import (
     list_computers,
     move_computer,
     recover_provisioning,
+    refuse_fixed_fields,
     regions,
     require_member,
     resize_computer,
@@ -73,6 +88,7 @@ __all__ = [
     "SIZE_NAMES",
     "AgentRuntimeProfile",
     "App",
+    "AutoStop",
     "Boot",
     "Booted",
     "Clone",
@@ -80,17 +96,24 @@ __all__ = [
     "ComputerTemplate",
     "Connect",
     "Destroy",
+    "ExecRequest",
     "Get",
     "IdleStop",
     "Move",
+    "MoveTo",
+    "NewComputer",
     "Pause",
     "ProfileResolver",
+    "PythonRequest",
     "Resize",
+    "ResizeRequest",
     "Restart",
     "Sampler",
+    "SetEnvVar",
     "Start",
     "Stop",
     "Update",
+    "UpdateComputer",
     "agent_for",
     "auto_stop_public",
     "clone_computer",
@@ -114,8 +137,8 @@ __all__ = [
     "list_env",
     "move_computer",
     "not_running",
-    "parse_env_var",
     "recover_provisioning",
+    "refuse_fixed_fields",
     "regions",
     "register_template",
     "register_with_billing",

@@ -9,9 +9,10 @@ the computer runs applies to the next command.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from corral.errors import ApiError, not_found, validation_error
+from corral.models import Rule, model
 from corral.storage import Row
 
 from ..instances.sealed_env import SealedEnv, SealedEnvTable
@@ -39,23 +40,23 @@ def env_public(row: Row) -> dict[str, Any]:
     return {"name": row["name"], "created_at": row["created_at"], "updated_at": row["updated_at"]}
 
 
-def parse_env_var(body: dict[str, Any]) -> tuple[str, str]:
-    """`(name, value)` of a POST body: missing is `400 MISSING_PARAM`, malformed `422`."""
-    name, value = body.get("name"), body.get("value")
-    if name is None or name == "":
-        raise ApiError(400, "MISSING_PARAM", "name is required")
-    if value is None:
-        raise ApiError(400, "MISSING_PARAM", "value is required")
-    errors: dict[str, str] = {}
-    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
-        errors["name"] = f"must match [A-Za-z_][A-Za-z0-9_]* (at most {MAX_NAME_LENGTH} characters)"
-    if not isinstance(value, str):
-        errors["value"] = "must be a string"
-    elif len(value.encode()) > MAX_VALUE_BYTES or "\x00" in value:
-        errors["value"] = f"must be at most {MAX_VALUE_BYTES} bytes without NUL characters"
-    if errors:
-        raise validation_error(errors)
-    return str(name), str(value)
+_NAME = f"must match [A-Za-z_][A-Za-z0-9_]* (at most {MAX_NAME_LENGTH} characters)"
+
+
+def _value_problem(value: str) -> str | None:
+    if len(value.encode()) > MAX_VALUE_BYTES or "\x00" in value:
+        return f"must be at most {MAX_VALUE_BYTES} bytes without NUL characters"
+    return None
+
+
+@model
+class SetEnvVar:
+    """One variable, sealed at rest; the instance gets it at boot and in every exec."""
+
+    name: Annotated[
+        str, Rule(strip=False, max_length=MAX_NAME_LENGTH, check=lambda name: None if NAME_PATTERN.fullmatch(name) else _NAME, message=_NAME)
+    ]
+    value: Annotated[str, Rule(strip=False, allow_empty=True, check=_value_problem)]
 
 
 async def list_env(platform: ComputerServices, computer_id: str) -> list[Row]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 
-from corral.actors.instances import InstanceFiles, clamp_timeout
-from corral.errors import ApiError, validation_error
+from corral.actors.instances import ExecTimeout, InstanceFiles, clamp_timeout
 from corral.ids import new_ulid
+from corral.models import Rule, model
 from corral.storage import Row, utc_now_iso
 from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
 
@@ -86,13 +86,20 @@ async def files_for(platform: ComputerServices, row: Row) -> InstanceFiles:
 
 
 
-def _required_text(body: dict[str, Any], name: str) -> str:
-    value = body.get(name)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ApiError(400, "MISSING_PARAM", f"{name} is required")
-    if not isinstance(value, str):
-        raise validation_error({name: "must be a string"})
-    return value
+@model
+class ExecRequest:
+    """A command under `/bin/sh -c`, stdout and stderr combined."""
+
+    command: Annotated[str, Rule(strip=False)]
+    timeout: ExecTimeout = None
+
+
+@model
+class PythonRequest:
+    """Python 3 code, run from a temporary file under /tmp that is deleted afterwards."""
+
+    code: Annotated[str, Rule(strip=False)]
+    timeout: ExecTimeout = None
 
 
 async def _run(platform: ComputerServices, row: Row, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
@@ -103,21 +110,18 @@ async def _run(platform: ComputerServices, row: Row, agent: AgentClient, command
     return {"output": result.output, "exit_code": result.exit_code}
 
 
-async def exec_command(platform: ComputerServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def exec_command(platform: ComputerServices, row: Row, request: ExecRequest) -> dict[str, Any]:
     """`{output, exit_code}`: the command under /bin/sh -c, stdout and stderr combined,
     SIGTERM to its process group past the timeout (SIGKILL 2 s later)."""
-    command = _required_text(body, "command")
-    timeout = clamp_timeout(body.get("timeout"))
     agent = await agent_for(platform, row)
-    return await _run(platform, row, agent, command, timeout)
+    return await _run(platform, row, agent, request.command, clamp_timeout(request.timeout))
 
 
-async def exec_python(platform: ComputerServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def exec_python(platform: ComputerServices, row: Row, request: PythonRequest) -> dict[str, Any]:
     """The code goes to a file under /tmp, runs with `python3 -u` under the timeout
     (unbuffered, so stdout and stderr interleave as written), and the file is deleted
     afterwards, also after a timeout."""
-    code = _required_text(body, "code")
-    timeout = clamp_timeout(body.get("timeout"))
+    code, timeout = request.code, clamp_timeout(request.timeout)
     agent = await agent_for(platform, row)
     path = f"/tmp/corral-exec-{new_ulid()}.py"
     quick = platform.settings.agent_timeout

@@ -11,9 +11,10 @@ resolver registered the tenant has no profiles: an explicit profile is
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Protocol
 
 from corral.errors import ApiError, validation_error
+from corral.models import Rule, model
 
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
@@ -36,30 +37,30 @@ class ProfileResolver(Protocol):
         """The workspace's (else the tenant's) default profile for computers, or None."""
 
 
-@dataclass(frozen=True)
+_PROFILE_ID = "must be a non-empty string (a UUID or a profile name) of at most 255 characters"
+ProfileId = Annotated[str | None, Rule(max_length=255, message=_PROFILE_ID)]
+
+
+@model
 class ProfileRequest:
-    profile_id: str | None
-    skip_default: bool
-
-
-def parse_profile_request(body: dict[str, Any]) -> ProfileRequest:
     """`agent_runtime_profile_id` (alias `agent_profile_id`) and `skip_agent_runtime_profile`."""
-    errors: dict[str, str] = {}
-    given = {name: body.get(name) for name in ("agent_runtime_profile_id", "agent_profile_id") if body.get(name) is not None}
-    for name, value in given.items():
-        if not isinstance(value, str) or not value.strip() or len(value) > 255:
-            errors[name] = "must be a non-empty string (a UUID or a profile name) of at most 255 characters"
-    if len({str(v).strip() for v in given.values()}) > 1:
-        errors["agent_profile_id"] = "differs from agent_runtime_profile_id; give one of them"
-    skip = body.get("skip_agent_runtime_profile", False)
-    if skip is None:
-        skip = False
-    if not isinstance(skip, bool):
-        errors["skip_agent_runtime_profile"] = "must be a boolean"
-    if errors:
-        raise validation_error(errors)
-    profile_id = next((str(v).strip() for v in given.values()), None)
-    return ProfileRequest(profile_id, bool(skip))
+
+    agent_runtime_profile_id: ProfileId = None
+    agent_profile_id: ProfileId = None
+    skip_agent_runtime_profile: Annotated[bool | None, Rule(description="create without the default profile")] = None
+
+    def __post_init__(self) -> None:
+        given = {self.agent_runtime_profile_id, self.agent_profile_id} - {None}
+        if len(given) > 1:
+            raise validation_error({"agent_profile_id": "differs from agent_runtime_profile_id; give one of them"})
+
+    @property
+    def profile_id(self) -> str | None:
+        return self.agent_runtime_profile_id or self.agent_profile_id
+
+    @property
+    def skip_default(self) -> bool:
+        return bool(self.skip_agent_runtime_profile)
 
 
 def profile_not_found(profile_id: str) -> ApiError:

@@ -3,25 +3,26 @@ resize, move, delete, auto-stop. Each state change goes through the computer's a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import uuid
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from corral.actors.tenancy import resolve_attribution
+from corral.actors.tenancy import Placement, resolve_attribution
 from corral.actors.tenancy.scopes import role_at_least
 from corral.actors.tenancy.slugs import slugify
 from corral.actors.tenancy.workspaces import effective_role
 from corral.errors import ApiError, forbidden, validation_error
 from corral.ids import new_uuid
+from corral.models import Rule, model
 from corral.storage import Event, Row, Transaction, utc_now_iso
 
 from . import billing_hooks
 from .actor import ComputerActor, computer_not_found
 from .env import copy_env, set_env
 from .messages import Boot, Booted, Clone, Destroy, Move, Resize, Restart, Start, Stop, Update
-from .profiles import ProfileRequest, default_profile, explicit_profile, parse_profile_request
+from .profiles import ProfileRequest, default_profile, explicit_profile
 from .records import SIZE_NAMES
 from .templates import get_template, template_types
 
@@ -47,46 +48,35 @@ def regions(platform: ComputerServices) -> list[str]:
     return names or ["local"]
 
 
-@dataclass(frozen=True)
-class NewComputer:
-    name: str
-    template_type: str
-    size: str
-    selected_apps: list[str]
-    profile: ProfileRequest
+def _missing_name_or_template(names: list[str]) -> ApiError:
+    """The specification's one message for either field; `details` says which."""
+    return ApiError(400, "MISSING_PARAM", "name is required", details={name: "is required" for name in names})
 
 
-def parse_new_computer(body: dict[str, Any]) -> NewComputer:
-    """The create body: `400 name is required` when name or template_type is missing
-    (the specification's one message for both; `details` says which), 422 for bad values."""
-    missing = {field: "is required" for field in ("name", "template_type") if body.get(field) in (None, "")}
-    if missing:
-        raise ApiError(400, "MISSING_PARAM", "name is required", details=missing)
-    name, template_type = body["name"], body["template_type"]
-    size = body.get("size") or "small"
-    apps = body.get("selected_apps")
-    apps = [] if apps is None else apps
-    errors: dict[str, str] = {}
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME:
-        errors["name"] = f"must be a non-empty string of at most {MAX_NAME} characters"
-    if not isinstance(template_type, str):
-        errors["template_type"] = "must be a string"
-    if size not in SIZE_NAMES:
-        errors["size"] = f"must be one of {', '.join(SIZE_NAMES)}"
-    if not isinstance(apps, list) or not all(isinstance(app, str) for app in apps):
-        errors["selected_apps"] = "must be an array of app names"
-    if errors:
-        raise validation_error(errors)
-    template = get_template(template_type)
+@model(missing=_missing_name_or_template)
+class NewComputer(Placement, ProfileRequest):
+    """A new computer of a template, with apps from its catalog."""
+
+    name: Annotated[str, Rule(max_length=MAX_NAME, message=f"must be a non-empty string of at most {MAX_NAME} characters")]
+    template_type: Annotated[str, Rule(description="one of GET /computer-templates")]
+    size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
+    selected_apps: Annotated[list[str] | None, Rule(message="must be an array of app names")] = None
+
+    @property
+    def apps(self) -> list[str]:
+        return list(dict.fromkeys(self.selected_apps or ()))
+
+
+def check_template(new: NewComputer) -> None:
+    """`400 INVALID_TEMPLATE` for an unknown template, 422 for apps not in its catalog."""
+    template = get_template(new.template_type)
     if template is None:
-        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_type {template_type!r}; one of {', '.join(template_types())}")
-    unknown = [app for app in apps if app not in template.catalog]
+        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_type {new.template_type!r}; one of {', '.join(template_types())}")
+    unknown = [app for app in new.apps if app not in template.catalog]
     if unknown:
         raise validation_error(
             {"selected_apps": f"unknown app(s) {', '.join(unknown)}; available: {', '.join(sorted(template.catalog))}"}
         )
-    profile = parse_profile_request(body)
-    return NewComputer(name.strip(), template_type, size, list(dict.fromkeys(apps)), profile)
 
 
 def _unique_slug(tx: Transaction, base: str) -> str:
@@ -135,17 +125,16 @@ async def _announce_and_boot(platform: ComputerServices, row: Row, clone_source:
 
 
 async def create_computer(
-    platform: ComputerServices, tenant_id: str, owner_user_id: str | None, body: dict[str, Any], *, key_workspace_id: str | None = None
+    platform: ComputerServices, tenant_id: str, owner_user_id: str | None, new: NewComputer, *, key_workspace_id: str | None = None
 ) -> Row:
-    """Validate, check the profile and the credits, attribute, insert `provisioning`, boot."""
-    new = parse_new_computer(body)
-    profile = await explicit_profile(platform, tenant_id, new.profile)
-    external_user_id = body.get("external_user_id") if isinstance(body.get("external_user_id"), str) else None
-    await billing_hooks.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=external_user_id)
+    """Check the template, the profile and the credits, attribute, insert `provisioning`, boot."""
+    check_template(new)
+    profile = await explicit_profile(platform, tenant_id, new)
+    await billing_hooks.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=new.external_user_id)
     if key_workspace_id is not None:
-        body = _within_key_workspace(body, key_workspace_id)
-    attribution = await resolve_attribution(platform.db, tenant_id, body, owner_user_id)
-    profile = profile or await default_profile(platform, tenant_id, attribution.workspace_id, new.profile)
+        new = _within_key_workspace(new, key_workspace_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
+    profile = profile or await default_profile(platform, tenant_id, attribution.workspace_id, new)
     template = get_template(new.template_type)
     assert template is not None
     row = await _insert(
@@ -162,7 +151,7 @@ async def create_computer(
             "external_workspace_id": attribution.external_workspace_id,
             "external_user_id": attribution.external_user_id,
             "external_project_id": attribution.external_project_id,
-            "selected_apps": json.dumps(new.selected_apps),
+            "selected_apps": json.dumps(new.apps),
             "settings": json.dumps({}),
             "ai_config": json.dumps({}),
             "agent_runtime_profile_id": profile.id if profile else None,
@@ -175,13 +164,13 @@ async def create_computer(
     return await _announce_and_boot(platform, row)
 
 
-def _within_key_workspace(body: dict[str, Any], key_workspace_id: str) -> dict[str, Any]:
+def _within_key_workspace(new: NewComputer, key_workspace_id: str) -> NewComputer:
     """A key restricted to one workspace creates there: naming another is 403, checked
     before attribution so that nothing is created on the way."""
-    named = body.get("workspace_id")
-    if (named is not None and named != key_workspace_id) or body.get("workspace_slug") or body.get("workspace_name"):
+    named = new.workspace_id
+    if (named is not None and named != key_workspace_id) or new.workspace_slug or new.workspace_name:
         raise forbidden("this key is restricted to one workspace; give its workspace_id or none")
-    return {**body, "workspace_id": key_workspace_id}
+    return dataclasses.replace(new, workspace_id=key_workspace_id)
 
 
 async def clone_computer(platform: ComputerServices, owner_user_id: str | None, source: Row) -> Row:
@@ -263,38 +252,53 @@ async def delete_computer(platform: ComputerServices, row: Row) -> dict[str, Any
     return result
 
 
-def _required(body: dict[str, Any], name: str) -> Any:
-    if body.get(name) in (None, ""):
-        raise ApiError(400, "MISSING_PARAM", f"{name} is required")
-    return body[name]
+@model
+class ResizeRequest:
+    size: Literal[SIZE_NAMES]  # type: ignore[valid-type]
 
 
-async def resize_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
-    size = _required(body, "size")
-    if size not in SIZE_NAMES:
-        raise validation_error({"size": f"must be one of {', '.join(SIZE_NAMES)}"})
-    return await ask(platform, row["id"], Resize(str(size)))
+@model
+class MoveTo:
+    region: Annotated[str, Rule(description="one of the regions GET /regions lists")]
 
 
-async def move_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
-    region = _required(body, "region")
+@model
+class UpdateComputer:
+    """Only `agent_session_id` may change; naming another field is 422."""
+
+    agent_session_id: Annotated[str | None, Rule(max_length=255, message="must be a string of at most 255 characters, or null")]
+
+
+@model
+class AutoStop:
+    auto_stop_seconds: Annotated[
+        int | None,
+        Rule(minimum=0, maximum=MAX_AUTO_STOP, message=f"must be an integer from 0 (disabled) to {MAX_AUTO_STOP}, or null",
+             description="seconds of inactivity; 0 or null disables"),
+    ]
+
+
+async def resize_computer(platform: ComputerServices, row: Row, request: ResizeRequest) -> Row:
+    return await ask(platform, row["id"], Resize(request.size))
+
+
+async def move_computer(platform: ComputerServices, row: Row, request: MoveTo) -> Row:
     offered = regions(platform)
-    if region not in offered:
+    if request.region not in offered:
         raise validation_error({"region": f"unknown region; one of {', '.join(offered)}"})
-    return await ask(platform, row["id"], Move(str(region)))
+    return await ask(platform, row["id"], Move(request.region))
 
 
-async def update_computer(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
-    """PATCH: only `agent_session_id` (a string, or null to clear) may change."""
+def refuse_fixed_fields(body: dict[str, Any]) -> None:
+    """PATCH names only `agent_session_id`: every other field of the record is fixed."""
     refused = {name: "cannot be changed; only agent_session_id can" for name in NOT_UPDATABLE if name in body}
     if refused:
         raise validation_error(refused)
-    if "agent_session_id" not in body:
-        raise ApiError(400, "MISSING_PARAM", "agent_session_id is required")
-    value = body["agent_session_id"]
-    if value is not None and (not isinstance(value, str) or len(value) > 255):
-        raise validation_error({"agent_session_id": "must be a string of at most 255 characters, or null"})
-    return await ask(platform, row["id"], Update({"agent_session_id": value}))
+
+
+async def update_computer(platform: ComputerServices, row: Row, request: UpdateComputer) -> Row:
+    """PATCH: `agent_session_id`, a string or null to clear."""
+    return await ask(platform, row["id"], Update({"agent_session_id": request.agent_session_id}))
 
 
 def auto_stop_public(row: Row) -> dict[str, Any]:
@@ -302,17 +306,11 @@ def auto_stop_public(row: Row) -> dict[str, Any]:
     return {"auto_stop_seconds": seconds, "enabled": seconds > 0}
 
 
-async def set_auto_stop(platform: ComputerServices, row: Row, body: dict[str, Any]) -> Row:
+async def set_auto_stop(platform: ComputerServices, row: Row, request: AutoStop) -> Row:
     """`auto_stop_seconds`: a whole number of seconds of inactivity; 0 or null disables.
 
     Setting it counts as activity, so the idle clock starts from now."""
-    if "auto_stop_seconds" not in body:
-        raise ApiError(400, "MISSING_PARAM", "auto_stop_seconds is required")
-    value = body["auto_stop_seconds"]
-    if value is None:
-        value = 0
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_AUTO_STOP:
-        raise validation_error({"auto_stop_seconds": f"must be an integer from 0 (disabled) to {MAX_AUTO_STOP}, or null"})
+    value = request.auto_stop_seconds or 0
     return await ask(platform, row["id"], Update({"auto_stop": value, "last_activity_at": utc_now_iso()}))
 
 

@@ -1,7 +1,7 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
 from .actor import InstanceActor, failure_summary
-from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, clamp_timeout
+from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
 from .messages import Boot, Booted, Connect, Get
@@ -15,6 +15,7 @@ __all__ = [
     "Boot",
     "Booted",
     "Connect",
+    "ExecTimeout",
     "Get",
     "IdleWatch",
     "InstanceActor",

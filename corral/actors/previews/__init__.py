@@ -17,6 +17,7 @@ from .domains import (
     verify,
 )
 from .exposure import expose, parse_port
+from .requests import ExposePort, PreviewTokenRequest, ShareRequest
 from .router import build_router, run_preview
 from .sharing import create_share, list_shares, mint_preview_token, revoke_share
 from .tokens import read_preview_token, sign_preview_token
@@ -26,8 +27,11 @@ __all__ = [
     "COOKIE",
     "SANDBOX_HOST_PATTERN",
     "SCOPES",
+    "ExposePort",
     "PreviewAccess",
+    "PreviewTokenRequest",
     "Scope",
+    "ShareRequest",
     "access_for",
     "build_router",
     "create_share",

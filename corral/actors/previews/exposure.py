@@ -60,9 +60,9 @@ async def url_of(platform: PreviewServices, sandbox: Row, port: int) -> str:
     return sandbox_url(platform.settings, port, sandbox["slug"], domain)
 
 
-async def expose(platform: PreviewServices, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
+async def expose(platform: PreviewServices, sandbox: Row, requested_port: int | None) -> dict[str, Any]:
     port = parse_port(
-        body.get("port"),
+        requested_port,
         required_message="port is required (the sandbox's template has no default preview port)",
         template_id=sandbox["template_id"],
     )

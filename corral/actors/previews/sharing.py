@@ -14,32 +14,23 @@ from datetime import UTC, datetime
 from typing import Any
 
 from corral.actors.previews.services import PreviewServices
-from corral.errors import ApiError, not_found, validation_error
+from corral.errors import ApiError, not_found
 from corral.ids import prefixed
 from corral.storage import Row, iso_in, to_iso, utc_now_iso
 
 from . import domains
 from .access import forget_share, preview_key
-from .exposure import latest_port, parse_port
+from .exposure import latest_port
+from .requests import PREVIEW_TOKEN_DEFAULT_TTL, PreviewTokenRequest, ShareRequest
 from .tokens import new_share_token, share_digest, sign_preview_token
 from .urls import share_url
 
-PREVIEW_TOKEN_DEFAULT_TTL = 3600
-PREVIEW_TOKEN_MAX_TTL = 86400
 SHARE_ID = re.compile(r"^shr_[0-9a-z]{26}$")
 SHARE_FIELDS = ("id", "sandbox_id", "port", "expires_at", "created_at")
 
 
-def _positive_seconds(value: Any, maximum: int | None) -> int:
-    bound = f" from 1 to {maximum}" if maximum else " of at least 1"
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or (maximum is not None and value > maximum):
-        raise validation_error({"expires_in": f"must be an integer number of seconds{bound}"})
-    return value
-
-
-async def mint_preview_token(platform: PreviewServices, sandbox: Row, body: dict[str, Any]) -> dict[str, Any]:
-    raw = body.get("expires_in")
-    ttl = PREVIEW_TOKEN_DEFAULT_TTL if raw is None else _positive_seconds(raw, PREVIEW_TOKEN_MAX_TTL)
+async def mint_preview_token(platform: PreviewServices, sandbox: Row, request: PreviewTokenRequest) -> dict[str, Any]:
+    ttl = PREVIEW_TOKEN_DEFAULT_TTL if request.expires_in is None else request.expires_in
     expires_at = int(time.time()) + ttl
     token = sign_preview_token(preview_key(platform.jwt_secret), sandbox["id"], expires_at)
     return {"token": token, "expires_at": to_iso(datetime.fromtimestamp(expires_at, UTC)), "sandbox_id": sandbox["id"]}
@@ -61,10 +52,8 @@ def share_public(row: Row, url: str | None) -> dict[str, Any]:
     return record
 
 
-async def create_share(platform: PreviewServices, sandbox: Row, user_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
-    raw = body.get("expires_in")
-    ttl = None if raw is None else _positive_seconds(raw, None)
-    port = parse_port(body.get("port"))
+async def create_share(platform: PreviewServices, sandbox: Row, user_id: str | None, request: ShareRequest) -> dict[str, Any]:
+    ttl, port = request.expires_in, request.port
     token = new_share_token()
     row: Row = {
         "id": prefixed("shr"),

@@ -8,6 +8,8 @@ from .event_types import EVENT_TYPES, LOG_TYPES
 from .idle import idle_watch
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
 from .service import (
+    ExecRequest,
+    NewSandbox,
     create_sandbox,
     exec_command,
     find_sandbox,
@@ -26,8 +28,10 @@ __all__ = [
     "Booted",
     "Connect",
     "Destroy",
+    "ExecRequest",
     "Fork",
     "Get",
+    "NewSandbox",
     "SandboxActor",
     "Start",
     "Stop",

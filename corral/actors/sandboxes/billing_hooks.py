@@ -8,8 +8,6 @@ instance found at re-activation, a supervisor giving up) starts or stops it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.actors import billing
 from corral.actors.sandboxes.services import SandboxServices
 from corral.storage import Row
@@ -18,14 +16,13 @@ RESOURCE_TYPE = "sandbox"
 STARTABLE = ("stopped", "suspended")
 
 
-async def allow_create(platform: SandboxServices, tenant_id: str, size: str, body: dict[str, Any]) -> None:
+async def allow_create(platform: SandboxServices, tenant_id: str, size: str, external_user_id: str | None) -> None:
     """402/409 before a new sandbox (create or fork) is written."""
-    external_user_id = body.get("external_user_id")
     await billing.require_run_allowance(
         platform,
         tenant_id=tenant_id,
         size=size,
-        external_user_id=external_user_id if isinstance(external_user_id, str) and external_user_id else None,
+        external_user_id=external_user_id or None,
         resource_type=RESOURCE_TYPE,
     )
 

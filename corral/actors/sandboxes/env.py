@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
+from corral.models import Rule, model
 from corral.storage import Row
 
 from ..instances.sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
@@ -33,9 +34,8 @@ def invalid_vars(detail: str) -> ApiError:
     return ApiError(400, "INVALID_VARS", "invalid vars", details={"vars": detail})
 
 
-def parse_vars(body: Any) -> list[EnvVar]:
+def parse_vars(items: Any) -> list[EnvVar]:
     """The `vars` of a PUT body; anything malformed is `400 invalid vars` with the reason in details."""
-    items = body.get("vars") if isinstance(body, dict) else None
     if not isinstance(items, list) or not items:
         raise invalid_vars("vars must be a non-empty array of {key, value, encrypted?}")
     if len(items) > MAX_VARS:
@@ -56,6 +56,28 @@ def parse_vars(body: Any) -> list[EnvVar]:
             raise invalid_vars(f"{where}.encrypted must be a boolean")
         parsed[key] = EnvVar(key, value, encrypted)  # a key listed twice: the last wins
     return list(parsed.values())
+
+
+@model(missing=lambda names: invalid_vars("vars must be a non-empty array of {key, value, encrypted?}"))
+class PutVars:
+    """Upsert: keys not listed are left alone."""
+
+    vars: Annotated[
+        Any,
+        Rule(parse=parse_vars, schema={
+            "type": "array",
+            "maxItems": MAX_VARS,
+            "items": {
+                "type": "object",
+                "required": ["key", "value"],
+                "properties": {
+                    "key": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$", "maxLength": MAX_KEY_LENGTH},
+                    "value": {"type": "string"},
+                    "encrypted": {"type": "boolean", "default": True},
+                },
+            },
+        }),
+    ]
 
 
 SANDBOX_ENV = SealedEnvTable("sandbox_env", "sandbox_id", "key", "sandbox-env", flag_column="encrypted")

@@ -6,12 +6,13 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from corral.actors.runtime_errors import answer_for
 from corral.actors.sandboxes.services import SandboxServices
-from corral.errors import ApiError, not_found, validation_error
+from corral.errors import ApiError, not_found
 from corral.ids import prefixed
+from corral.models import Rule, model
 from corral.storage import Event, Row, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
 
@@ -38,51 +39,43 @@ def process_public(row: Row) -> dict[str, Any]:
     return {"pid": row["id"], **{name: row[name] for name in PUBLIC_FIELDS[1:]}}
 
 
-@dataclass(frozen=True)
+def _absolute(path: str) -> str | None:
+    return None if not path or path.startswith("/") else "must be an absolute path"  # blank: the default
+
+
+@model
 class NewProcess:
-    cmd: str
-    cwd: str
-    env: dict[str, str]
-    name: str
+    """A background process, run as `/bin/sh -c cmd` with the sandbox env, then `env`."""
+
+    cmd: Annotated[str, Rule(strip=False, description="run as /bin/sh -c")]
+    cwd: Annotated[str | None, Rule(check=_absolute, allow_empty=True, schema={"default": DEFAULT_CWD})] = None
+    env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
+    name: Annotated[str | None, Rule(max_length=MAX_NAME, message=f"must be a non-empty string of at most {MAX_NAME} characters")] = None
+
+    @property
+    def directory(self) -> str:
+        return self.cwd or DEFAULT_CWD
+
+    @property
+    def label(self) -> str:
+        """The given name, or the command's first word."""
+        return (self.name or self.cmd.split()[0])[:MAX_NAME]
 
 
-def parse_new_process(body: dict[str, Any]) -> NewProcess:
-    cmd = body.get("cmd")
-    if cmd is None or (isinstance(cmd, str) and not cmd.strip()):
-        raise ApiError(400, "MISSING_PARAM", "cmd is required")
-    errors: dict[str, str] = {}
-    if not isinstance(cmd, str):
-        errors["cmd"] = "must be a string"
-    cwd = body.get("cwd") or DEFAULT_CWD
-    if not isinstance(cwd, str) or not cwd.startswith("/"):
-        errors["cwd"] = "must be an absolute path"
-    env = body.get("env") or {}
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        errors["env"] = "must be an object of string values"
-    name = body.get("name")
-    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME):
-        errors["name"] = f"must be a non-empty string of at most {MAX_NAME} characters"
-    if errors:
-        raise validation_error(errors)
-    assert isinstance(cmd, str) and isinstance(cwd, str)
-    return NewProcess(cmd, cwd, env, (name or cmd.split()[0])[:MAX_NAME])
-
-
-async def start_process(platform: SandboxServices, sandbox: Row, body: dict[str, Any]) -> Row:
+async def start_process(platform: SandboxServices, sandbox: Row, new: NewProcess) -> Row:
     """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
     (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
-    new = parse_new_process(body)
     agent = await agent_for(platform, sandbox["id"], record_activity=False)
-    env = {**await resolved_env(platform, sandbox), **new.env}
+    env = {**await resolved_env(platform, sandbox), **(new.env or {})}
     process_id = prefixed("proc")
     now = utc_now_iso()
     row: Row = {
         "id": process_id,
         "sandbox_id": sandbox["id"],
         "tenant_id": sandbox["tenant_id"],
-        "name": new.name,
+        "name": new.label,
         "cmd": new.cmd,
-        "cwd": new.cwd,
+        "cwd": new.directory,
         "status": "running",
         "exit_code": None,
         "error": None,
@@ -93,7 +86,7 @@ async def start_process(platform: SandboxServices, sandbox: Row, body: dict[str,
         "updated_at": now,
     }
     try:
-        started = await agent.spawn(new.cmd, cwd=new.cwd, env=env, name=new.name, process_id=process_id)
+        started = await agent.spawn(new.cmd, cwd=new.directory, env=env, name=new.label, process_id=process_id)
     except RuntimeErrorBase as exc:
         failed = {**row, "status": "error", "error": str(exc)[:1000], "exited_at": utc_now_iso()}
         await platform.db.insert("sandbox_processes", failed)

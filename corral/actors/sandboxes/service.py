@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from corral.actors.instances import clamp_timeout
+from corral.actors.instances import ExecTimeout, clamp_timeout
 from corral.actors.sandboxes.services import SandboxServices
-from corral.actors.tenancy import resolve_attribution
+from corral.actors.tenancy import EXTERNAL_FIELDS, Placement, resolve_attribution
 from corral.actors.tenancy.slugs import slugify
-from corral.errors import ApiError, not_found, validation_error
+from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
+from corral.models import Rule, model
 from corral.storage import Event, Row, Transaction, utc_now_iso
 from corral.vm import SIZES, ExecEvent, InstanceInfo
 
@@ -45,43 +45,22 @@ def sandbox_public(row: Row) -> dict[str, Any]:
     return record
 
 
-@dataclass(frozen=True)
-class NewSandbox:
-    template_id: str
-    name: str | None
-    size: str
-    env: dict[str, str]
-    auto_stop: int | None
-    metadata: dict[str, Any]
+def _env_keys_problem(env: dict[str, str]) -> str | None:
+    return None if all(KEY_PATTERN.fullmatch(key) for key in env) else "keys must match [A-Z][A-Z0-9_]*"
 
 
-def parse_new_sandbox(body: dict[str, Any], known_template: Any) -> NewSandbox:
-    errors: dict[str, str] = {}
-    template_id = body.get("template_id", "default")
-    name = body.get("name")
-    size = body.get("size", "small")
-    env = body.get("env") or {}
-    auto_stop = body.get("auto_stop")
-    metadata = body.get("metadata") or {}
-    if not isinstance(template_id, str) or not template_id:
-        errors["template_id"] = "must be a template name"
-    if name is not None and (not isinstance(name, str) or not name.strip() or len(name) > 100):
-        errors["name"] = "must be a non-empty string of at most 100 characters"
-    if size not in SIZE_NAMES:
-        errors["size"] = f"must be one of {', '.join(SIZE_NAMES)}"
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        errors["env"] = "must be an object of string values"
-    elif not all(KEY_PATTERN.fullmatch(key) for key in env):
-        errors["env"] = "keys must match [A-Z][A-Z0-9_]*"
-    if auto_stop is not None and (isinstance(auto_stop, bool) or not isinstance(auto_stop, int) or auto_stop < 0):
-        errors["auto_stop"] = "must be a non-negative integer number of seconds (0 disables)"
-    if not isinstance(metadata, dict):
-        errors["metadata"] = "must be an object"
-    if errors:
-        raise validation_error(errors)
-    if not known_template(template_id):
-        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {template_id}")
-    return NewSandbox(template_id, name.strip() if name else None, size, env, auto_stop or None, metadata)
+@model
+class NewSandbox(Placement):
+    """A new sandbox; the template must exist (else `400 INVALID_TEMPLATE`)."""
+
+    template_id: Annotated[str, Rule(message="must be a template name")] = "default"
+    name: Annotated[str | None, Rule(max_length=100, message="must be a non-empty string of at most 100 characters")] = None
+    size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
+    env: Annotated[dict[str, str] | None, Rule(check=_env_keys_problem, description="sealed; every exec and process sees it")] = None
+    auto_stop: Annotated[
+        int | None, Rule(minimum=0, message="must be a non-negative integer number of seconds (0 disables)", description="idle seconds; 0 disables")
+    ] = None
+    metadata: dict[str, Any] | None = None
 
 
 def _unique_slug(tx: Transaction, base: str) -> str:
@@ -94,9 +73,9 @@ def _unique_slug(tx: Transaction, base: str) -> str:
 
 
 async def _insert(
-    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox, body: dict[str, Any], forked_from: str | None = None
+    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox, forked_from: str | None = None
 ) -> Row:
-    attribution = await resolve_attribution(platform.db, tenant_id, body, owner_user_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
 
     def work(tx: Transaction) -> Row:
         limit = int(tx.fetch_value("SELECT sandbox_limit FROM tenants WHERE id = ?", (tenant_id,)) or 10)
@@ -117,13 +96,13 @@ async def _insert(
             "size": new.size,
             "status": "creating",
             "region": "local",
-            "auto_stop": new.auto_stop,
+            "auto_stop": new.auto_stop or None,
             "workspace_id": attribution.workspace_id,
             "project_id": attribution.project_id,
             "external_workspace_id": attribution.external_workspace_id,
             "external_user_id": attribution.external_user_id,
             "external_project_id": attribution.external_project_id,
-            "metadata": json.dumps(new.metadata),
+            "metadata": json.dumps(new.metadata or {}),
             "error": None,
             "forked_from": forked_from,
             "last_activity_at": now,
@@ -138,11 +117,11 @@ async def _insert(
     return row
 
 
-async def create_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, body: dict[str, Any]) -> Row:
-    runtime = platform.runtime
-    new = parse_new_sandbox(body, runtime.templates.exists)
-    await billing_hooks.allow_create(platform, tenant_id, new.size, body)  # 402 / quota 409
-    row = await _insert(platform, tenant_id, owner_user_id, new, body)
+async def create_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox) -> Row:
+    if not platform.runtime.templates.exists(new.template_id):
+        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
+    await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
+    row = await _insert(platform, tenant_id, owner_user_id, new)
     if new.env:
         await put_vars(platform, row, [EnvVar(key, value) for key, value in new.env.items()])
     ref = await platform.system.get(SandboxActor, row["id"])
@@ -151,11 +130,13 @@ async def create_sandbox(platform: SandboxServices, tenant_id: str, owner_user_i
 
 
 async def fork_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, source: Row) -> Row:
-    new = NewSandbox(source["template_id"], f"{source['name']}-fork"[:100], source["size"], {}, source["auto_stop"], json.loads(source["metadata"]))
-    body = {"workspace_id": source["workspace_id"], "project_id": source["project_id"]}
-    body.update({k: source[k] for k in ("external_workspace_id", "external_user_id", "external_project_id") if source[k]})
-    await billing_hooks.allow_create(platform, tenant_id, new.size, body)  # 402 / quota 409
-    row = await _insert(platform, tenant_id, owner_user_id, new, body, forked_from=source["id"])
+    new = NewSandbox(
+        template_id=source["template_id"], name=f"{source['name']}-fork"[:100], size=source["size"], auto_stop=source["auto_stop"],
+        metadata=json.loads(source["metadata"]), workspace_id=source["workspace_id"], project_id=source["project_id"],
+        **{name: source[name] for name in EXTERNAL_FIELDS},
+    )
+    await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
+    row = await _insert(platform, tenant_id, owner_user_id, new, forked_from=source["id"])
     await copy_vars(platform, source, row)
     source_ref = await platform.system.get(SandboxActor, source["id"])
     target_ref = await platform.system.get(SandboxActor, row["id"])
@@ -246,21 +227,21 @@ async def publish(platform: SandboxServices, row: Row, event_type: str, data: di
     await platform.bus.publish(Event(event_type, "sandbox", row["id"], data, tenant_id=row["tenant_id"]))
 
 
-async def exec_command(platform: SandboxServices, row: Row, body: dict[str, Any]) -> dict[str, Any]:
-    command = body.get("command")
-    if command is None or (isinstance(command, str) and not command.strip()):
-        raise ApiError(400, "MISSING_PARAM", "command is required")
-    if not isinstance(command, str):
-        raise validation_error({"command": "must be a string"})
-    timeout = clamp_timeout(body.get("timeout"))
-    cwd = body.get("cwd")
-    env = body.get("env") or {}
-    if cwd is not None and (not isinstance(cwd, str) or not cwd.startswith("/")):
-        raise validation_error({"cwd": "must be an absolute path"})
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise validation_error({"env": "must be an object of string values"})
+@model
+class ExecRequest:
+    """A command run to completion under `/bin/sh -c`, with its output."""
+
+    command: Annotated[str, Rule(strip=False)]
+    timeout: ExecTimeout = None
+    cwd: Annotated[str | None, Rule(check=lambda path: None if path.startswith("/") else "must be an absolute path")] = None
+    env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
+
+
+async def exec_command(platform: SandboxServices, row: Row, request: ExecRequest) -> dict[str, Any]:
+    command, cwd = request.command, request.cwd
+    timeout = clamp_timeout(request.timeout)
     agent = await agent_for(platform, row["id"], record_activity=False)  # recorded when it ends
-    env = {**await resolved_env(platform, row), **env}
+    env = {**await resolved_env(platform, row), **(request.env or {})}
     exec_id = prefixed("exec")
     await publish(platform, row, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
     lines = _LineEvents(platform, row, exec_id)

@@ -6,7 +6,13 @@ they write, and the HTTP layer may only read the store directly.
 """
 
 from . import api_keys, audit, invites, mail, members, outbox, tickets, white_label, workspaces
-from .attribution import EXTERNAL_FIELDS, Attribution, resolve_attribution, tenant_resolution_failed
+from .attribution import (
+    EXTERNAL_FIELDS,
+    Attribution,
+    Placement,
+    resolve_attribution,
+    tenant_resolution_failed,
+)
 from .passwords import hash_password, verify_password
 from .records import api_key_public, project_public, tenant_public, user_public, workspace_public
 from .scopes import (
@@ -27,6 +33,7 @@ __all__ = [
     "WORKSPACE_ROLES",
     "Attribution",
     "NewTenant",
+    "Placement",
     "api_key_public",
     "api_keys",
     "audit",

@@ -8,11 +8,12 @@ within the chosen workspace. The external ids are opaque strings carried through
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from corral.errors import ApiError, validation_error
-from corral.ids import is_uuid
+from corral.models import Rule, model
 from corral.storage import Database, Row, Transaction
 
 from .slugs import is_slug, slugify
@@ -42,33 +43,42 @@ class Attribution:
         return asdict(self)
 
 
-def _text(body: dict[str, Any], name: str, errors: dict[str, str]) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > 255:
-        errors[name] = "must be a non-empty string of at most 255 characters"
-        return None
-    return value.strip()
+def _slug_problem(value: str) -> str | None:
+    return None if is_slug(value) else "must be a DNS label (lowercase letters, digits, hyphens)"
+
+
+_TEXT = "must be a non-empty string of at most 255 characters"
+Text = Annotated[str | None, Rule(max_length=255, message=_TEXT)]
+Id = Annotated[str | None, Rule(max_length=255, format="uuid", message="must be a UUID")]
+Slug = Annotated[str | None, Rule(max_length=255, check=_slug_problem)]
+
+
+@model
+class Placement:
+    """Where a new resource belongs: the fields every create body shares.
+
+    `workspace_id` names an existing workspace of the tenant; otherwise
+    `workspace_slug` / `workspace_name` name an existing one or create it; otherwise
+    the tenant's default. Projects likewise, within the chosen workspace.
+    """
+
+    workspace_id: Id = None
+    workspace_slug: Slug = None
+    workspace_name: Text = None
+    project_id: Id = None
+    project_slug: Slug = None
+    project_name: Text = None
+    external_workspace_id: Text = None
+    external_user_id: Text = None
+    external_project_id: Text = None
 
 
 async def resolve_attribution(
-    db: Database, tenant_id: str | None, body: dict[str, Any], creator_id: str | None = None
+    db: Database, tenant_id: str | None, placement: Placement, creator_id: str | None = None
 ) -> Attribution:
     if tenant_id is None:
         raise tenant_resolution_failed()
-    errors: dict[str, str] = {}
-    fields = {name: _text(body, name, errors) for name in (
-        "workspace_id", "workspace_slug", "workspace_name", "project_id", "project_slug", "project_name", *EXTERNAL_FIELDS
-    )}
-    for name in ("workspace_id", "project_id"):
-        if fields[name] is not None and not is_uuid(str(fields[name])):
-            errors[name] = "must be a UUID"
-    for name in ("workspace_slug", "project_slug"):
-        if fields[name] is not None and not is_slug(str(fields[name])):
-            errors[name] = "must be a DNS label (lowercase letters, digits, hyphens)"
-    if errors:
-        raise validation_error(errors)
+    fields = {field.name: getattr(placement, field.name) for field in dataclasses.fields(Placement)}
 
     def work(tx: Transaction) -> Attribution:
         workspace = _workspace(tx, tenant_id, fields, creator_id)

@@ -48,7 +48,7 @@ from .signing import (
     signature_headers,
     standard_signature,
 )
-from .spec import WebhookFields, parse_webhook_fields
+from .spec import NewWebhook, WebhookFields, parse_webhook_fields
 
 __all__ = [
     "BUS_EVENT_TYPES",
@@ -59,6 +59,7 @@ __all__ = [
     "TEST_EVENT",
     "DestinationRefused",
     "InvalidUrl",
+    "NewWebhook",
     "Outcome",
     "Sender",
     "WebhookFields",

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from corral.errors import validation_error
+from corral.models import Rule, field, model, parse
 
 from .destinations import InvalidUrl, parse_url
 from .events import EVENT_TYPES
@@ -49,18 +48,6 @@ RESERVED_HEADERS = frozenset(
 """Headers the platform sets itself; `X-Service-*` is reserved as a whole."""
 
 
-@dataclass(frozen=True)
-class WebhookFields:
-    """The fields a body gave (None: not given)."""
-
-    url: str | None = None
-    name: str | None = None
-    events: list[str] | None = None
-    headers: dict[str, str] | None = None
-    retry_count: int | None = None
-    metadata: dict[str, Any] | None = None
-
-
 def header_problem(name: Any, value: Any) -> str | None:
     if not isinstance(name, str) or not _TOKEN.match(name) or len(name) > MAX_HEADER_NAME:
         return f"{str(name)[:40]!r} is not a valid header name"
@@ -76,88 +63,67 @@ def header_problem(name: Any, value: Any) -> str | None:
     return None
 
 
-def _events(value: Any, errors: dict[str, str]) -> list[str] | None:
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        errors["events"] = "must be a list of event types"
-        return None
-    unknown = [item for item in value if item not in EVENT_TYPES]
-    if unknown:
-        errors["events"] = f"unknown event type {unknown[0]!r}; known: {', '.join(EVENT_TYPES)}"
-        return None
-    return list(dict.fromkeys(value))  # without duplicates, in the given order
+def _events_problem(events: list[str]) -> str | None:
+    unknown = [item for item in events if item not in EVENT_TYPES]
+    return f"unknown event type {unknown[0]!r}; known: {', '.join(EVENT_TYPES)}" if unknown else None
 
 
-def _headers(value: Any, errors: dict[str, str]) -> dict[str, str] | None:
-    if not isinstance(value, dict):
-        errors["headers"] = "must be an object of header names to string values"
-        return None
-    if len(value) > MAX_HEADERS:
-        errors["headers"] = f"at most {MAX_HEADERS} headers"
-        return None
+def _headers_problem(headers: dict[str, Any]) -> str | None:
+    if len(headers) > MAX_HEADERS:
+        return f"at most {MAX_HEADERS} headers"
     seen: set[str] = set()
-    for name, header_value in value.items():
+    for name, header_value in headers.items():
         problem = header_problem(name, header_value)
         if problem is None and name.lower() in seen:
             problem = f"{name} is given twice"
         if problem is not None:
-            errors["headers"] = problem
-            return None
+            return problem
         seen.add(name.lower())
-    return dict(value)
+    return None
+
+
+def _url_problem(url: str) -> str | None:
+    try:
+        parse_url(url)
+    except InvalidUrl as exc:
+        return str(exc)
+    return None
+
+
+def _metadata_problem(metadata: dict[str, Any]) -> str | None:
+    if len(json.dumps(metadata, separators=(",", ":"))) > MAX_METADATA_BYTES:
+        return f"must be at most {MAX_METADATA_BYTES} bytes as JSON"
+    return None
+
+
+Url = Annotated[str, Rule(check=_url_problem, format="uri", schema={"pattern": "^https://"})]
+
+
+@model(missing="details")
+class WebhookFields:
+    """What a PATCH may change; a field left out or null stays as it is."""
+
+    url: Url | None = None
+    name: Annotated[str | None, Rule(max_length=MAX_NAME_LENGTH)] = None
+    events: Annotated[
+        list[str] | None,
+        Rule(check=_events_problem, parse=lambda events: list(dict.fromkeys(events)), schema={"items": {"enum": list(EVENT_TYPES)}},
+             description="event types; none: every event"),
+    ] = None
+    headers: Annotated[dict[str, Any] | None, Rule(check=_headers_problem, message=None, schema={"additionalProperties": {"type": "string"}})] = None
+    retry_count: Annotated[
+        int | None, Rule(minimum=0, maximum=MAX_RETRY_COUNT, message=f"must be between 0 and {MAX_RETRY_COUNT}", schema={"default": DEFAULT_RETRY_COUNT})
+    ] = None
+    metadata: Annotated[dict[str, Any] | None, Rule(check=_metadata_problem)] = None
+
+
+@model(missing="details")
+class NewWebhook(WebhookFields):
+    """A new webhook: `url` (https) is required."""
+
+    url: Url = field()  # `field()`: no default, where the parent's is None
 
 
 def parse_webhook_fields(body: dict[str, Any], *, creating: bool) -> WebhookFields:
     """The checked fields of `body`; `url` is required when `creating`."""
-    errors: dict[str, str] = {}
-    url = body.get("url")
-    if url is None:
-        if creating:
-            errors["url"] = "is required"
-    elif not isinstance(url, str):
-        errors["url"] = "must be a string"
-        url = None
-    else:
-        url = url.strip()
-        try:
-            parse_url(url)
-        except InvalidUrl as exc:
-            errors["url"] = str(exc)
-            url = None
-
-    name = body.get("name")
-    if name is not None:
-        if not isinstance(name, str):
-            errors["name"] = "must be a string"
-            name = None
-        elif len(name.strip()) > MAX_NAME_LENGTH:
-            errors["name"] = f"must be at most {MAX_NAME_LENGTH} characters"
-            name = None
-        else:
-            name = name.strip()
-
-    events = _events(body["events"], errors) if body.get("events") is not None else None
-    headers = _headers(body["headers"], errors) if body.get("headers") is not None else None
-
-    retry_count = body.get("retry_count")
-    if retry_count is not None:
-        if isinstance(retry_count, bool) or not isinstance(retry_count, int):
-            errors["retry_count"] = "must be an integer"
-        elif not 0 <= retry_count <= MAX_RETRY_COUNT:
-            errors["retry_count"] = f"must be between 0 and {MAX_RETRY_COUNT}"
-        if "retry_count" in errors:
-            retry_count = None
-
-    metadata = body.get("metadata")
-    if metadata is not None:
-        if not isinstance(metadata, dict):
-            errors["metadata"] = "must be an object"
-            metadata = None
-        elif len(json.dumps(metadata, separators=(",", ":"))) > MAX_METADATA_BYTES:
-            errors["metadata"] = f"must be at most {MAX_METADATA_BYTES} bytes as JSON"
-            metadata = None
-
-    if errors:
-        raise validation_error(errors)
-    return WebhookFields(
-        url=url, name=name, events=events, headers=headers, retry_count=retry_count, metadata=metadata
-    )
+    return parse(NewWebhook if creating else WebhookFields, body)

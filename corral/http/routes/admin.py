@@ -2,37 +2,61 @@
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 from corral.actors import billing, tenancy
 from corral.actors.tenancy import api_keys
 from corral.errors import not_found, validation_error
-from corral.ids import is_uuid
+from corral.models import Rule, model
 
 from ..context import RequestContext
 from ..replies import Reply, data
 from ..routing import Router
-from ..validation import Fields
 
 router = Router("admin")
 
-EMAIL_FIELD = {"type": "string", "format": "email"}
+
+def _email_problem(value: str) -> str | None:
+    return None if "@" in value and not value.startswith("@") and not value.endswith("@") else "must be an email address"
 
 
-def _email(fields: Fields, name: str) -> str | None:
-    value = fields.string(name, required=True, max_length=254)
-    if value is not None and ("@" not in value or value.startswith("@") or value.endswith("@")):
-        fields.errors[name] = "must be an email address"
-    return value
+def _password_problem(value: str) -> str | None:
+    return None if len(value) >= 8 else "must be a string of at least 8 characters"
 
 
-def _password(fields: Fields, name: str) -> str | None:
-    value = fields.body.get(name)
-    if not isinstance(value, str) or len(value) < 8:
-        fields.errors[name] = "must be a string of at least 8 characters"
-        return None
-    if len(value) > 1024:
-        fields.errors[name] = "must be at most 1024 characters"
-        return None
-    return value
+Email = Annotated[str, Rule(max_length=254, check=_email_problem, format="email")]
+Password = Annotated[str, Rule(strip=False, max_length=1024, check=_password_problem)]
+Uuid = Annotated[str, Rule(format="uuid")]
+
+
+@model(missing="details")
+class CreateTenant:
+    """A tenant, its owner and an initial grant of credits (default: the node's setting)."""
+
+    name: Annotated[str, Rule(max_length=255)]
+    owner_email: Email
+    owner_password: Password
+    credits: Annotated[int | None, Rule(minimum=0)] = None
+
+
+@model(missing="details")
+class CreateUser:
+    email: Email
+    password: Password
+    name: Annotated[str | None, Rule(max_length=255)] = None
+    tenant_id: Uuid | None = None
+    role: Literal[tenancy.TENANT_ROLES] = "member"  # type: ignore[valid-type]
+
+
+@model(missing="details")
+class CreateKey:
+    tenant_id: Uuid
+    name: Annotated[str, Rule(max_length=255)]
+    key_type: Literal["user", "platform", "admin"]
+    user_id: Uuid | None = None
+    workspace_id: Uuid | None = None
+    scopes: list[str] | None = None
+    allowed_ips: list[str] | None = None
 
 
 @router.post(
@@ -41,22 +65,13 @@ def _password(fields: Fields, name: str) -> str | None:
     auth="admin",
     action="tenants.create",
     status=201,
-    request={
-        "type": "object",
-        "required": ["name", "owner_email", "owner_password"],
-        "properties": {"name": {"type": "string"}, "owner_email": EMAIL_FIELD, "owner_password": {"type": "string"}, "credits": {"type": "integer"}},
-    },
+    request=CreateTenant,
 )
 async def create_tenant(ctx: RequestContext) -> Reply:
-    fields = Fields(await ctx.json())
-    name = fields.string("name", required=True)
-    email = _email(fields, "owner_email")
-    password = _password(fields, "owner_password")
-    credits = fields.integer("credits", minimum=0)
-    fields.check()
-    assert name and email and password
-    created = await tenancy.create_tenant(ctx.db, name, email, password)
+    body = await ctx.body(CreateTenant)
+    created = await tenancy.create_tenant(ctx.db, body.name, body.owner_email, body.owner_password)
     ctx.audit.update(tenant_id=created.tenant["id"], resource_type="tenant", resource_id=created.tenant["id"])
+    credits = body.credits
     if credits is None:  # docs/api.md: a tenant created without `credits` gets the default grant
         credits = ctx.platform.settings.default_tenant_credits
     if credits:
@@ -92,31 +107,12 @@ async def list_tenants(ctx: RequestContext) -> Reply:
     auth="admin",
     action="users.create",
     status=201,
-    request={
-        "type": "object",
-        "required": ["email", "password"],
-        "properties": {
-            "email": EMAIL_FIELD,
-            "password": {"type": "string"},
-            "name": {"type": "string"},
-            "tenant_id": {"type": "string", "format": "uuid"},
-            "role": {"enum": list(tenancy.TENANT_ROLES)},
-        },
-    },
+    request=CreateUser,
 )
 async def create_user(ctx: RequestContext) -> Reply:
-    fields = Fields(await ctx.json())
-    email = _email(fields, "email")
-    password = _password(fields, "password")
-    name = fields.string("name")
-    tenant_id = fields.string("tenant_id")
-    role = fields.choice("role", tenancy.TENANT_ROLES, default="member")
-    if tenant_id is not None and not is_uuid(tenant_id):
-        fields.errors["tenant_id"] = "must be a UUID"
-    fields.check()
-    assert email and password and role
-    user = await tenancy.create_user(ctx.db, email, password, name, tenant_id, role)
-    ctx.audit.update(tenant_id=tenant_id, resource_type="user", resource_id=user["id"])
+    body = await ctx.body(CreateUser)
+    user = await tenancy.create_user(ctx.db, body.email, body.password, body.name, body.tenant_id, body.role)
+    ctx.audit.update(tenant_id=body.tenant_id, resource_type="user", resource_id=user["id"])
     return data({"user": tenancy.user_public(user)}, 201)
 
 
@@ -126,33 +122,11 @@ async def create_user(ctx: RequestContext) -> Reply:
     auth="admin",
     action="api_keys.create",
     status=201,
-    request={
-        "type": "object",
-        "required": ["tenant_id", "name", "key_type"],
-        "properties": {
-            "tenant_id": {"type": "string", "format": "uuid"},
-            "user_id": {"type": "string", "format": "uuid"},
-            "name": {"type": "string"},
-            "key_type": {"enum": ["user", "platform", "admin"]},
-            "scopes": {"type": "array", "items": {"type": "string"}},
-            "allowed_ips": {"type": "array", "items": {"type": "string"}},
-            "workspace_id": {"type": "string", "format": "uuid"},
-        },
-    },
+    request=CreateKey,
 )
 async def create_key(ctx: RequestContext) -> Reply:
-    body = await ctx.json()
-    fields = Fields(body)
-    tenant_id = fields.string("tenant_id", required=True)
-    user_id = fields.string("user_id")
-    name = fields.string("name", required=True)
-    key_type = fields.choice("key_type", ("user", "platform", "admin"), required=True)
-    workspace_id = fields.string("workspace_id")
-    for field_name, value in (("tenant_id", tenant_id), ("user_id", user_id), ("workspace_id", workspace_id)):
-        if value is not None and not is_uuid(value):
-            fields.errors[field_name] = "must be a UUID"
-    fields.check()
-    assert tenant_id and name and key_type
+    body = await ctx.body(CreateKey)
+    tenant_id, user_id, workspace_id = body.tenant_id, body.user_id, body.workspace_id
     if await tenancy.get_tenant(ctx.db, tenant_id) is None:
         raise not_found("tenant not found")
     if user_id is not None and await tenancy.tenant_role(ctx.db, tenant_id, user_id) is None:
@@ -161,14 +135,14 @@ async def create_key(ctx: RequestContext) -> Reply:
         "SELECT 1 FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id)
     ):
         raise validation_error({"workspace_id": "no such workspace in this tenant"})
-    scopes = api_keys.validate_scopes(body.get("scopes"), None)
-    allowed_ips = api_keys.validate_allowed_ips(body.get("allowed_ips"))
+    scopes = api_keys.validate_scopes(body.scopes, None)
+    allowed_ips = api_keys.validate_allowed_ips(body.allowed_ips)
     row, plaintext = await api_keys.create_api_key(
         ctx.db,
         tenant_id=tenant_id,
         user_id=user_id,
-        name=name,
-        key_type=key_type,
+        name=body.name,
+        key_type=body.key_type,
         scopes=scopes,
         allowed_ips=allowed_ips,
         workspace_id=workspace_id,

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from corral.actors import tenancy
 from corral.actors.tenancy import api_keys
 from corral.errors import forbidden, validation_error
+from corral.models import Rule, model
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
 from ..routing import Router
-from ..validation import Fields
 
 router = Router("api-keys")
+
+
+@model(missing="details")
+class CreateKey:
+    name: Annotated[str, Rule(max_length=100)]
+    key_type: Annotated[str, Rule(message="must be user or platform", schema={"enum": ["user", "platform"]})] = "user"
+    scopes: list[str] | None = None
+    rate_limit_rpm: Annotated[int | None, Rule(minimum=1)] = None
+    # Checked after the key type (an id that is not a UUID is `400 INVALID_ID`).
+    workspace_id: Annotated[str | None, Rule(description="restricts a platform key to one workspace", schema={"format": "uuid"})] = None
 
 
 @router.post(
@@ -20,32 +32,16 @@ router = Router("api-keys")
     scope="keys:write",
     action="api_keys.create",
     status=201,
-    request={
-        "type": "object",
-        "required": ["name", "key_type"],
-        "properties": {
-            "name": {"type": "string"},
-            "key_type": {"enum": ["user", "platform"]},
-            "scopes": {"type": "array", "items": {"type": "string"}},
-            "rate_limit_rpm": {"type": "integer", "minimum": 1},
-            "workspace_id": {"type": "string", "format": "uuid", "description": "restricts a platform key to one workspace"},
-        },
-    },
+    request=CreateKey,
 )
 async def create_key(ctx: RequestContext) -> Reply:
     principal = ctx.principal
-    body = await ctx.json()
-    fields = Fields(body)
-    name = fields.string("name", required=True, max_length=100)
-    key_type = body.get("key_type", "user")
+    body = await ctx.body(CreateKey)
+    key_type, rpm, workspace_id = body.key_type, body.rate_limit_rpm, body.workspace_id
     if key_type == "admin":
         raise api_keys.admin_key_refused()
     if key_type not in api_keys.PUBLIC_KEY_TYPES:
-        fields.errors["key_type"] = "must be user or platform"
-    rpm = fields.integer("rate_limit_rpm", minimum=1)
-    workspace_id = fields.string("workspace_id")
-    fields.check()
-    assert name
+        raise validation_error({"key_type": "must be user or platform"})
     tenant_id = ctx.tenant_id
     if principal.user_id is None:
         raise forbidden("keys are created for a user; use /admin/api-keys")
@@ -63,12 +59,12 @@ async def create_key(ctx: RequestContext) -> Reply:
         require_uuid(workspace_id, "workspace id")
         if not await ctx.db.fetch_one("SELECT 1 FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id)):
             raise validation_error({"workspace_id": "no such workspace in this tenant"})
-    scopes = api_keys.validate_scopes(body.get("scopes"), principal.scopes)
+    scopes = api_keys.validate_scopes(body.scopes, principal.scopes)
     row, plaintext = await api_keys.create_api_key(
         ctx.db,
         tenant_id=tenant_id,
         user_id=principal.user_id,
-        name=name,
+        name=body.name,
         key_type=key_type,
         scopes=scopes,
         workspace_id=workspace_id,

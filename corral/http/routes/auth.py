@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from corral.actors.tenancy import tickets, verify_password
 from corral.errors import ApiError, unauthorized
 from corral.ids import is_uuid
+from corral.models import Rule, model
 
 from .. import tokens
 from ..context import RequestContext
 from ..replies import Reply
 from ..routing import Router
-from ..validation import require_present
 
 router = Router("auth")
+
+# Credentials are `Any` on purpose: a malformed one is the same 401 as a wrong one.
+Credential = Annotated[Any, Rule(strip=False, schema={"type": "string"})]
+
+
+@model
+class Login:
+    email: Annotated[Any, Rule(schema={"type": "string", "format": "email"})]
+    password: Credential
+    tenant_id: Annotated[Any, Rule(schema={"type": "string", "format": "uuid"})] = None
+
+
+@model
+class Refresh:
+    refresh_token: Credential
 
 
 def _bad_credentials() -> ApiError:
@@ -42,16 +57,11 @@ def _session(ctx: RequestContext, user: dict[str, Any], tenant_id: str | None) -
     "/auth/login",
     summary="Exchange an email and password for an access token (about 1 h) and a refresh token (7 days)",
     auth="public_auth",
-    request={
-        "type": "object",
-        "required": ["email", "password"],
-        "properties": {"email": {"type": "string"}, "password": {"type": "string"}, "tenant_id": {"type": "string"}},
-    },
+    request=Login,
 )
 async def login(ctx: RequestContext) -> Reply:
-    body = await ctx.json()
-    require_present(body, "email", "password")
-    email, password, tenant_id = body.get("email"), body.get("password"), body.get("tenant_id")
+    body = await ctx.body(Login)
+    email, password, tenant_id = body.email, body.password, body.tenant_id
     if not isinstance(email, str) or not isinstance(password, str):
         raise _bad_credentials()
     user = await ctx.db.fetch_one("SELECT * FROM users WHERE email_lower = ?", (email.strip().lower(),))
@@ -78,12 +88,10 @@ async def login(ctx: RequestContext) -> Reply:
     "/auth/refresh",
     summary="Exchange a refresh token for a new access token and a new refresh token",
     auth="public_auth",
-    request={"type": "object", "required": ["refresh_token"], "properties": {"refresh_token": {"type": "string"}}},
+    request=Refresh,
 )
 async def refresh(ctx: RequestContext) -> Reply:
-    body = await ctx.json()
-    require_present(body, "refresh_token")
-    token = body["refresh_token"]
+    token = (await ctx.body(Refresh)).refresh_token
     if not isinstance(token, str):
         raise unauthorized("invalid refresh token")
     claims = tokens.decode(ctx.platform.jwt_secret, token)

@@ -20,19 +20,17 @@ from .files import mount_file_routes
 
 router = Router("computers")
 
-TIMEOUT = {"type": "integer", "default": 30, "maximum": 300, "description": "seconds; clamped to 300"}
-
 
 @router.post(
     "/computers/{id}/exec",
     summary="Run a command (combined output; timeout default 30 s, max 300 s, SIGTERM past it)",
     scope=WRITE,
     action="computers.exec",
-    request={"type": "object", "required": ["command"], "properties": {"command": {"type": "string"}, "timeout": TIMEOUT}},
+    request=computers.ExecRequest,
 )
 async def exec_(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return raw(await computers.exec_command(ctx.platform, row, await ctx.json()))
+    return raw(await computers.exec_command(ctx.platform, row, await ctx.body(computers.ExecRequest)))
 
 
 @router.post(
@@ -40,11 +38,11 @@ async def exec_(ctx: RequestContext, id: str) -> Reply:
     summary="Run Python 3 code from a temporary file under /tmp (deleted afterwards)",
     scope=WRITE,
     action="computers.exec_python",
-    request={"type": "object", "required": ["code"], "properties": {"code": {"type": "string"}, "timeout": TIMEOUT}},
+    request=computers.PythonRequest,
 )
 async def exec_python(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return raw(await computers.exec_python(ctx.platform, row, await ctx.json()))
+    return raw(await computers.exec_python(ctx.platform, row, await ctx.body(computers.PythonRequest)))
 
 
 @router.get("/computers/{id}/apps", summary="Installed applications, read from the instance: {apps: [{name, version}]}", scope=READ)
@@ -71,12 +69,12 @@ async def list_env(ctx: RequestContext, id: str) -> Reply:
     scope=WRITE,
     action="computers.env.set",
     status=201,
-    request={"type": "object", "required": ["name", "value"], "properties": {"name": {"type": "string"}, "value": {"type": "string"}}},
+    request=computers.SetEnvVar,
 )
 async def set_env(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    name, value = computers.parse_env_var(await ctx.json())
-    written = await computers.set_env(ctx.platform, row, {name: value})
+    variable = await ctx.body(computers.SetEnvVar)
+    written = await computers.set_env(ctx.platform, row, {variable.name: variable.value})
     return raw(computers.env_public(written[0]), 201)
 
 

@@ -17,30 +17,6 @@ router = Router("computers")
 
 READ, WRITE = "computers:read", "computers:write"
 
-CREATE_BODY = {
-    "type": "object",
-    "required": ["name", "template_type"],
-    "properties": {
-        "name": {"type": "string"},
-        "template_type": {"type": "string", "enum": computers.template_types()},
-        "size": {"enum": list(computers.SIZE_NAMES), "default": "small"},
-        "selected_apps": {"type": "array", "items": {"type": "string"}},
-        "workspace_id": {"type": "string"},
-        "workspace_slug": {"type": "string"},
-        "workspace_name": {"type": "string"},
-        "project_id": {"type": "string"},
-        "project_slug": {"type": "string"},
-        "project_name": {"type": "string"},
-        "external_workspace_id": {"type": "string"},
-        "external_user_id": {"type": "string"},
-        "external_project_id": {"type": "string"},
-        "agent_runtime_profile_id": {"type": "string"},
-        "agent_profile_id": {"type": "string"},
-        "skip_agent_runtime_profile": {"type": "boolean"},
-    },
-}
-
-
 def public(ctx: RequestContext, row: Row) -> Reply:
     return raw(computers.computer_public(row, ctx.platform.settings.public_domain))
 
@@ -69,11 +45,11 @@ async def computer_row(ctx: RequestContext, id: str, *, change: bool = False) ->
     return row
 
 
-@router.post("/computers", summary="Create a computer (201, status provisioning, vm_id null)", scope=WRITE, action="computers.create", status=201, request=CREATE_BODY)
+@router.post("/computers", summary="Create a computer (201, status provisioning, vm_id null)", scope=WRITE, action="computers.create", status=201, request=computers.NewComputer)
 async def create(ctx: RequestContext) -> Reply:
     principal = ctx.principal
     row = await computers.create_computer(
-        ctx.platform, ctx.tenant_id, principal.user_id, await ctx.json(), key_workspace_id=principal.workspace_id
+        ctx.platform, ctx.tenant_id, principal.user_id, await ctx.body(computers.NewComputer), key_workspace_id=principal.workspace_id
     )
     _audit(ctx, row)
     return raw(computers.computer_public(row, ctx.platform.settings.public_domain), 201)
@@ -96,11 +72,12 @@ async def get(ctx: RequestContext, id: str) -> Reply:
     summary="Update agent_session_id (the only updatable field)",
     scope=WRITE,
     action="computers.update",
-    request={"type": "object", "required": ["agent_session_id"], "properties": {"agent_session_id": {"type": ["string", "null"]}}},
+    request=computers.UpdateComputer,
 )
 async def patch(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return public(ctx, await computers.update_computer(ctx.platform, row, await ctx.json()))
+    computers.refuse_fixed_fields(await ctx.json())
+    return public(ctx, await computers.update_computer(ctx.platform, row, await ctx.body(computers.UpdateComputer)))
 
 
 @router.delete("/computers/{id}", summary="Delete a computer and destroy its instance", scope=WRITE, action="computers.delete")
@@ -139,11 +116,11 @@ async def clone(ctx: RequestContext, id: str) -> Reply:
     summary="Change the size of a stopped computer (limits apply from the next start)",
     scope=WRITE,
     action="computers.resize",
-    request={"type": "object", "required": ["size"], "properties": {"size": {"enum": list(computers.SIZE_NAMES)}}},
+    request=computers.ResizeRequest,
 )
 async def resize(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return public(ctx, await computers.resize_computer(ctx.platform, row, await ctx.json()))
+    return public(ctx, await computers.resize_computer(ctx.platform, row, await ctx.body(computers.ResizeRequest)))
 
 
 @router.post(
@@ -151,11 +128,11 @@ async def resize(ctx: RequestContext, id: str) -> Reply:
     summary="Move a stopped computer to another region",
     scope=WRITE,
     action="computers.move",
-    request={"type": "object", "required": ["region"], "properties": {"region": {"type": "string"}}},
+    request=computers.MoveTo,
 )
 async def move(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return public(ctx, await computers.move_computer(ctx.platform, row, await ctx.json()))
+    return public(ctx, await computers.move_computer(ctx.platform, row, await ctx.body(computers.MoveTo)))
 
 
 @router.get("/computers/{id}/auto-stop", summary="The auto-stop setting: {auto_stop_seconds, enabled}", scope=READ)
@@ -168,11 +145,11 @@ async def get_auto_stop(ctx: RequestContext, id: str) -> Reply:
     summary="Set auto-stop (seconds of inactivity; 0 or null disables)",
     scope=WRITE,
     action="computers.auto_stop",
-    request={"type": "object", "required": ["auto_stop_seconds"], "properties": {"auto_stop_seconds": {"type": ["integer", "null"], "minimum": 0}}},
+    request=computers.AutoStop,
 )
 async def set_auto_stop(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    return raw(computers.auto_stop_public(await computers.set_auto_stop(ctx.platform, row, await ctx.json())))
+    return raw(computers.auto_stop_public(await computers.set_auto_stop(ctx.platform, row, await ctx.body(computers.AutoStop))))
 
 
 @router.get("/computers/{id}/urls", summary="Where the desktop, its stream and the terminal are served", scope=READ)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
+from typing import Annotated
 
 from corral.actors import billing, tenancy
 from corral.errors import ApiError, not_found
+from corral.models import Rule, model
 from corral.storage import parse_iso, to_iso, utc_now
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
 from ..routing import Router
-from ..validation import Fields
 
 router = Router("credits")
 
@@ -94,29 +95,26 @@ async def usage(ctx: RequestContext) -> Reply:
     return raw({"usage": entries, "from": to_iso(start), "to": to_iso(end)})
 
 
+@model(missing="details")
+class Grant:
+    """Positive: an earn row expiring in 180 days; negative: an adjust row."""
+
+    amount_credits: Annotated[int, Rule(check=lambda amount: "must not be zero" if amount == 0 else None, schema={"not": {"const": 0}})]
+    description: Annotated[str, Rule(max_length=500)]
+
+
 @router.post(
     "/admin/tenants/{id}/credits",
     summary="Grant credits to a tenant (an earn row expiring in 180 days), or take some (negative: an adjust row)",
     auth="admin",
     action="credits.grant",
     status=201,
-    request={
-        "type": "object",
-        "required": ["amount_credits", "description"],
-        "properties": {"amount_credits": {"type": "integer", "not": {"const": 0}}, "description": {"type": "string"}},
-    },
+    request=Grant,
 )
 async def grant(ctx: RequestContext, id: str) -> Reply:
     tenant_id = require_uuid(id, "tenant id")
-    fields = Fields(await ctx.json())
-    amount = fields.integer("amount_credits")
-    description = fields.string("description", required=True, max_length=500)
-    if "amount_credits" not in fields.body or fields.body["amount_credits"] is None:
-        fields.errors["amount_credits"] = "is required"
-    elif amount == 0:
-        fields.errors["amount_credits"] = "must not be zero"
-    fields.check()
-    assert amount is not None and description is not None
+    body = await ctx.body(Grant)
+    amount, description = body.amount_credits, body.description
     if await tenancy.get_tenant(ctx.db, tenant_id) is None:
         raise not_found("tenant not found")
     ctx.audit.update(tenant_id=tenant_id, resource_type="tenant", resource_id=tenant_id)

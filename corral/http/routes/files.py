@@ -14,14 +14,15 @@ import binascii
 import mimetypes
 import posixpath
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from quart import Response
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from corral.actors.instances import InstanceFiles
-from corral.errors import ApiError, invalid_body, validation_error
+from corral.errors import ApiError, invalid_body
+from corral.models import Rule, model
 
 from ..context import RequestContext
 from ..replies import Reply, raw
@@ -49,6 +50,61 @@ def require_path(value: Any, name: str = "path") -> str:
     if "\x00" in value:
         raise ApiError(400, "INVALID_PATH", f"{name} must not contain NUL bytes")
     return value
+
+
+def missing_file_field(names: list[str]) -> ApiError:
+    """The files section's own codes for an absent field: `MISSING_PATH`, `MISSING_MODE`."""
+    name = names[0]
+    if name == "path":
+        return missing_path()
+    if name == "mode":
+        return ApiError(400, "MISSING_MODE", "mode is required")
+    return ApiError(400, "MISSING_PARAM", f"{name} is required")
+
+
+def _path(name: str = "path") -> Rule:
+    """A path field: absolute, no NUL; anything else is `400 INVALID_PATH` (`require_path`)."""
+    return Rule(strip=False, parse=lambda value: require_path(value, name), schema={"type": "string"})
+
+
+Path = Annotated[Any, _path()]
+
+
+@model(missing=missing_file_field)
+class WriteFile:
+    path: Path
+    content: Annotated[str, Rule(strip=False, allow_empty=True)]
+    encoding: Annotated[Literal["utf8", "utf-8", "base64"], Rule(message="must be utf8 or base64")] = "utf8"
+
+
+@model(missing=missing_file_field)
+class OnePath:
+    path: Path
+
+
+@model(missing=missing_file_field)
+class DeletePath:
+    """The path may come in the body or, for clients that send no DELETE body, the query."""
+
+    path: Path = None
+
+
+@model(missing=missing_file_field)
+class MakeDirectory:
+    path: Path
+    recursive: bool = False
+
+
+@model(missing=missing_file_field)
+class TwoPaths:
+    source: Annotated[Any, _path("source")]
+    destination: Annotated[Any, _path("destination")]
+
+
+@model(missing=missing_file_field)
+class ChangeMode:
+    path: Path
+    mode: Annotated[Any, Rule(schema={"type": "string", "description": "octal, such as 755 or 0644"})]
 
 
 def too_large() -> ApiError:
@@ -105,31 +161,19 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         scope=write_scope,
         action=f"{action}.write",
         status=201,
-        request={
-            "type": "object",
-            "required": ["path", "content"],
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}, "encoding": {"enum": ["utf8", "base64"]}},
-        },
+        request=WriteFile,
     )
     async def write(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
-        body = await ctx.json()
-        path = require_path(body.get("path"))
-        content = body.get("content")
-        if content is None:
-            raise ApiError(400, "MISSING_PARAM", "content is required")
-        if not isinstance(content, str):
-            raise validation_error({"content": "must be a string"})
-        encoding = body.get("encoding", "utf8")
-        if encoding in ("utf8", "utf-8"):
-            data = content.encode()
-        elif encoding == "base64":
+        body = await ctx.body(WriteFile)
+        path, content = body.path, body.content
+        if body.encoding == "base64":
             try:
                 data = base64.b64decode(content, validate=True)
             except (binascii.Error, ValueError):
                 raise invalid_body("content is not valid base64") from None
         else:
-            raise validation_error({"encoding": "must be utf8 or base64"})
+            data = content.encode()
         if len(data) > MAX_UPLOAD_BYTES:
             raise too_large()
         written = await files.write(path, data)
@@ -165,11 +209,11 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         summary="A file's bytes as base64 with its metadata",
         scope=read_scope,
         action=f"{action}.export",
-        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+        request=OnePath,
     )
     async def export(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
-        path = require_path((await ctx.json()).get("path"))
+        path = (await ctx.body(OnePath)).path
         content = await files.read(path)
         if content.size_bytes == 0:
             raise ApiError(404, "FILE_NOT_FOUND", "file is empty")
@@ -193,12 +237,11 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         summary="Delete a file or directory",
         scope=write_scope,
         action=f"{action}.delete",
-        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
+        request=DeletePath,
     )
     async def delete(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
-        body = await ctx.json()
-        path = require_path(body.get("path") or ctx.query("path"))
+        path = require_path((await ctx.body(DeletePath)).path or ctx.query("path"))
         result = await files.delete(path)
         return raw({"success": True, "path": result.get("path", path)})
 
@@ -213,29 +256,20 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         scope=write_scope,
         action=f"{action}.mkdir",
         status=201,
-        request={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "recursive": {"type": "boolean"}}},
+        request=MakeDirectory,
     )
     async def mkdir(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
-        body = await ctx.json()
-        path = require_path(body.get("path"))
-        recursive = body.get("recursive", False)
-        if not isinstance(recursive, bool):
-            raise validation_error({"recursive": "must be a boolean"})
-        result = await files.mkdir(path, recursive=recursive)
+        body = await ctx.body(MakeDirectory)
+        path = body.path
+        result = await files.mkdir(path, recursive=body.recursive)
         return raw({"success": True, "path": result.get("path", path)}, 201)
 
     async def _two_paths(ctx: RequestContext) -> tuple[str, str]:
-        body = await ctx.json()
-        return require_path(body.get("source"), "source"), require_path(body.get("destination"), "destination")
+        body = await ctx.body(TwoPaths)
+        return body.source, body.destination
 
-    two_paths = {
-        "type": "object",
-        "required": ["source", "destination"],
-        "properties": {"source": {"type": "string"}, "destination": {"type": "string"}},
-    }
-
-    @router.post(f"{prefix}/rename", summary="Rename or move a file", scope=write_scope, action=f"{action}.rename", request=two_paths)
+    @router.post(f"{prefix}/rename", summary="Rename or move a file", scope=write_scope, action=f"{action}.rename", request=TwoPaths)
     async def rename(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
         source, destination = await _two_paths(ctx)
@@ -248,7 +282,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         scope=write_scope,
         action=f"{action}.copy",
         status=201,
-        request=two_paths,
+        request=TwoPaths,
     )
     async def copy(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
@@ -261,15 +295,12 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         summary="Change a file's mode (octal string)",
         scope=write_scope,
         action=f"{action}.chmod",
-        request={"type": "object", "required": ["path", "mode"], "properties": {"path": {"type": "string"}, "mode": {"type": "string"}}},
+        request=ChangeMode,
     )
     async def chmod(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
-        body = await ctx.json()
-        path = require_path(body.get("path"))
-        mode = body.get("mode")
-        if mode is None or mode == "":
-            raise ApiError(400, "MISSING_MODE", "mode is required")
+        body = await ctx.body(ChangeMode)
+        path, mode = body.path, body.mode
         if isinstance(mode, int) and not isinstance(mode, bool):
             mode = f"{mode:o}" if mode > 0o777 else str(mode)
         if not isinstance(mode, str) or not mode.isdigit() or any(c not in "01234567" for c in mode) or len(mode) > 4:

@@ -8,9 +8,6 @@ token lookups are public; accepting needs the invited user's own credential.
 
 from __future__ import annotations
 
-from typing import Any
-
-from corral.actors.tenancy import TENANT_ROLES, WORKSPACE_ROLES
 from corral.actors.tenancy import invites as inv
 from corral.actors.tenancy.members import membership_public
 from corral.errors import forbidden, invalid_id, not_found
@@ -19,18 +16,10 @@ from corral.storage import Row
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
 from ..routing import Router
-from .members import email_field, required, role_field, workspace_for
+from .members import InviteToTenant, InviteToWorkspace, workspace_for
 
 router = Router("invites")
 
-
-
-def _email_role(roles: tuple[str, ...]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "required": ["email", "role"],
-        "properties": {"email": {"type": "string", "format": "email"}, "role": {"enum": list(roles)}},
-    }
 
 
 def _invite_id(value: str) -> str:
@@ -55,15 +44,12 @@ def _caller_user(ctx: RequestContext) -> tuple[str, str | None]:
     scope="org:write",
     action="workspace_invites.create",
     status=201,
-    request=_email_role(WORKSPACE_ROLES),
+    request=InviteToWorkspace,
 )
 async def create_workspace_invite(ctx: RequestContext, id: str) -> Reply:
     workspace, role = await workspace_for(ctx, id, "admin")
-    body = await ctx.json()
-    for name in ("email", "role"):  # presence first, then formats
-        required(body, name)
-    email = email_field(body)
-    new_role = role_field(body, WORKSPACE_ROLES)
+    body = await ctx.body(InviteToWorkspace)
+    email, new_role = body.email, body.role
     outcome = await inv.invite_to_workspace(ctx.platform, workspace, email, new_role, actor_role=role, actor_id=ctx.principal.user_id)
     if outcome.member is not None:
         ctx.audit.update(resource_type="workspace_member", resource_id=outcome.member["user_id"])
@@ -154,15 +140,12 @@ async def _tenant_for_admin(ctx: RequestContext, tenant_id: str) -> tuple[Row, s
     scope="org:write",
     action="tenant_invites.create",
     status=201,
-    request=_email_role(TENANT_ROLES),
+    request=InviteToTenant,
 )
 async def create_tenant_invite(ctx: RequestContext, id: str) -> Reply:
     tenant, role = await _tenant_for_admin(ctx, id)
-    body = await ctx.json()
-    for name in ("email", "role"):  # presence first, then formats
-        required(body, name)
-    email = email_field(body)
-    new_role = role_field(body, TENANT_ROLES)
+    body = await ctx.body(InviteToTenant)
+    email, new_role = body.email, body.role
     issued = await inv.invite_to_tenant(ctx.platform, tenant, email, new_role, actor_role=role, actor_id=ctx.principal.user_id)
     ctx.audit.update(resource_type="invite", resource_id=issued.row["id"])
     row = issued.row

@@ -6,13 +6,12 @@ the body, resolve the workspace with the caller's role, and shape the responses.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Literal
 
-from corral.actors.tenancy import WORKSPACE_ROLES
+from corral.actors.tenancy import TENANT_ROLES, WORKSPACE_ROLES
 from corral.actors.tenancy import members as ms
 from corral.actors.tenancy import workspaces as ws
-from corral.errors import validation_error
-from corral.ids import is_uuid
+from corral.models import Rule, model
 from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
@@ -21,7 +20,6 @@ from ..routing import Router
 
 router = Router("members")
 
-ROLE_SCHEMA: dict[str, Any] = {"enum": list(WORKSPACE_ROLES)}
 MAX_EMAIL_LENGTH = 254
 
 
@@ -37,30 +35,39 @@ async def workspace_for(ctx: RequestContext, workspace_id: str, minimum: str) ->
     return workspace, role
 
 
-def required(body: dict[str, Any], name: str) -> Any:
-    """The field, or 422 with its own code (`MISSING_USER_ID`, `MISSING_ROLE`, `MISSING_EMAIL`)."""
-    value = body.get(name)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise ms.missing_field(name)
-    return value
+def _email_problem(value: str) -> str | None:
+    local, at, domain = value.rpartition("@")
+    if not at or not local or "." not in domain.strip(".") or any(c.isspace() for c in value) or len(value) > MAX_EMAIL_LENGTH:
+        return "must be an e-mail address"
+    return None
 
 
-def role_field(body: dict[str, Any], choices: tuple[str, ...]) -> str:
-    value = required(body, "role")
-    if value not in choices:
-        raise validation_error({"role": f"must be one of {', '.join(choices)}"})
-    return str(value)
+Email = Annotated[str, Rule(check=_email_problem, format="email")]
+WorkspaceRole = Literal[WORKSPACE_ROLES]  # type: ignore[valid-type]
+TenantRole = Literal[TENANT_ROLES]  # type: ignore[valid-type]
 
 
-def email_field(body: dict[str, Any]) -> str:
-    value = required(body, "email")
-    if not isinstance(value, str):
-        raise validation_error({"email": "must be a string"})
-    email = value.strip()
-    local, at, domain = email.rpartition("@")
-    if not at or not local or "." not in domain.strip(".") or any(c.isspace() for c in email) or len(email) > MAX_EMAIL_LENGTH:
-        raise validation_error({"email": "must be an e-mail address"})
-    return email
+@model(missing=lambda names: ms.missing_field(names[0]))
+class AddMember:
+    user_id: Annotated[str, Rule(format="uuid")]
+    role: WorkspaceRole
+
+
+@model(missing=lambda names: ms.missing_field(names[0]))
+class ChangeRole:
+    role: WorkspaceRole
+
+
+@model(missing=lambda names: ms.missing_field(names[0]))
+class InviteToWorkspace:
+    email: Email
+    role: WorkspaceRole
+
+
+@model(missing=lambda names: ms.missing_field(names[0]))
+class InviteToTenant:
+    email: Email
+    role: TenantRole
 
 
 @router.get("/workspaces/{id}/members", summary="Members of a workspace (viewer or above)", scope="org:read")
@@ -75,20 +82,12 @@ async def list_members(ctx: RequestContext, id: str) -> Reply:
     scope="org:write",
     action="workspace_members.add",
     status=201,
-    request={
-        "type": "object",
-        "required": ["user_id", "role"],
-        "properties": {"user_id": {"type": "string", "format": "uuid"}, "role": ROLE_SCHEMA},
-    },
+    request=AddMember,
 )
 async def add_member(ctx: RequestContext, id: str) -> Reply:
     workspace, role = await workspace_for(ctx, id, "admin")
-    body = await ctx.json()
-    user_id = required(body, "user_id")
-    required(body, "role")  # presence of both first, then formats
-    new_role = role_field(body, WORKSPACE_ROLES)
-    if not isinstance(user_id, str) or not is_uuid(user_id):
-        raise validation_error({"user_id": "must be a UUID"})
+    body = await ctx.body(AddMember)
+    user_id, new_role = body.user_id, body.role
     ctx.audit.update(resource_type="workspace_member", resource_id=user_id)
     row = await ms.add_member(ctx.db, workspace, user_id.lower(), new_role, actor_role=role, actor_id=ctx.principal.user_id)
     return data(ms.membership_public(row), 201)
@@ -99,12 +98,12 @@ async def add_member(ctx: RequestContext, id: str) -> Reply:
     summary="Change a member's role (admin; owner when the owner role is involved); 409 LAST_OWNER",
     scope="org:write",
     action="workspace_members.update",
-    request={"type": "object", "required": ["role"], "properties": {"role": ROLE_SCHEMA}},
+    request=ChangeRole,
 )
 async def change_role(ctx: RequestContext, id: str, user_id: str) -> Reply:
     workspace, role = await workspace_for(ctx, id, "admin")
     member_id = require_uuid(user_id, "user id")
-    new_role = role_field(await ctx.json(), WORKSPACE_ROLES)
+    new_role = (await ctx.body(ChangeRole)).role
     ctx.audit.update(resource_type="workspace_member", resource_id=member_id)
     row = await ms.change_role(ctx.db, workspace, member_id, new_role, actor_role=role)
     return data(ms.membership_public(row))

@@ -9,11 +9,12 @@ change the tenant's domain.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from corral.actors import previews, tenancy
 from corral.actors.tenancy import workspaces as ws
 from corral.errors import ApiError, forbidden, not_found
+from corral.models import Rule, model
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, raw
@@ -21,11 +22,10 @@ from ..routing import Router
 
 router = Router("preview-domains")
 
-PUT_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["preview_domain"],
-    "properties": {"preview_domain": {"type": "string", "description": "apex domain, e.g. example.com"}},
-}
+@model
+class SetPreviewDomain:
+    # `Any`: the domain's own checks in `previews.put_domain` word every other problem.
+    preview_domain: Annotated[Any, Rule(description="apex domain, e.g. example.com", schema={"type": "string"})]
 
 
 async def _tenant_scope(ctx: RequestContext, *, write: bool) -> previews.Scope:
@@ -73,8 +73,8 @@ async def _show(ctx: RequestContext, scope: previews.Scope) -> Reply:
 
 
 async def _put(ctx: RequestContext, scope: previews.Scope) -> Reply:
-    body = await ctx.json()
-    row = await previews.put_domain(ctx.platform, scope, body.get("preview_domain"))
+    body = await ctx.body(SetPreviewDomain)
+    row = await previews.put_domain(ctx.platform, scope, body.preview_domain)
     return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, row))
 
 
@@ -103,7 +103,7 @@ async def get_tenant_domain(ctx: RequestContext) -> Reply:
     summary="Set the tenant's preview domain (apex); status pending_dns until its CNAMEs resolve",
     scope="org:write",
     action="preview_domains.set",
-    request=PUT_BODY,
+    request=SetPreviewDomain,
 )
 async def put_tenant_domain(ctx: RequestContext) -> Reply:
     return await _put(ctx, await _tenant_scope(ctx, write=True))
@@ -133,7 +133,7 @@ async def get_workspace_domain(ctx: RequestContext, id: str) -> Reply:
 
 
 @router.put("/workspaces/{id}/preview-domain", summary="Set a workspace's preview domain (workspace admin)", scope="org:write",
-            action="preview_domains.set", request=PUT_BODY)
+            action="preview_domains.set", request=SetPreviewDomain)
 async def put_workspace_domain(ctx: RequestContext, id: str) -> Reply:
     return await _put(ctx, await _workspace_scope(ctx, id, "admin"))
 
@@ -161,7 +161,7 @@ async def get_project_domain(ctx: RequestContext, id: str) -> Reply:
 
 
 @router.put("/projects/{id}/preview-domain", summary="Set a project's preview domain (admin of its workspace)", scope="org:write",
-            action="preview_domains.set", request=PUT_BODY)
+            action="preview_domains.set", request=SetPreviewDomain)
 async def put_project_domain(ctx: RequestContext, id: str) -> Reply:
     return await _put(ctx, await _project_scope(ctx, id, "admin"))
 

@@ -11,8 +11,6 @@ from ..routing import Router
 
 router = Router("previews")
 
-EXPIRES_IN = {"type": "integer", "minimum": 1}
-
 
 async def _sandbox(ctx: RequestContext, id: str) -> Row:
     row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, require_uuid(id, "sandbox id"))
@@ -29,11 +27,11 @@ async def _sandbox(ctx: RequestContext, id: str) -> Row:
     summary="Expose a port of the sandbox at its preview URL; sandbox.preview.ready follows once it answers",
     scope="sandboxes:write",
     action="sandboxes.expose",
-    request={"type": "object", "properties": {"port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
+    request=previews.ExposePort,
 )
 async def expose(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return raw(await previews.expose(ctx.platform, row, await ctx.json()))
+    return raw(await previews.expose(ctx.platform, row, (await ctx.body(previews.ExposePort)).port))
 
 
 @router.post(
@@ -41,11 +39,11 @@ async def expose(ctx: RequestContext, id: str) -> Reply:
     summary="A signed preview token (mp_) for this sandbox's exposed ports (default 3600 s, max 86400 s)",
     scope="sandboxes:write",
     action="sandboxes.preview_token",
-    request={"type": "object", "properties": {"expires_in": {**EXPIRES_IN, "maximum": 86400, "default": 3600}}},
+    request=previews.PreviewTokenRequest,
 )
 async def preview_token(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return data(await previews.mint_preview_token(ctx.platform, row, await ctx.json()))
+    return data(await previews.mint_preview_token(ctx.platform, row, await ctx.body(previews.PreviewTokenRequest)))
 
 
 @router.post(
@@ -54,11 +52,11 @@ async def preview_token(ctx: RequestContext, id: str) -> Reply:
     scope="sandboxes:write",
     action="sandboxes.share",
     status=201,
-    request={"type": "object", "properties": {"expires_in": EXPIRES_IN, "port": {"type": "integer", "minimum": 1, "maximum": 65535}}},
+    request=previews.ShareRequest,
 )
 async def create_share(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return data(await previews.create_share(ctx.platform, row, ctx.principal.user_id, await ctx.json()), 201)
+    return data(await previews.create_share(ctx.platform, row, ctx.principal.user_id, await ctx.body(previews.ShareRequest)), 201)
 
 
 @router.get("/sandboxes/{id}/shares", summary="The sandbox's share links that are not revoked (without their tokens)", scope="sandboxes:read")

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Annotated
 
 from corral.actors import billing
 from corral.errors import ApiError, forbidden, validation_error
+from corral.models import Rule, model
 
 from ..context import RequestContext
 from ..replies import Reply, data, no_content
@@ -14,7 +16,20 @@ from ..routing import Router
 router = Router("quotas")
 
 MAX_EXTERNAL_ID = 255
-LIMIT_SCHEMA = {"type": ["integer", "null"], "minimum": 0}
+Limit = Annotated[int | None, Rule(minimum=0, description="omitted or null: uncapped")]
+
+
+@model
+class Quota:
+    """The whole quota: a limit left out is uncapped."""
+
+    max_sandboxes: Limit = None
+    max_concurrent: Limit = None
+    max_storage_gb: Limit = None
+    max_credit_cents: Limit = None
+
+
+assert tuple(field.name for field in dataclasses.fields(Quota)) == billing.LIMITS
 
 
 def _quota_not_found() -> ApiError:
@@ -25,25 +40,6 @@ def _external_id(value: str) -> str:
     if not value.strip() or len(value) > MAX_EXTERNAL_ID:
         raise validation_error({"external_user_id": f"must be 1 to {MAX_EXTERNAL_ID} characters"})
     return value
-
-
-def _limits(body: dict[str, Any]) -> dict[str, int | None]:
-    """Each limit: omitted or null (uncapped), or a non-negative integer; else 422."""
-    errors: dict[str, str] = {}
-    limits: dict[str, int | None] = {}
-    for name in billing.LIMITS:
-        value = body.get(name)
-        if value is None:
-            limits[name] = None
-        elif isinstance(value, bool) or not isinstance(value, int):
-            errors[name] = "must be an integer"
-        elif value < 0:
-            errors[name] = "must be at least 0"
-        else:
-            limits[name] = value
-    if errors:
-        raise validation_error(errors)
-    return limits
 
 
 def _require_admin(ctx: RequestContext) -> None:
@@ -64,12 +60,12 @@ async def get_quota(ctx: RequestContext, external_user_id: str) -> Reply:
     summary="Replace an end user's quota (omitted limits are uncapped; tenant owner or admin)",
     scope="org:write",
     action="quotas.put",
-    request={"type": "object", "properties": {name: LIMIT_SCHEMA for name in billing.LIMITS}},
+    request=Quota,
 )
 async def put_quota(ctx: RequestContext, external_user_id: str) -> Reply:
     external_id = _external_id(external_user_id)
     _require_admin(ctx)
-    limits = _limits(await ctx.json())
+    limits = dataclasses.asdict(await ctx.body(Quota))
     ctx.audit.update(resource_type="quota", resource_id=external_id, external_user_id=external_id)
     row = await billing.put_quota(ctx.db, ctx.tenant_id, external_id, limits)
     return data(await billing.quota_public(ctx.db, ctx.platform.billing_hooks.inventories().values(), row))

@@ -11,26 +11,6 @@ from .sandboxes import _sandbox
 
 router = Router("sandbox env")
 
-PUT_BODY = {
-    "type": "object",
-    "required": ["vars"],
-    "properties": {
-        "vars": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["key", "value"],
-                "properties": {
-                    "key": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$"},
-                    "value": {"type": "string"},
-                    "encrypted": {"type": "boolean", "default": True},
-                },
-            },
-        }
-    },
-}
-
-
 @router.get("/sandboxes/{id}/env", summary="The sandbox's variables: keys and flags, never values", scope="sandboxes:read")
 async def list_(ctx: RequestContext, id: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
@@ -42,11 +22,11 @@ async def list_(ctx: RequestContext, id: str) -> Reply:
     summary="Set variables (upsert; keys not listed are left alone); used by every later exec and process",
     scope="sandboxes:write",
     action="sandboxes.env.update",
-    request=PUT_BODY,
+    request=env.PutVars,
 )
 async def put(ctx: RequestContext, id: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
-    variables = env.parse_vars(await ctx.json())
+    variables = (await ctx.body(env.PutVars)).vars
     rows = await env.put_vars(ctx.platform, sandbox, variables)
     return data([env.entry_public(row) for row in rows])
 

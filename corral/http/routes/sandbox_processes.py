@@ -21,18 +21,6 @@ router = Router("sandbox processes")
 
 PROCESS_ID = re.compile(r"proc_[0-9a-z]{26}")
 
-START_BODY = {
-    "type": "object",
-    "required": ["cmd"],
-    "properties": {
-        "cmd": {"type": "string", "description": "run as /bin/sh -c"},
-        "cwd": {"type": "string", "default": "/workspace"},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
-        "name": {"type": "string"},
-    },
-}
-
-
 async def _process(ctx: RequestContext, id: str, pid: str) -> tuple[Row, Row]:
     sandbox = await _sandbox(ctx, id)
     if not PROCESS_ID.fullmatch(pid):
@@ -46,11 +34,11 @@ async def _process(ctx: RequestContext, id: str, pid: str) -> tuple[Row, Row]:
     scope="sandboxes:write",
     action="sandboxes.processes.create",
     status=201,
-    request=START_BODY,
+    request=processes.NewProcess,
 )
 async def start(ctx: RequestContext, id: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
-    row = await processes.start_process(ctx.platform, sandbox, await ctx.json())
+    row = await processes.start_process(ctx.platform, sandbox, await ctx.body(processes.NewProcess))
     return data(processes.process_public(row), 201)
 
 

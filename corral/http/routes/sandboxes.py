@@ -16,26 +16,6 @@ router = Router("sandboxes")
 
 FILTERS = ("workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id", "status")
 
-CREATE_BODY = {
-    "type": "object",
-    "properties": {
-        "template_id": {"type": "string", "default": "default"},
-        "name": {"type": "string"},
-        "size": {"enum": ["small", "medium", "large"]},
-        "env": {"type": "object", "additionalProperties": {"type": "string"}},
-        "auto_stop": {"type": "integer", "minimum": 0},
-        "metadata": {"type": "object"},
-        "workspace_id": {"type": "string"},
-        "project_id": {"type": "string"},
-        "workspace_slug": {"type": "string"},
-        "project_slug": {"type": "string"},
-        "external_workspace_id": {"type": "string"},
-        "external_user_id": {"type": "string"},
-        "external_project_id": {"type": "string"},
-    },
-}
-
-
 async def _sandbox(ctx: RequestContext, id: str) -> Row:
     sandbox_id = require_uuid(id, "sandbox id")
     row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id)
@@ -51,10 +31,10 @@ async def _sandbox(ctx: RequestContext, id: str) -> Row:
     return row
 
 
-@router.post("/sandboxes", summary="Create a sandbox (status creating, or already running)", scope="sandboxes:write", action="sandboxes.create", status=201, request=CREATE_BODY)
+@router.post("/sandboxes", summary="Create a sandbox (status creating, or already running)", scope="sandboxes:write", action="sandboxes.create", status=201, request=sandboxes.NewSandbox)
 async def create(ctx: RequestContext) -> Reply:
     principal = ctx.principal
-    body = await ctx.json()
+    body = await ctx.body(sandboxes.NewSandbox)
     row = await sandboxes.create_sandbox(ctx.platform, ctx.tenant_id, principal.user_id, body)
     ctx.audit.update(
         workspace_id=row["workspace_id"], project_id=row["project_id"], resource_type="sandbox", resource_id=row["id"],
@@ -107,15 +87,11 @@ async def delete(ctx: RequestContext, id: str) -> Reply:
     summary="Run a command under /bin/sh -c (timeout default 30 s, max 300 s)",
     scope="sandboxes:write",
     action="sandboxes.exec",
-    request={
-        "type": "object",
-        "required": ["command"],
-        "properties": {"command": {"type": "string"}, "timeout": {"type": "integer"}, "cwd": {"type": "string"}, "env": {"type": "object"}},
-    },
+    request=sandboxes.ExecRequest,
 )
 async def exec_(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return raw(await sandboxes.exec_command(ctx.platform, row, await ctx.json()))
+    return raw(await sandboxes.exec_command(ctx.platform, row, await ctx.body(sandboxes.ExecRequest)))
 
 
 async def _files(ctx: RequestContext, id: str) -> InstanceFiles:

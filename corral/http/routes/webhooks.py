@@ -7,8 +7,6 @@ key that is not restricted to one workspace.
 
 from __future__ import annotations
 
-from typing import Any
-
 from corral.actors import webhooks
 from corral.errors import forbidden
 from corral.storage import Row
@@ -18,19 +16,6 @@ from ..replies import Reply, data, no_content, raw
 from ..routing import Router
 
 router = Router("webhooks")
-
-WEBHOOK_BODY: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "url": {"type": "string", "format": "uri", "pattern": "^https://"},
-        "name": {"type": "string", "maxLength": 255},
-        "events": {"type": "array", "items": {"enum": list(webhooks.EVENT_TYPES)}},
-        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-        "retry_count": {"type": "integer", "minimum": 0, "maximum": 10, "default": 3},
-        "metadata": {"type": "object"},
-    },
-}
-
 
 def _require_admin(ctx: RequestContext) -> str:
     principal = ctx.principal
@@ -61,11 +46,11 @@ async def list_(ctx: RequestContext) -> Reply:
     scope="webhooks:write",
     action="webhooks.create",
     status=201,
-    request={**WEBHOOK_BODY, "required": ["url"]},
+    request=webhooks.NewWebhook,
 )
 async def create(ctx: RequestContext) -> Reply:
     tenant_id = _require_admin(ctx)
-    fields = webhooks.parse_webhook_fields(await ctx.json(), creating=True)
+    fields = await ctx.body(webhooks.NewWebhook)
     row, secret = await webhooks.create_webhook(ctx.platform, tenant_id, ctx.principal.user_id, fields)
     ctx.audit.update(resource_type="webhook", resource_id=row["id"])
     return data({**webhooks.webhook_public(row), "secret": secret}, 201)
@@ -81,11 +66,11 @@ async def get(ctx: RequestContext, id: str) -> Reply:
     summary="Change a webhook's fields (not its secret)",
     scope="webhooks:write",
     action="webhooks.update",
-    request=WEBHOOK_BODY,
+    request=webhooks.WebhookFields,
 )
 async def update(ctx: RequestContext, id: str) -> Reply:
     row = await _webhook(ctx, id)
-    fields = webhooks.parse_webhook_fields(await ctx.json(), creating=False)
+    fields = await ctx.body(webhooks.WebhookFields)
     return data(webhooks.webhook_public(await webhooks.update_webhook(ctx.platform, row, fields)))
 
 

@@ -2,34 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
 from corral.actors import tenancy
 from corral.actors.tenancy import workspaces as ws
 from corral.actors.tenancy.slugs import is_slug
+from corral.models import Rule, model
 from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
 from ..routing import Router
-from ..validation import Fields
 
 router = Router("workspaces")
 
-NAME_SLUG: dict[str, Any] = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "slug": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}},
-}
+def _slug_problem(slug: str) -> str | None:
+    return None if is_slug(slug) else "must be a DNS label (lowercase letters, digits, hyphens)"
 
 
-def _name_and_slug(body: dict[str, Any], *, name_required: bool) -> tuple[str | None, str | None]:
-    fields = Fields(body)
-    name = fields.string("name", required=name_required, max_length=100)
-    slug = fields.string("slug", max_length=63)
-    if slug is not None and not is_slug(slug):
-        fields.errors["slug"] = "must be a DNS label (lowercase letters, digits, hyphens)"
-    fields.check()
-    return name, slug
+Name = Annotated[str, Rule(max_length=100)]
+Slug = Annotated[str | None, Rule(max_length=63, check=_slug_problem, schema={"pattern": "^[a-z0-9][a-z0-9-]{0,62}$"})]
+
+
+@model(missing="details")
+class Rename:
+    """Either or both; a field left out stays as it is."""
+
+    name: Name | None = None
+    slug: Slug = None
+
+
+@model(missing="details")
+class NewWorkspace:
+    """The slug defaults to one made from the name."""
+
+    name: Name
+    slug: Slug = None
+
+
+@model(missing="details")
+class NewProject(NewWorkspace):
+    workspace_id: Annotated[str | None, Rule(format="uuid", description="default: the key's workspace, else the tenant's default")] = None
 
 
 async def _workspace(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[Row, str]:
@@ -57,11 +70,11 @@ async def list_workspaces(ctx: RequestContext) -> Reply:
     scope="org:write",
     action="workspaces.create",
     status=201,
-    request={**NAME_SLUG, "required": ["name"]},
+    request=NewWorkspace,
 )
 async def create_workspace(ctx: RequestContext) -> Reply:
-    name, slug = _name_and_slug(await ctx.json(), name_required=True)
-    assert name
+    body = await ctx.body(NewWorkspace)
+    name, slug = body.name, body.slug
     principal = ctx.principal
     if principal.workspace_id is not None:
         raise ws.forbidden("this key is restricted to one workspace")
@@ -81,11 +94,12 @@ async def get_workspace(ctx: RequestContext, id: str) -> Reply:
     summary="Rename a workspace or change its slug (admin or owner)",
     scope="org:write",
     action="workspaces.update",
-    request=NAME_SLUG,
+    request=Rename,
 )
 async def update_workspace(ctx: RequestContext, id: str) -> Reply:
     workspace, role = await _workspace(ctx, id, "admin")
-    name, slug = _name_and_slug(await ctx.json(), name_required=False)
+    body = await ctx.body(Rename)
+    name, slug = body.name, body.slug
     ctx.audit.update(resource_type="workspace", resource_id=workspace["id"])
     return data(tenancy.workspace_public(await ws.update_workspace(ctx.db, workspace, name, slug), role))
 
@@ -133,13 +147,12 @@ async def list_projects(ctx: RequestContext) -> Reply:
     scope="org:write",
     action="projects.create",
     status=201,
-    request={**NAME_SLUG, "required": ["name"], "properties": {**NAME_SLUG["properties"], "workspace_id": {"type": "string", "format": "uuid"}}},
+    request=NewProject,
 )
 async def create_project(ctx: RequestContext) -> Reply:
-    body = await ctx.json()
-    name, slug = _name_and_slug(body, name_required=True)
-    assert name
-    workspace_id = body.get("workspace_id") or ctx.principal.workspace_id  # a restricted key's own workspace
+    body = await ctx.body(NewProject)
+    name, slug = body.name, body.slug
+    workspace_id = body.workspace_id or ctx.principal.workspace_id  # a restricted key's own workspace
     if workspace_id is None:
         workspace_id = await ctx.db.fetch_value(
             "SELECT id FROM workspaces WHERE tenant_id = ? AND is_default = 1", (ctx.tenant_id,)
@@ -172,11 +185,12 @@ async def get_project(ctx: RequestContext, id: str) -> Reply:
     summary="Rename a project or change its slug (member or above)",
     scope="org:write",
     action="projects.update",
-    request=NAME_SLUG,
+    request=Rename,
 )
 async def update_project(ctx: RequestContext, id: str) -> Reply:
     project = await _project(ctx, id, "member")
-    name, slug = _name_and_slug(await ctx.json(), name_required=False)
+    body = await ctx.body(Rename)
+    name, slug = body.name, body.slug
     ctx.audit.update(resource_type="project", resource_id=project["id"])
     return data(tenancy.project_public(await ws.update_project(ctx.db, project, name, slug)))
 
