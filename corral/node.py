@@ -139,6 +139,7 @@ def host_network(settings: Settings) -> HostNetwork:
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
+    platform.system.register(*sandboxes.ACTORS)
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
     if platform.settings.prepare_templates:

@@ -175,6 +175,12 @@ class Actor:
         self._cell.spawn(function, *args, name=name)
 
     @property
+    def draft(self) -> Any:
+        """What a new actor's record is made from during its first activation
+        (`ActorSystem.create`); None for an actor loaded from storage."""
+        return None if self._cell is None else self._cell.draft
+
+    @property
     def children(self) -> int:
         return 0 if self._cell is None else self._cell.children
 

@@ -104,6 +104,8 @@ class ActorCell:
         self.ready = trio.Event()
         self.finished = trio.Event()
         self.activation_error: BaseException | None = None
+        #: what the first activation makes a new record from (`ActorSystem.create`).
+        self.draft: Any = None
         self.actor: Actor | None = None
         self.tenant_id: str | None = None
         self.last_state: str | None = None
@@ -225,6 +227,7 @@ class ActorCell:
             async with trio.open_nursery() as children:
                 self._children_nursery = children
                 await actor.on_activate()
+                self.draft = None  # made: a restart loads the record instead
                 actor.mark_persisted()
                 self.actor = actor
                 self.tenant_id = actor.tenant_id

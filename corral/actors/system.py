@@ -146,6 +146,19 @@ class ActorSystem:
         self._register_kind(actor_class)
         return ActorRef(self, actor_class, actor_id)
 
+    def register(self, *actor_classes: type[Actor]) -> None:
+        """Make kinds known up front, so that `ref_of_kind` finds them before first use."""
+        for actor_class in actor_classes:
+            self._register_kind(actor_class)
+
+    def ref_of_kind(self, kind: str, actor_id: str) -> ActorRef[Any]:
+        """A reference by kind name, for a module that cannot import the actor's class
+        without a circle (a child actor reporting to its parent's actor)."""
+        actor_class = self._kinds.get(kind)
+        if actor_class is None:
+            raise LookupError(f"no actor kind {kind!r} is registered")
+        return ActorRef(self, actor_class, actor_id)
+
     async def get(self, actor_class: type[A], actor_id: str) -> ActorRef[A]:
         """Activate the actor if needed (raising its activation error) and return a ref.
 
@@ -153,6 +166,21 @@ class ActorSystem:
         """
         ref = self.ref(actor_class, actor_id)
         await self.cell_for(actor_class, actor_id)
+        return ref
+
+    async def create(self, actor_class: type[A], actor_id: str, draft: Any) -> ActorRef[A]:
+        """Activate a new actor with `draft`, what its record is made from.
+
+        The actor's `on_activate` finds no record and makes one from `self.draft`
+        (`RecordActor.create_record`), so a resource's first row is written by its own
+        actor; an error it raises (a limit, a conflict) comes back here and nothing
+        stays loaded. `actor_id` must be new.
+        """
+        key = (actor_class.kind, actor_id)
+        if key in self._cells:
+            raise RuntimeError(f"{actor_class.kind} {actor_id} is already active")
+        ref = self.ref(actor_class, actor_id)
+        await self.cell_for(actor_class, actor_id, draft=draft)
         return ref
 
     def _register_kind(self, actor_class: type[Actor]) -> None:
@@ -163,8 +191,9 @@ class ActorSystem:
         if known is not actor_class:
             raise TypeError(f"kind {kind!r} is already served by {known.__name__}")
 
-    async def cell_for(self, actor_class: type[Actor], actor_id: str) -> ActorCell:
-        """The one place actors are found or activated (the `Registry` refs resolve through)."""
+    async def cell_for(self, actor_class: type[Actor], actor_id: str, draft: Any = None) -> ActorCell:
+        """The one place actors are found or activated (the `Registry` refs resolve through).
+        A `draft` goes to the first activation of a new cell (see `create`)."""
         key = (actor_class.kind, actor_id)
         while True:
             if self._stopping or self._nursery is None:
@@ -175,6 +204,7 @@ class ActorSystem:
             if cell is None:
                 self._register_kind(actor_class)
                 cell = self._new_cell(actor_class, actor_id)
+                cell.draft = draft
                 self._cells[key] = cell
                 self._nursery.start_soon(cell.run, name=f"actor {key[0]}/{actor_id}")
             if cell.status in (CellStatus.PASSIVATING, CellStatus.FAILED, CellStatus.STOPPED):

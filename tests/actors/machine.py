@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from corral.actors import Message, RecordActor, TransitionTable, handles
+from corral.actors.record import RowStore
 from corral.storage import Database, utc_now_iso
 
 TABLE = """
@@ -20,6 +22,19 @@ CREATE TABLE test_machines (
     updated_at TEXT NOT NULL
 )
 """
+
+
+@dataclass(frozen=True)
+class MachineRecord:
+    id: str
+    tenant_id: str | None
+    status: str
+    counter: int
+    last_error: str | None
+    updated_at: str
+
+
+MACHINES = RowStore("test_machines", MachineRecord)
 
 
 async def create_machine(db: Database, machine_id: str, status: str = "stopped") -> None:
@@ -114,7 +129,8 @@ class Probe:
 
 class MachineActor(RecordActor):
     kind = "machine"
-    table = "test_machines"
+    store = MACHINES
+    record: MachineRecord
     error_column = "last_error"
     transitions = TransitionTable(
         {
@@ -155,22 +171,22 @@ class MachineActor(RecordActor):
         await super().save(state, fields)
 
     def describe(self) -> dict[str, Any]:
-        return {"counter": self.record["counter"]}
+        return {"counter": self.record.counter}
 
     @handles(Get)
     async def get(self, message: Get) -> dict[str, Any]:
-        return dict(self.record)
+        return dataclasses.asdict(self.record)
 
     @handles(Start, Stop)
     async def start_or_stop(self, message: Start | Stop) -> dict[str, Any]:
         await self.apply(message)
         await self.emit("started" if isinstance(message, Start) else "stopped", {"id": self.id})
-        return dict(self.record)
+        return dataclasses.asdict(self.record)
 
     @handles(Add)
     async def add(self, message: Add) -> int:
-        await self.apply(message, counter=self.record["counter"] + message.amount)
-        return int(self.record["counter"])
+        await self.apply(message, counter=self.record.counter + message.amount)
+        return int(self.record.counter)
 
     @handles(Note)
     async def note(self, message: Note) -> str:
@@ -212,4 +228,4 @@ class MachineActor(RecordActor):
 
     @handles(WorkDone)
     async def work_done(self, message: WorkDone) -> None:
-        await self.persist(counter=self.record["counter"] + message.amount)
+        await self.persist(counter=self.record.counter + message.amount)

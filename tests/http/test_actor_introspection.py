@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from corral.actors import Message, RecordActor, TransitionTable, handles
 from corral.ids import new_uuid
-from tests.actors.machine import TABLE, create_machine
+from tests.actors.machine import MACHINES, TABLE, MachineRecord, create_machine
 from tests.support import Api, Tenant
 
 
@@ -17,13 +17,14 @@ class MachineActor(RecordActor):
     """A record actor over the kernel tests' table, living in the server's own system."""
 
     kind = "machine"
-    table = "test_machines"
+    store = MACHINES
+    record: MachineRecord
     transitions = TransitionTable({("running", Add): "running"})
 
     @handles(Add)
     async def add(self, message: Add) -> int:
-        await self.apply(message, counter=self.record["counter"] + message.amount)
-        return int(self.record["counter"])
+        await self.apply(message, counter=self.record.counter + message.amount)
+        return int(self.record.counter)
 
 
 async def test_operator_sees_live_actors(api: Api, tenant: Tenant) -> None:

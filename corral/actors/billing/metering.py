@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -117,17 +117,44 @@ async def meter_start(
         metering.wake()  # started with nothing left (e.g. raced with the last credit)
 
 
-async def meter_instance(platform: BillingServices, resource_type: str, row: Mapping[str, Any]) -> None:
-    """`meter_start` for an instance row: its `id`, `tenant_id` and `size`, and the
-    `owner_user_id` and `external_user_id` it may have (every inventory table has them)."""
+class MeteredInstance(Protocol):
+    """What metering needs of an instance record (every inventory table has these)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def tenant_id(self) -> str: ...
+
+    @property
+    def size(self) -> str: ...
+
+    @property
+    def owner_user_id(self) -> str | None: ...
+
+    @property
+    def external_user_id(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _Unmetered:
+    id: str
+    tenant_id: str
+    size: str
+    owner_user_id: str | None
+    external_user_id: str | None
+
+
+async def meter_instance(platform: BillingServices, resource_type: str, instance: MeteredInstance) -> None:
+    """`meter_start` for an instance record."""
     await meter_start(
         platform,
-        tenant_id=row["tenant_id"],
+        tenant_id=instance.tenant_id,
         resource_type=resource_type,
-        resource_id=row["id"],
-        size=row["size"],
-        user_id=row.get("owner_user_id"),
-        external_user_id=row.get("external_user_id"),
+        resource_id=instance.id,
+        size=instance.size,
+        user_id=instance.owner_user_id,
+        external_user_id=instance.external_user_id,
     )
 
 
@@ -256,13 +283,14 @@ async def meter_unmetered(platform: BillingServices) -> int:
     started = 0
     for resource_type, inventory in platform.billing_hooks.inventories().items():
         rows = await platform.db.fetch_all(
-            f"SELECT t.id, t.tenant_id, t.size, t.external_user_id FROM {inventory.table} t WHERE t.status = 'running'"
+            f"SELECT t.id, t.tenant_id, t.size, t.owner_user_id, t.external_user_id FROM {inventory.table} t"
+            " WHERE t.status = 'running'"
             " AND NOT EXISTS (SELECT 1 FROM credit_meters m"
             " WHERE m.resource_type = ? AND m.resource_id = t.id AND m.running = 1)",
             (resource_type,),
         )
         for row in rows:
-            await meter_instance(platform, resource_type, row)
+            await meter_instance(platform, resource_type, _Unmetered(**row))
             started += 1
     return started
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import store
 from .actor import ComputerActor, computer_not_found, not_running
 from .credits import register_with_billing
 from .env import SetEnvVar, delete_env, env_public, list_env, resolved_env, set_env
@@ -70,6 +71,7 @@ from .service import (
     stop_computer,
     update_computer,
 )
+from .store import ComputerRecord
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
 
 if TYPE_CHECKING:
@@ -93,6 +95,7 @@ __all__ = [
     "Booted",
     "Clone",
     "ComputerActor",
+    "ComputerRecord",
     "ComputerTemplate",
     "Connect",
     "Destroy",
@@ -153,6 +156,7 @@ __all__ = [
     "start_sampler",
     "stop_computer",
     "stop_idle_computers",
+    "store",
     "template_types",
     "touch",
     "update_computer",

@@ -21,7 +21,6 @@ child) also installs the selected apps; `Destroy` cancels it. The row goes with
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -29,10 +28,10 @@ from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor, Refusals
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
-from corral.storage import Transaction, utc_now_iso
+from corral.storage import utc_now_iso
 from corral.vm import SIZES, InstanceInfo, RuntimeErrorBase
 
-from . import billing_hooks
+from . import billing_hooks, store
 from .apps import install_apps
 from .env import resolved_env
 from .messages import (
@@ -50,6 +49,7 @@ from .messages import (
     Stop,
     Update,
 )
+from .store import COMPUTERS, ComputerDraft, ComputerRecord
 from .templates import get_template
 
 log = logging.getLogger("corral.computers")
@@ -67,7 +67,8 @@ def not_running() -> ApiError:
 
 class ComputerActor(InstanceActor):
     kind = "computer"
-    table = "computers"
+    store = COMPUTERS
+    record: ComputerRecord
     booting_state = "provisioning"
     removed_state = "deleted"
     refusals = Refusals(
@@ -106,15 +107,22 @@ class ComputerActor(InstanceActor):
 
     # -- the kind's hooks ---------------------------------------------------------------
 
+    async def create_record(self, draft: ComputerDraft) -> ComputerRecord:
+        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
+        self.tenant_id = record.tenant_id
+        data = {"computer_id": record.id, "name": record.name, "size": record.size, "template_type": record.template_type}
+        await self.emit("created", data)
+        return record
+
     @property
     def instance_id(self) -> str:
-        return str(self.record["instance_id"])
+        return self.record.instance_id
 
     def not_found(self) -> ApiError:
         return computer_not_found()
 
     def runtime_template(self) -> str:
-        template = get_template(self.record["template_type"])
+        template = get_template(self.record.template_type)
         return template.runtime_template if template else "default"
 
     async def boot_env(self) -> dict[str, str]:
@@ -122,8 +130,8 @@ class ComputerActor(InstanceActor):
 
     async def after_create(self, info: InstanceInfo) -> str | None:
         """Install the selected apps; a failure is a notice, the computer runs all the same."""
-        template = get_template(self.record["template_type"])
-        names = json.loads(self.record["selected_apps"])
+        template = get_template(self.record.template_type)
+        names = self.record.selected_apps
         apps = [template.catalog[name] for name in names if template and name in template.catalog]
         if not apps:
             return None
@@ -149,20 +157,15 @@ class ComputerActor(InstanceActor):
             await super().save(state, fields)
             return
 
-        def work(tx: Transaction) -> None:
-            for table in ("computer_env", "computer_metrics"):
-                tx.execute(f"DELETE FROM {table} WHERE computer_id = ?", (self.id,))
-            tx.execute("DELETE FROM computers WHERE id = ?", (self.id,))
-
-        await self.db.transaction(work)
-        self.record = {**self.record, "status": "deleted"}
+        await self.db.transaction(lambda tx: store.delete(tx, self.id))
+        self.record = self.store.replaced(self.record, {"status": "deleted"})
 
     def describe(self) -> dict[str, Any]:
-        return {"vm_id": self.record.get("vm_id"), "address": self.info.address if self.info else None}
+        return {"vm_id": self.record.vm_id, "address": self.info.address if self.info else None}
 
     async def emit_running(self) -> None:
         await self.emit("running", {**self.subject, "vm_id": self.instance_id})
-        await self.emit("started", {**self.subject, "region": self.record["region"]})
+        await self.emit("started", {**self.subject, "region": self.record.region})
 
     async def emit_stopped(self, reason: str) -> None:
         await self.emit("stopped", {**self.subject, "reason": reason})
@@ -170,19 +173,19 @@ class ComputerActor(InstanceActor):
     # -- the kind's state table ------------------------------------------------------------
 
     @handles(Start)
-    async def start(self, message: Start) -> dict[str, Any]:
+    async def start(self, message: Start) -> ComputerRecord:
         next_state = self.transition(message)
-        await billing_hooks.require_allowance(self.services, self.record, self.record["size"])
+        await billing_hooks.require_allowance(self.services, self.record, self.record.size)
         await self.start_instance()
         await self.persist(state=next_state, error=None, last_activity_at=utc_now_iso())
         await self.on_running(booted=False)
-        return dict(self.record)
+        return self.record
 
     @handles(Stop, IdleStop, Pause)
-    async def stop(self, message: Stop | IdleStop | Pause) -> dict[str, Any]:
+    async def stop(self, message: Stop | IdleStop | Pause) -> ComputerRecord:
         next_state = self.transition(message)
         if isinstance(message, IdleStop):
-            current = await self.db.fetch_value("SELECT last_activity_at FROM computers WHERE id = ?", (self.id,))
+            current = await self.last_activity()
             if current != message.last_activity_at:
                 raise ApiError(409, "INVALID_STATE", "computer is no longer idle")
             await self.emit("idle", {**self.subject, "idle_seconds": message.idle_seconds})
@@ -191,17 +194,17 @@ class ComputerActor(InstanceActor):
         await billing_hooks.meter_stopped(self.services, self.record)
         reason = "idle" if isinstance(message, IdleStop) else message.reason
         await self.emit_stopped(reason)
-        return dict(self.record)
+        return self.record
 
     @handles(Restart)
-    async def restart(self, message: Restart) -> dict[str, Any]:
+    async def restart(self, message: Restart) -> ComputerRecord:
         next_state = self.transition(message)
         await self.halt_instance()
         await self.emit_stopped("restart")
         await self.start_instance()
         await self.persist(state=next_state, last_activity_at=utc_now_iso())
         await self.emit_running()
-        return dict(self.record)
+        return self.record
 
     @handles(Clone)
     async def clone(self, message: Clone) -> str:
@@ -209,18 +212,18 @@ class ComputerActor(InstanceActor):
         return self.instance_id
 
     @handles(Resize)
-    async def resize(self, message: Resize) -> dict[str, Any]:
+    async def resize(self, message: Resize) -> ComputerRecord:
         next_state = self.transition(message)
         with self.refused():
             await (await self.driver()).resize(self.instance_id, SIZES[message.size])
         await self.persist(state=next_state, size=message.size)
-        return dict(self.record)
+        return self.record
 
     @handles(Move)
-    async def move(self, message: Move) -> dict[str, Any]:
+    async def move(self, message: Move) -> ComputerRecord:
         next_state = self.transition(message)
         await self.persist(state=next_state, region=message.region)
-        return dict(self.record)
+        return self.record
 
     @handles(Destroy)
     async def destroy(self, message: Destroy) -> dict[str, Any]:
@@ -234,8 +237,8 @@ class ComputerActor(InstanceActor):
         return {"id": self.id, "deleted": True}
 
     @handles(Update)
-    async def update(self, message: Update) -> dict[str, Any]:
+    async def update(self, message: Update) -> ComputerRecord:
         if self.is_removed():
             raise computer_not_found()
         await self.persist(**message.fields)
-        return dict(self.record)
+        return self.record

@@ -16,6 +16,7 @@ from corral.models import Rule, model
 from corral.storage import Row
 
 from ..instances.sealed_env import SealedEnv, SealedEnvTable
+from .store import ComputerRecord
 
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
@@ -63,7 +64,7 @@ async def list_env(platform: ComputerServices, computer_id: str) -> list[Row]:
     return await _store(platform).names(computer_id)
 
 
-async def set_env(platform: ComputerServices, computer: Row, values: dict[str, str]) -> list[Row]:
+async def set_env(platform: ComputerServices, computer: ComputerRecord, values: dict[str, str]) -> list[Row]:
     """Upsert `values`; names not given are kept. Answers the rows written."""
     return await _store(platform).put(computer, values, _too_many)
 
@@ -73,11 +74,11 @@ async def delete_env(platform: ComputerServices, computer_id: str, name: str) ->
         raise not_found(f"env var not found: {name}")
 
 
-async def resolved_env(platform: ComputerServices, computer: Row) -> dict[str, str]:
+async def resolved_env(platform: ComputerServices, computer: ComputerRecord) -> dict[str, str]:
     """The computer's variables in plaintext, for a boot or an exec."""
     return await _store(platform).plaintext(computer)
 
 
-async def copy_env(platform: ComputerServices, source: Row, target: Row) -> None:
+async def copy_env(platform: ComputerServices, source: ComputerRecord, target: ComputerRecord) -> None:
     """A clone's environment: the source's values, sealed anew for the clone."""
     await _store(platform).copy(source, target, _too_many)

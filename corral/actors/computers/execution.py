@@ -15,16 +15,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 
+from corral.actors.errors import ActorStopped, MailboxFull
 from corral.actors.instances import ExecTimeout, InstanceFiles, clamp_timeout
+from corral.actors.instances.messages import Touch
+from corral.errors import ApiError
 from corral.ids import new_ulid
 from corral.models import Rule, model
-from corral.storage import Row, utc_now_iso
 from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
 
 from .actor import ComputerActor, not_running
 from .apps import installed_apps
 from .env import resolved_env
 from .messages import Connect
+from .store import ComputerRecord
 from .templates import get_template
 
 if TYPE_CHECKING:
@@ -61,25 +64,27 @@ def activity(platform: ComputerServices) -> Activity:
 
 
 async def touch(platform: ComputerServices, computer_id: str) -> None:
-    """Record activity (exec, files, apps) for auto-stop."""
-    await platform.db.execute("UPDATE computers SET last_activity_at = ? WHERE id = ?", (utc_now_iso(), computer_id))
+    """Record activity (exec, files, apps) for auto-stop: told to the computer's actor,
+    which writes it; a full mailbox drops it (what is queued there is activity enough)."""
+    with contextlib.suppress(MailboxFull, ActorStopped, ApiError):
+        await platform.system.ref(ComputerActor, computer_id).tell(Touch())
 
 
-async def agent_for(platform: ComputerServices, row: Row, *, record_activity: bool = True) -> AgentClient:
+async def agent_for(platform: ComputerServices, row: ComputerRecord, *, record_activity: bool = True) -> AgentClient:
     """The agent of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
-    if row["status"] != "running":
+    if row.status != "running":
         raise not_running()
-    ref = await platform.system.get(ComputerActor, row["id"])
+    ref = await platform.system.get(ComputerActor, row.id)
     info: InstanceInfo = await ref.ask(Connect())
     if record_activity:
-        await touch(platform, row["id"])
+        await touch(platform, row.id)
     try:
         return platform.agents.client(info)
     except RuntimeErrorBase as exc:  # no address: it stopped meanwhile
         raise not_running() from exc
 
 
-async def files_for(platform: ComputerServices, row: Row) -> InstanceFiles:
+async def files_for(platform: ComputerServices, row: ComputerRecord) -> InstanceFiles:
     """The files of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
     return InstanceFiles(await agent_for(platform, row), ComputerActor.refusals)
 
@@ -102,22 +107,22 @@ class PythonRequest:
     timeout: ExecTimeout = None
 
 
-async def _run(platform: ComputerServices, row: Row, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
+async def _run(platform: ComputerServices, row: ComputerRecord, agent: AgentClient, command: str, timeout: int) -> dict[str, Any]:
     env = await resolved_env(platform, row)
-    with activity(platform).busy(row["id"]):
+    with activity(platform).busy(row.id):
         result = await agent.exec(command, timeout=timeout, cwd=EXEC_CWD, env=env, combined=True)
-    await touch(platform, row["id"])
+    await touch(platform, row.id)
     return {"output": result.output, "exit_code": result.exit_code}
 
 
-async def exec_command(platform: ComputerServices, row: Row, request: ExecRequest) -> dict[str, Any]:
+async def exec_command(platform: ComputerServices, row: ComputerRecord, request: ExecRequest) -> dict[str, Any]:
     """`{output, exit_code}`: the command under /bin/sh -c, stdout and stderr combined,
     SIGTERM to its process group past the timeout (SIGKILL 2 s later)."""
     agent = await agent_for(platform, row)
     return await _run(platform, row, agent, request.command, clamp_timeout(request.timeout))
 
 
-async def exec_python(platform: ComputerServices, row: Row, request: PythonRequest) -> dict[str, Any]:
+async def exec_python(platform: ComputerServices, row: ComputerRecord, request: PythonRequest) -> dict[str, Any]:
     """The code goes to a file under /tmp, runs with `python3 -u` under the timeout
     (unbuffered, so stdout and stderr interleave as written), and the file is deleted
     afterwards, also after a timeout."""
@@ -134,9 +139,9 @@ async def exec_python(platform: ComputerServices, row: Row, request: PythonReque
             await agent.delete(path)
 
 
-async def list_apps(platform: ComputerServices, row: Row) -> list[dict[str, Any]]:
+async def list_apps(platform: ComputerServices, row: ComputerRecord) -> list[dict[str, Any]]:
     """`[{name, version}]` read from the instance (dpkg), not from the record."""
-    template = get_template(row["template_type"])
+    template = get_template(row.template_type)
     if template is None:
         return []
     agent = await agent_for(platform, row)

@@ -27,6 +27,9 @@ from corral.errors import ApiError
 from corral.storage import Row, parse_iso, to_iso, utc_now
 from corral.vm import SIZES, InstanceNotFound
 
+from . import store
+from .store import ComputerRecord
+
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
 
@@ -80,8 +83,8 @@ class Sampler:
 
     async def sample(self) -> int:
         """One sample of every running computer; returns how many were written."""
-        rows = await self.platform.db.fetch_all("SELECT id, instance_id, size FROM computers WHERE status = 'running'")
-        running = {row["id"] for row in rows}
+        rows = await store.running(self.platform.db)
+        running = {row.id for row in rows}
         for gone in set(self.last) - running:
             del self.last[gone]
         if not rows:
@@ -90,18 +93,18 @@ class Sampler:
         written = 0
         for row in rows:
             try:
-                usage = await driver.metrics(row["instance_id"])
+                usage = await driver.metrics(row.instance_id)
             except InstanceNotFound:
                 continue
             if await self._record(row, usage):
                 written += 1
         return written
 
-    async def _record(self, row: Row, usage: dict[str, int]) -> bool:
-        limits = SIZES[row["size"]]
+    async def _record(self, row: ComputerRecord, usage: dict[str, int]) -> bool:
+        limits = SIZES[row.size]
         now = Reading(int(usage.get("cpu_ns", 0)), time.monotonic_ns())
-        previous = self.last.get(row["id"])
-        self.last[row["id"]] = now
+        previous = self.last.get(row.id)
+        self.last[row.id] = now
         if previous is None or now.cpu_ns < previous.cpu_ns or now.at_ns <= previous.at_ns:
             return False  # the first reading, or the instance restarted (new cgroups)
         cpu = 100.0 * (now.cpu_ns - previous.cpu_ns) / ((now.at_ns - previous.at_ns) * limits.vcpus)
@@ -110,7 +113,7 @@ class Sampler:
         await self.platform.db.execute(
             "INSERT INTO computer_metrics (computer_id, ts, cpu_percent, memory_percent) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (computer_id, ts) DO NOTHING",
-            (row["id"], to_iso(utc_now()), round(min(max(cpu, 0.0), 100.0), 2), round(min(max(memory, 0.0), 100.0), 2)),
+            (row.id, to_iso(utc_now()), round(min(max(cpu, 0.0), 100.0), 2), round(min(max(memory, 0.0), 100.0), 2)),
         )
         return True
 
@@ -141,18 +144,18 @@ def _bucketed(samples: list[Row], column: str, bucket_seconds: int | None) -> li
     ]
 
 
-async def computer_metrics(platform: ComputerServices, row: Row, window_name: str | None) -> dict[str, Any]:
+async def computer_metrics(platform: ComputerServices, row: ComputerRecord, window_name: str | None) -> dict[str, Any]:
     """`{cpu_percent: [{ts, value}], memory_percent: [{ts, value}], credits_per_hour}`."""
     window = parse_window(window_name)
     since = to_iso(utc_now() - window.span)
     samples = await platform.db.fetch_all(
         "SELECT ts, cpu_percent, memory_percent FROM computer_metrics WHERE computer_id = ? AND ts >= ? ORDER BY ts",
-        (row["id"], since),
+        (row.id, since),
     )
     return {
         "cpu_percent": _bucketed(samples, "cpu_percent", window.bucket_seconds),
         "memory_percent": _bucketed(samples, "memory_percent", window.bucket_seconds),
-        "credits_per_hour": billing.hourly_credits(row["size"]),
+        "credits_per_hour": billing.hourly_credits(row.size),
     }
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from corral.storage import Row
 from corral.vm import SIZES
+
+from .store import ComputerRecord
 
 SIZE_NAMES = tuple(SIZES)
 """`small` (1 vCPU, 4096 MB), `medium` (2, 8192), `large` (4, 16384): the specification's first size table."""
@@ -22,9 +22,9 @@ def memory_mb_of(size: str) -> int:
     return SIZES[size].memory_mb
 
 
-def computer_urls(row: Row, public_domain: str) -> dict[str, str]:
+def computer_urls(row: ComputerRecord, public_domain: str) -> dict[str, str]:
     """Where the computer's desktop and terminal are served (the desktop template answers there)."""
-    host = f"{row['slug']}.{public_domain}"
+    host = f"{row.slug}.{public_domain}"
     return {
         "desktop_url": f"https://{host}/",
         "stream_url": f"wss://{host}/stream",
@@ -32,44 +32,44 @@ def computer_urls(row: Row, public_domain: str) -> dict[str, str]:
     }
 
 
-def computer_public(row: Row, public_domain: str) -> dict[str, Any]:
+def computer_public(row: ComputerRecord, public_domain: str) -> dict[str, Any]:
     """The full computer object of the specification, in its field order."""
     urls = computer_urls(row, public_domain)
-    size = row["size"]
-    record: dict[str, Any] = {
-        "id": row["id"],
-        "tenant_id": row["tenant_id"],
-        "owner_user_id": row["owner_user_id"],
-        "name": row["name"],
-        "slug": row["slug"],
-        "template_type": row["template_type"],
+    size = row.size
+    public: dict[str, Any] = {
+        "id": row.id,
+        "tenant_id": row.tenant_id,
+        "owner_user_id": row.owner_user_id,
+        "name": row.name,
+        "slug": row.slug,
+        "template_type": row.template_type,
         "size": size,
         "vcpus": vcpus_of(size),
         "memory_mb": memory_mb_of(size),
-        "status": row["status"],
-        "vm_id": row["vm_id"] if row["status"] != "provisioning" else None,
-        "workspace_id": row["workspace_id"],
-        "project_id": row["project_id"],
-        "external_workspace_id": row["external_workspace_id"],
-        "external_user_id": row["external_user_id"],
-        "external_project_id": row["external_project_id"],
+        "status": row.status,
+        "vm_id": row.vm_id if row.status != "provisioning" else None,
+        "workspace_id": row.workspace_id,
+        "project_id": row.project_id,
+        "external_workspace_id": row.external_workspace_id,
+        "external_user_id": row.external_user_id,
+        "external_project_id": row.external_project_id,
         "sandbox_url": urls["desktop_url"],
         "desktop_url": urls["desktop_url"],
-        "selected_apps": json.loads(row["selected_apps"]),
-        "settings": json.loads(row["settings"]),
-        "ai_config": json.loads(row["ai_config"]),
-        "agent_session_id": row["agent_session_id"],
-        "agent_status": row["agent_status"],
-        "resolution": row["resolution"],
-        "auto_stop": int(row["auto_stop"]),
-        "region": row["region"],
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
+        "selected_apps": list(row.selected_apps),
+        "settings": dict(row.settings),
+        "ai_config": dict(row.ai_config),
+        "agent_session_id": row.agent_session_id,
+        "agent_status": row.agent_status,
+        "resolution": row.resolution,
+        "auto_stop": int(row.auto_stop),
+        "region": row.region,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
     }
-    if row.get("error"):
-        record["error"] = row["error"]
-    return record
+    if row.error:
+        public["error"] = row.error
+    return public
 
 
-def computer_summary(row: Row) -> dict[str, Any]:
-    return {name: row[name] for name in SUMMARY_FIELDS}
+def computer_summary(row: ComputerRecord) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in SUMMARY_FIELDS}

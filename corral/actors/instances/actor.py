@@ -29,6 +29,7 @@ import trio
 from corral.actors.actor import handles
 from corral.actors.record import RecordActor
 from corral.errors import ApiError
+from corral.storage import utc_now_iso
 from corral.vm import (
     SIZES,
     InstanceInfo,
@@ -38,7 +39,7 @@ from corral.vm import (
     RuntimeDriver,
 )
 
-from .messages import Boot, Booted, Connect, Get
+from .messages import Boot, Booted, Connect, Get, Touch
 from .refusals import Refusals, runtime_refusals
 
 log = logging.getLogger("corral.instances")
@@ -62,7 +63,8 @@ class InstanceActor(RecordActor):
     - `removed_state`: the state of a resource whose row is gone (its `Get` is 404),
       or None when the row stays;
     - `adopt_while_booting`: whether activation adopts a running instance of a
-      resource still `booting_state` (True for kinds whose boot has no further steps).
+      resource still `booting_state` (True for kinds whose boot has no further steps);
+    - `gone_states`: states whose row stays but records no more activity.
 
     Hooks a kind may override: `instance_id`, `runtime_template`, `boot_env`,
     `after_create` (more provisioning in the boot child, e.g. apps), `running_fields`,
@@ -74,6 +76,8 @@ class InstanceActor(RecordActor):
     refusals: ClassVar[Refusals] = Refusals()
     removed_state: ClassVar[str | None] = None
     adopt_while_booting: ClassVar[bool] = False
+    #: states whose rows stay but take no more activity (`destroyed`).
+    gone_states: ClassVar[tuple[str, ...]] = ()
     error_column = "error"
 
     info: InstanceInfo | None = None
@@ -93,7 +97,7 @@ class InstanceActor(RecordActor):
 
     def runtime_template(self) -> str:
         """The runtime template the instance is made from."""
-        return str(self.record.get("template_id") or "default")
+        return str(getattr(self.record, "template_id", None) or "default")
 
     async def boot_env(self) -> dict[str, str]:
         """Environment for the boot, in memory only (never on the instance's disk)."""
@@ -127,8 +131,8 @@ class InstanceActor(RecordActor):
         return InstanceSpec(
             instance_id=instance_id or self.instance_id,
             template=self.runtime_template(),
-            limits=SIZES[self.record["size"]],
-            hostname=self.record["slug"],
+            limits=SIZES[self.record.size],
+            hostname=self.record.slug,
             boot_env=boot_env,
         )
 
@@ -265,7 +269,21 @@ class InstanceActor(RecordActor):
         return self.info
 
     @handles(Get)
-    async def get(self, message: Get) -> dict[str, Any]:
+    async def get(self, message: Get) -> Any:
+        """The record (frozen: safe to hand out)."""
         if self.is_removed():
             raise self.not_found()
-        return dict(self.record)
+        return self.record
+
+    # -- activity -------------------------------------------------------------------
+
+    @handles(Touch)
+    async def touch(self, message: Touch) -> None:
+        if self.is_removed() or self.state in self.gone_states:
+            return
+        await self.store.update(self.db, self.id, {"last_activity_at": utc_now_iso()})
+
+    async def last_activity(self) -> str | None:
+        """`last_activity_at` as stored now: activity is written without changing the record."""
+        value = await self.store.value(self.db, self.id, "last_activity_at")
+        return None if value is None else str(value)

@@ -40,3 +40,9 @@ class Connect(Message):
 @dataclass(frozen=True)
 class Get(Message):
     """The resource's row as the actor holds it."""
+
+
+@dataclass(frozen=True)
+class Touch(Message):
+    """Activity (exec, files, processes, preview traffic): auto-stop measures idleness
+    from the last one. Told, never asked, so the caller does not wait on the mailbox."""

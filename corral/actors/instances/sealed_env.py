@@ -32,9 +32,13 @@ class Sealer(Protocol):
 
 
 class Owner(Protocol):
-    """The resource the variables belong to: a sandbox or computer row."""
+    """The resource the variables belong to: a sandbox or computer record."""
 
-    def __getitem__(self, key: str) -> object: ...
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def tenant_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class SealedEnv:
         self.t = table
 
     def _aad(self, owner: Owner, name: str) -> bytes:
-        return associated_data(str(owner["tenant_id"]), str(owner["id"]), f"{self.t.purpose}:{name}")
+        return associated_data(owner.tenant_id, owner.id, f"{self.t.purpose}:{name}")
 
     async def names(self, owner_id: str) -> list[Row]:
         """`name` (and the flag, if kept), `created_at`, `updated_at` of each variable, by name."""
@@ -83,7 +87,7 @@ class SealedEnv:
         """
         t = self.t
         sealed = {name: self.sealer.encrypt_text(value, self._aad(owner, name)) for name, value in values.items()}
-        owner_id, tenant_id = str(owner["id"]), str(owner["tenant_id"])
+        owner_id, tenant_id = owner.id, owner.tenant_id
 
         def work(tx: Transaction) -> list[Row]:
             now = utc_now_iso()
@@ -133,7 +137,7 @@ class SealedEnv:
         """The variables in plaintext, for a boot, an exec or a process about to start."""
         t = self.t
         rows = await self.db.fetch_all(
-            f"SELECT {t.name_column}, value FROM {t.table} WHERE {t.owner_column} = ?", (str(owner["id"]),)
+            f"SELECT {t.name_column}, value FROM {t.table} WHERE {t.owner_column} = ?", (owner.id,)
         )
         return {
             row[t.name_column]: self.sealer.decrypt_text(row["value"], self._aad(owner, row[t.name_column])) for row in rows
@@ -146,5 +150,5 @@ class SealedEnv:
             return
         flags = None
         if self.t.flag_column:
-            flags = {row[self.t.name_column]: bool(row[self.t.flag_column]) for row in await self.names(str(source["id"]))}
+            flags = {row[self.t.name_column]: bool(row[self.t.flag_column]) for row in await self.names(source.id)}
         await self.put(target, values, too_many, flags)

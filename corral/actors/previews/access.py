@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import trio
 
+from corral.actors import sandboxes
 from corral.actors.bus import SubscriberLagged
 from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import Connect, SandboxActor, touch
@@ -173,28 +174,25 @@ class PreviewAccess:
 
     async def _load(self, slug: str) -> SandboxEntry | None:
         db = self.platform.db
-        row = await db.fetch_one(
-            "SELECT id, tenant_id, workspace_id, project_id, name, status FROM sandboxes WHERE slug = ? AND status != 'destroyed'",
-            (slug,),
-        )
+        row = await sandboxes.store.by_slug(db, slug)
         if row is None:
             return None
-        ports = await db.fetch_all("SELECT port FROM sandbox_previews WHERE sandbox_id = ?", (row["id"],))
-        names = await domains.routable_domains(db, self.platform.settings, row["tenant_id"], row["workspace_id"], row["project_id"])
+        ports = await db.fetch_all("SELECT port FROM sandbox_previews WHERE sandbox_id = ?", (row.id,))
+        names = await domains.routable_domains(db, self.platform.settings, row.tenant_id, row.workspace_id, row.project_id)
         address = None
-        if row["status"] == "running":
+        if row.status == "running":
             try:
-                ref = await self.platform.system.get(SandboxActor, row["id"])
+                ref = await self.platform.system.get(SandboxActor, row.id)
                 info: InstanceInfo = await ref.ask(Connect())
                 address = info.address
             except Exception as exc:  # not running after all, or its runtime is gone: a 503 page
-                log.debug("no address for sandbox %s: %s", row["id"], exc)
+                log.debug("no address for sandbox %s: %s", row.id, exc)
         return SandboxEntry(
-            id=row["id"],
-            name=row["name"],
-            status=row["status"],
+            id=row.id,
+            name=row.name,
+            status=row.status,
             address=address,
-            netns=instance_netns(self.platform, row["id"]),
+            netns=instance_netns(self.platform, row.id),
             ports=frozenset(int(r["port"]) for r in ports),
             domains=names,
         )

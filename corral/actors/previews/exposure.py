@@ -16,12 +16,12 @@ from typing import Any
 import trio
 
 from corral.actors.previews.services import PreviewServices
-from corral.actors.sandboxes import Connect, SandboxActor
+from corral.actors.sandboxes import Connect, SandboxActor, SandboxRecord
 from corral.errors import ApiError
 from corral.ids import prefixed
 from corral.net.network import DEFAULT_AGENT_PORT
 from corral.net.preview import Connector, Upstream, UpstreamUnreachable
-from corral.storage import Event, Row, utc_now_iso
+from corral.storage import Event, utc_now_iso
 from corral.vm import InstanceInfo
 
 from . import domains
@@ -55,34 +55,34 @@ def parse_port(value: Any, *, required_message: str | None = None, template_id: 
     return value
 
 
-async def url_of(platform: PreviewServices, sandbox: Row, port: int) -> str:
-    domain = await domains.url_domain(platform.db, platform.settings, sandbox["tenant_id"], sandbox["workspace_id"], sandbox["project_id"])
-    return sandbox_url(platform.settings, port, sandbox["slug"], domain)
+async def url_of(platform: PreviewServices, sandbox: SandboxRecord, port: int) -> str:
+    domain = await domains.url_domain(platform.db, platform.settings, sandbox.tenant_id, sandbox.workspace_id, sandbox.project_id)
+    return sandbox_url(platform.settings, port, sandbox.slug, domain)
 
 
-async def expose(platform: PreviewServices, sandbox: Row, requested_port: int | None) -> dict[str, Any]:
+async def expose(platform: PreviewServices, sandbox: SandboxRecord, requested_port: int | None) -> dict[str, Any]:
     port = parse_port(
         requested_port,
         required_message="port is required (the sandbox's template has no default preview port)",
-        template_id=sandbox["template_id"],
+        template_id=sandbox.template_id,
     )
     assert port is not None
     now = utc_now_iso()
 
     def work(tx: Any) -> str:
-        found = tx.fetch_one("SELECT id FROM sandbox_previews WHERE sandbox_id = ? AND port = ?", (sandbox["id"], port))
+        found = tx.fetch_one("SELECT id FROM sandbox_previews WHERE sandbox_id = ? AND port = ?", (sandbox.id, port))
         if found is not None:
             tx.execute("UPDATE sandbox_previews SET updated_at = ? WHERE id = ?", (now, found["id"]))
             return str(found["id"])
         preview_id = prefixed("prv")
         tx.insert("sandbox_previews", {
-            "id": preview_id, "tenant_id": sandbox["tenant_id"], "sandbox_id": sandbox["id"], "port": port,
+            "id": preview_id, "tenant_id": sandbox.tenant_id, "sandbox_id": sandbox.id, "port": port,
             "ready_at": None, "created_at": now, "updated_at": now,
         })
         return preview_id
 
     preview_id = await platform.db.transaction(work)
-    forget_sandbox(platform, sandbox["id"])
+    forget_sandbox(platform, sandbox.id)
     url = await url_of(platform, sandbox, port)
     polling = platform.preview_polls
     if preview_id not in polling:
@@ -110,29 +110,29 @@ async def _address(platform: PreviewServices, sandbox_id: str) -> str | None:
     return info.address
 
 
-async def _announce_when_ready(platform: PreviewServices, sandbox: Row, preview_id: str, port: int, url: str) -> None:
+async def _announce_when_ready(platform: PreviewServices, sandbox: SandboxRecord, preview_id: str, port: int, url: str) -> None:
     connector = Connector(connect_timeout=2.0)
     delay = 0.1
     try:
         with trio.move_on_after(platform.settings.preview_ready_timeout):
             while True:
-                address = await _address(platform, sandbox["id"])
+                address = await _address(platform, sandbox.id)
                 if address is not None:
                     try:
-                        sock = await connector.connect(Upstream(address, port, instance_netns(platform, sandbox["id"])))
+                        sock = await connector.connect(Upstream(address, port, instance_netns(platform, sandbox.id)))
                     except UpstreamUnreachable:
                         pass
                     else:
                         sock.close()
                         await platform.db.execute("UPDATE sandbox_previews SET ready_at = ? WHERE id = ?", (utc_now_iso(), preview_id))
                         await platform.bus.publish(Event(
-                            "sandbox.preview.ready", "sandbox", sandbox["id"],
-                            {"preview_id": preview_id, "url": url, "port": port}, tenant_id=sandbox["tenant_id"],
+                            "sandbox.preview.ready", "sandbox", sandbox.id,
+                            {"preview_id": preview_id, "url": url, "port": port}, tenant_id=sandbox.tenant_id,
                         ))
                         return
                 await trio.sleep(delay)
                 delay = min(delay * 1.5, 1.0)
-        log.info("port %d of sandbox %s did not answer within %g s", port, sandbox["id"], platform.settings.preview_ready_timeout)
+        log.info("port %d of sandbox %s did not answer within %g s", port, sandbox.id, platform.settings.preview_ready_timeout)
     except Exception as exc:  # the sandbox went away, or the store is closing: nothing to announce
         log.debug("stopped waiting for preview %s: %s", preview_id, exc)
     finally:

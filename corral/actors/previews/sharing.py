@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from corral.actors.previews.services import PreviewServices
+from corral.actors.sandboxes import SandboxRecord
 from corral.errors import ApiError, not_found
 from corral.ids import prefixed
 from corral.storage import Row, iso_in, to_iso, utc_now_iso
@@ -29,19 +30,19 @@ SHARE_ID = re.compile(r"^shr_[0-9a-z]{26}$")
 SHARE_FIELDS = ("id", "sandbox_id", "port", "expires_at", "created_at")
 
 
-async def mint_preview_token(platform: PreviewServices, sandbox: Row, request: PreviewTokenRequest) -> dict[str, Any]:
+async def mint_preview_token(platform: PreviewServices, sandbox: SandboxRecord, request: PreviewTokenRequest) -> dict[str, Any]:
     ttl = PREVIEW_TOKEN_DEFAULT_TTL if request.expires_in is None else request.expires_in
     expires_at = int(time.time()) + ttl
-    token = sign_preview_token(preview_key(platform.jwt_secret), sandbox["id"], expires_at)
-    return {"token": token, "expires_at": to_iso(datetime.fromtimestamp(expires_at, UTC)), "sandbox_id": sandbox["id"]}
+    token = sign_preview_token(preview_key(platform.jwt_secret), sandbox.id, expires_at)
+    return {"token": token, "expires_at": to_iso(datetime.fromtimestamp(expires_at, UTC)), "sandbox_id": sandbox.id}
 
 
-async def _url(platform: PreviewServices, sandbox: Row, port: int | None, token: str | None = None) -> str | None:
-    port = port if port is not None else await latest_port(platform, sandbox["id"])
+async def _url(platform: PreviewServices, sandbox: SandboxRecord, port: int | None, token: str | None = None) -> str | None:
+    port = port if port is not None else await latest_port(platform, sandbox.id)
     if port is None:
         return None
-    domain = await domains.url_domain(platform.db, platform.settings, sandbox["tenant_id"], sandbox["workspace_id"], sandbox["project_id"])
-    url = share_url(platform.settings, port, sandbox["slug"], domain, token or "")
+    domain = await domains.url_domain(platform.db, platform.settings, sandbox.tenant_id, sandbox.workspace_id, sandbox.project_id)
+    url = share_url(platform.settings, port, sandbox.slug, domain, token or "")
     return url if token else url.removesuffix("/?ms=")
 
 
@@ -52,13 +53,13 @@ def share_public(row: Row, url: str | None) -> dict[str, Any]:
     return record
 
 
-async def create_share(platform: PreviewServices, sandbox: Row, user_id: str | None, request: ShareRequest) -> dict[str, Any]:
+async def create_share(platform: PreviewServices, sandbox: SandboxRecord, user_id: str | None, request: ShareRequest) -> dict[str, Any]:
     ttl, port = request.expires_in, request.port
     token = new_share_token()
     row: Row = {
         "id": prefixed("shr"),
-        "tenant_id": sandbox["tenant_id"],
-        "sandbox_id": sandbox["id"],
+        "tenant_id": sandbox.tenant_id,
+        "sandbox_id": sandbox.id,
         "token_digest": share_digest(token),
         "token_prefix": token[:10],
         "port": port,
@@ -71,22 +72,22 @@ async def create_share(platform: PreviewServices, sandbox: Row, user_id: str | N
     return {**share_public(row, await _url(platform, sandbox, port, token)), "token": token}
 
 
-async def list_shares(platform: PreviewServices, sandbox: Row) -> list[dict[str, Any]]:
+async def list_shares(platform: PreviewServices, sandbox: SandboxRecord) -> list[dict[str, Any]]:
     """Shares not revoked, newest first; their URLs without the token (it is not stored)."""
     rows = await platform.db.fetch_all(
-        "SELECT * FROM sandbox_shares WHERE sandbox_id = ? AND revoked_at IS NULL ORDER BY created_at DESC, id DESC", (sandbox["id"],)
+        "SELECT * FROM sandbox_shares WHERE sandbox_id = ? AND revoked_at IS NULL ORDER BY created_at DESC, id DESC", (sandbox.id,)
     )
     return [share_public(row, await _url(platform, sandbox, row["port"])) for row in rows]
 
 
-async def revoke_share(platform: PreviewServices, sandbox: Row, share_id: str) -> dict[str, Any]:
+async def revoke_share(platform: PreviewServices, sandbox: SandboxRecord, share_id: str) -> dict[str, Any]:
     if not SHARE_ID.match(share_id):
         raise ApiError(400, "INVALID_ID", "invalid share id")
     now = utc_now_iso()
     changed = await platform.db.execute(
-        "UPDATE sandbox_shares SET revoked_at = ? WHERE id = ? AND sandbox_id = ? AND revoked_at IS NULL", (now, share_id, sandbox["id"])
+        "UPDATE sandbox_shares SET revoked_at = ? WHERE id = ? AND sandbox_id = ? AND revoked_at IS NULL", (now, share_id, sandbox.id)
     )
     if not changed:
         raise not_found("share not found")
     forget_share(platform, share_id)
-    return {"id": share_id, "sandbox_id": sandbox["id"], "revoked": True, "revoked_at": now}
+    return {"id": share_id, "sandbox_id": sandbox.id, "revoked": True, "revoked_at": now}

@@ -1,12 +1,13 @@
 """Sandboxes: the actor that owns each one, and the operations the API calls."""
 
-from . import env, processes
+from . import env, processes, store
 from .access import agent_for, files_for, touch
 from .actor import SandboxActor
 from .credits import register_with_billing
 from .event_types import EVENT_TYPES, LOG_TYPES
 from .idle import idle_watch
 from .messages import Boot, Booted, Connect, Destroy, Fork, Get, Start, Stop, Suspend
+from .process_actor import ProcessActor
 from .service import (
     ExecRequest,
     NewSandbox,
@@ -20,8 +21,13 @@ from .service import (
     sandbox_public,
     start_background,
 )
+from .store import SandboxRecord
+
+ACTORS = (SandboxActor, ProcessActor)
+"""The package's actor kinds, registered by the node before anything refers to them by kind."""
 
 __all__ = [
+    "ACTORS",
     "EVENT_TYPES",
     "LOG_TYPES",
     "Boot",
@@ -32,7 +38,9 @@ __all__ = [
     "Fork",
     "Get",
     "NewSandbox",
+    "ProcessActor",
     "SandboxActor",
+    "SandboxRecord",
     "Start",
     "Stop",
     "Suspend",
@@ -51,5 +59,6 @@ __all__ = [
     "register_with_billing",
     "sandbox_public",
     "start_background",
+    "store",
     "touch",
 ]

@@ -13,26 +13,26 @@ import trio
 from corral.actors.instances import InstanceFiles
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
-from corral.storage import Row
 from corral.vm import AgentClient, InstanceInfo
 
 from .activity import touch
 from .actor import SandboxActor
 from .messages import Connect, Get
+from .store import SandboxRecord
 
 
-async def wait_until_settled(platform: SandboxServices, sandbox_id: str, timeout: float) -> Row:
-    """The sandbox row once it has left `creating`, or as it is when `timeout` passes."""
+async def wait_until_settled(platform: SandboxServices, sandbox_id: str, timeout: float) -> SandboxRecord:
+    """The sandbox once it has left `creating`, or as it is when `timeout` passes."""
     ref = await platform.system.get(SandboxActor, sandbox_id)
     with trio.move_on_after(timeout):
         delay = 0.002
         while True:
-            row: Row = await ref.ask(Get())
-            if row["status"] != "creating":
-                return row
+            record: SandboxRecord = await ref.ask(Get())
+            if record.status != "creating":
+                return record
             await trio.sleep(delay)
             delay = min(delay * 2, 0.05)
-    result: Row = await ref.ask(Get())
+    result: SandboxRecord = await ref.ask(Get())
     return result
 
 
@@ -42,8 +42,8 @@ async def agent_for(platform: SandboxServices, sandbox_id: str, *, record_activi
     try:
         info: InstanceInfo = await ref.ask(Connect())
     except ApiError:
-        row = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
-        if row["status"] == "creating":
+        settled = await wait_until_settled(platform, sandbox_id, platform.settings.sandbox_ready_wait * 6)
+        if settled.status == "creating":
             raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet") from None
         info = await ref.ask(Connect())  # running now, or the actor's own refusal
     if record_activity:

@@ -13,21 +13,24 @@ from typing import Any
 from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor
 from corral.actors.transitions import TransitionTable
-from corral.errors import ApiError, conflict
+from corral.errors import ApiError
 from corral.vm import AgentClient, InstanceInfo
 
-from . import billing_hooks
+from . import billing_hooks, store
 from .messages import Boot, Booted, Connect, Destroy, Fork, Start, Stop, Suspend
 from .process_actor import halt_processes
+from .store import SANDBOXES, SandboxDraft, SandboxRecord
 
 NOT_RUNNING = ("SANDBOX_NOT_RUNNING", "sandbox is not running")
 
 
 class SandboxActor(InstanceActor):
     kind = "sandbox"
-    table = "sandboxes"
+    store = SANDBOXES
+    record: SandboxRecord
     booting_state = "creating"
     adopt_while_booting = True
+    gone_states = ("destroyed",)
     transitions = TransitionTable(
         {
             ("creating", Boot): "creating",
@@ -55,6 +58,12 @@ class SandboxActor(InstanceActor):
     def not_found(self) -> ApiError:
         return ApiError(404, "NOT_FOUND", "sandbox not found")
 
+    async def create_record(self, draft: SandboxDraft) -> SandboxRecord:
+        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
+        self.tenant_id = record.tenant_id
+        await self.emit("created", self.subject)
+        return record
+
     async def on_activate(self) -> None:
         await super().on_activate()
         if self.state == "destroyed":
@@ -71,7 +80,7 @@ class SandboxActor(InstanceActor):
     async def on_running(self, booted: bool) -> None:
         if booted:
             await self.emit("ready", self.subject)
-        await self.emit("started", {**self.subject, "region": self.record["region"]})
+        await self.emit("started", {**self.subject, "region": self.record.region})
 
     async def before_halt(self) -> None:
         info = self.running_agent_info()
@@ -79,23 +88,23 @@ class SandboxActor(InstanceActor):
         await halt_processes(self.services, self.id, agent)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "template": self.record["template_id"]}
+        return {**super().describe(), "template": self.record.template_id}
 
     # -- the kind's state table ------------------------------------------------------------
 
     @handles(Start)
-    async def start(self, message: Start) -> dict[str, Any]:
+    async def start(self, message: Start) -> SandboxRecord:
         next_state = self.transition(message)
         await self.start_instance()
         await self.persist(state=next_state)
         await self.on_running(booted=False)
-        return dict(self.record)
+        return self.record
 
     @handles(Stop, Suspend)
-    async def stop(self, message: Stop | Suspend) -> dict[str, Any]:
+    async def stop(self, message: Stop | Suspend) -> SandboxRecord:
         next_state = self.transition(message)
         if isinstance(message, Suspend) and message.last_activity_at is not None:
-            current = await self.db.fetch_value("SELECT last_activity_at FROM sandboxes WHERE id = ?", (self.id,))
+            current = await self.last_activity()
             if current != message.last_activity_at:
                 raise ApiError(409, "INVALID_STATE", "sandbox is no longer idle")
             await self.emit("idle", {**self.subject, "last_activity_at": message.last_activity_at})
@@ -105,7 +114,7 @@ class SandboxActor(InstanceActor):
             await self.emit("suspended", self.subject)
         else:
             await self.emit("stopped", {**self.subject, "reason": message.reason})
-        return dict(self.record)
+        return self.record
 
     @handles(Fork)
     async def fork(self, message: Fork) -> InstanceInfo:
@@ -115,13 +124,9 @@ class SandboxActor(InstanceActor):
             return await driver.clone(self.id, self.spec({}, instance_id=message.new_id))
 
     @handles(Destroy)
-    async def destroy(self, message: Destroy) -> dict[str, Any]:
+    async def destroy(self, message: Destroy) -> SandboxRecord:
         next_state = self.transition(message)
         await self.destroy_instance()
         await self.persist(state=next_state)
         await self.emit("destroyed", self.subject)
-        return dict(self.record)
-
-
-def limit_reached(limit: int) -> ApiError:
-    return conflict("SANDBOX_LIMIT_REACHED", f"concurrent sandbox limit of {limit} reached")
+        return self.record

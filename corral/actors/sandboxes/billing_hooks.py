@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from corral.actors import billing
 from corral.actors.sandboxes.services import SandboxServices
-from corral.storage import Row
+
+from . import store
+from .store import SandboxRecord
 
 RESOURCE_TYPE = "sandbox"
 STARTABLE = ("stopped", "suspended")
@@ -29,27 +31,25 @@ async def allow_create(platform: SandboxServices, tenant_id: str, size: str, ext
 
 async def allow_start(platform: SandboxServices, sandbox_id: str) -> None:
     """402/409 before a stopped or suspended sandbox starts; other states get the actor's own 409."""
-    row = await platform.db.fetch_one(
-        "SELECT tenant_id, size, status, external_user_id FROM sandboxes WHERE id = ?", (sandbox_id,)
-    )
-    if row is None or row["status"] not in STARTABLE:
+    sandbox = await store.load(platform.db, sandbox_id)
+    if sandbox is None or sandbox.status not in STARTABLE:
         return
     await billing.require_run_allowance(
         platform,
-        tenant_id=row["tenant_id"],
-        size=row["size"],
-        external_user_id=row["external_user_id"],
+        tenant_id=sandbox.tenant_id,
+        size=sandbox.size,
+        external_user_id=sandbox.external_user_id,
         resource_type=RESOURCE_TYPE,
         resource_id=sandbox_id,
     )
 
 
-async def follow_status(platform: SandboxServices, record: Row) -> None:
+async def follow_status(platform: SandboxServices, sandbox: SandboxRecord) -> None:
     """Meter a sandbox while its persisted status is `running`, and only then."""
-    if record.get("status") == "running":
-        await billing.meter_instance(platform, RESOURCE_TYPE, record)
+    if sandbox.status == "running":
+        await billing.meter_instance(platform, RESOURCE_TYPE, sandbox)
     else:
-        await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=record["id"])
+        await billing.meter_stop(platform, resource_type=RESOURCE_TYPE, resource_id=sandbox.id)
 
 
 async def meter_off(platform: SandboxServices, sandbox_id: str) -> None:

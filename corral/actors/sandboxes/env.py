@@ -17,6 +17,7 @@ from corral.models import Rule, model
 from corral.storage import Row
 
 from ..instances.sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
+from .store import SandboxRecord
 
 KEY_PATTERN = re.compile(r"[A-Z][A-Z0-9_]*")
 MAX_KEY_LENGTH = 256
@@ -99,12 +100,12 @@ async def list_vars(platform: SandboxServices, sandbox_id: str) -> list[Row]:
     return await _store(platform).names(sandbox_id)
 
 
-async def put_vars(platform: SandboxServices, sandbox: Row, variables: list[EnvVar]) -> list[Row]:
+async def put_vars(platform: SandboxServices, sandbox: SandboxRecord, variables: list[EnvVar]) -> list[Row]:
     """Upsert `variables`; keys not listed are left as they are. Answers the whole list."""
     values = {var.key: var.value for var in variables}
     flags = {var.key: var.encrypted for var in variables}
     await _store(platform).put(sandbox, values, _too_many, flags)
-    return await list_vars(platform, sandbox["id"])
+    return await list_vars(platform, sandbox.id)
 
 
 async def delete_var(platform: SandboxServices, sandbox_id: str, key: str) -> None:
@@ -112,11 +113,11 @@ async def delete_var(platform: SandboxServices, sandbox_id: str, key: str) -> No
         raise not_found(f"env var not found: {key}")
 
 
-async def resolved_env(platform: SandboxServices, sandbox: Row) -> dict[str, str]:
+async def resolved_env(platform: SandboxServices, sandbox: SandboxRecord) -> dict[str, str]:
     """The sandbox's variables in plaintext, for an exec or a process about to start."""
     return await _store(platform).plaintext(sandbox)
 
 
-async def copy_vars(platform: SandboxServices, source: Row, target: Row) -> None:
+async def copy_vars(platform: SandboxServices, source: SandboxRecord, target: SandboxRecord) -> None:
     """A fork's environment: the source's values, sealed anew for the new sandbox."""
     await _store(platform).copy(source, target, _too_many)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from corral.actors.instances.messages import Boot, Booted, Connect, Get
+from corral.actors.instances.messages import Boot, Booted, Connect, Get, Touch
 from corral.actors.messages import Message
 
-__all__ = ["Boot", "Booted", "Connect", "Destroy", "Fork", "Get", "Start", "Stop", "Suspend"]
+__all__ = ["Boot", "Booted", "Connect", "Destroy", "Fork", "Get", "Start", "Stop", "Suspend", "Touch"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,4 @@ class Fork(Message):
     """Copy this sandbox's files into the instance of the new sandbox `new_id`."""
 
     new_id: str
+

@@ -33,7 +33,9 @@ from corral.errors import ApiError
 from corral.storage import Event, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
 
+from . import process_store
 from .activity import touch
+from .process_store import PROCESSES, ProcessRecord
 
 log = logging.getLogger("corral.sandboxes.processes")
 
@@ -78,7 +80,8 @@ class Halted(Message):
 
 class ProcessActor(RecordActor):
     kind = "process"
-    table = "sandbox_processes"
+    store = PROCESSES
+    record: ProcessRecord
     error_column = "error"
     transitions = TransitionTable(
         {
@@ -93,20 +96,25 @@ class ProcessActor(RecordActor):
     def not_found(self) -> ApiError:
         return ApiError(404, "NOT_FOUND", "process not found")
 
+    async def create_record(self, draft: ProcessRecord) -> ProcessRecord:
+        """A new process (`running`, or `error` when its spawn failed)."""
+        await self.db.transaction(lambda tx: self.store.insert(tx, draft))
+        return draft
+
     async def on_activate(self) -> None:
         await super().on_activate()
         if self.state == "running":
             self.spawn(self._watch)
 
     def describe(self) -> dict[str, Any]:
-        return {"sandbox_id": self.record["sandbox_id"], "cmd": self.record["cmd"]}
+        return {"sandbox_id": self.record.sandbox_id, "cmd": self.record.cmd}
 
     @handles(GetProcess)
-    async def get(self, message: GetProcess) -> dict[str, Any]:
-        return dict(self.record)
+    async def get(self, message: GetProcess) -> ProcessRecord:
+        return self.record
 
     @handles(Kill)
-    async def kill(self, message: Kill) -> dict[str, Any]:
+    async def kill(self, message: Kill) -> ProcessRecord:
         self.transition(message)
         agent = await self._agent()
         try:
@@ -117,19 +125,19 @@ class ProcessActor(RecordActor):
             raise ApiError(status, code, str(exc)) from exc
         # The agent answers once the process is gone; whatever way it ended, it was killed.
         await self._finish("killed", final.get("exit_code"), final.get("exited_at"), logs)
-        return dict(self.record)
+        return self.record
 
     @handles(Finished)
-    async def finished(self, message: Finished) -> dict[str, Any]:
+    async def finished(self, message: Finished) -> ProcessRecord:
         self.transition(message)
         await self._finish(message.status, message.exit_code, message.exited_at, message.logs)
-        return dict(self.record)
+        return self.record
 
     @handles(Halted)
-    async def halted(self, message: Halted) -> dict[str, Any]:
+    async def halted(self, message: Halted) -> ProcessRecord:
         self.transition(message)
         await self._finish("killed", None, None, message.logs)
-        return dict(self.record)
+        return self.record
 
     async def _finish(self, status: str, exit_code: int | None, exited_at: str | None, logs: list[dict[str, Any]]) -> None:
         await self.persist(
@@ -142,7 +150,7 @@ class ProcessActor(RecordActor):
             Event(
                 f"sandbox.process.{status}",
                 "sandbox",
-                self.record["sandbox_id"],
+                self.record.sandbox_id,
                 {"pid": self.id, "status": status, "exit_code": exit_code},
                 tenant_id=self.tenant_id,
             )
@@ -152,15 +160,15 @@ class ProcessActor(RecordActor):
         """The sandbox's agent, straight from the runtime: the sandbox's own actor may be
         the one waiting on this actor (a halt), so it is not asked."""
         driver = await self.services.runtime.driver()
-        info = await driver.info(self.record["sandbox_id"])
+        info = await driver.info(self.record.sandbox_id)
         client: AgentClient = self.services.agents.client(info)
         return client
 
     async def _watch(self) -> None:
         """Follow the process in the agent until it ends; report the end with `Finished`."""
         platform = self.services
-        sandbox_id = self.record["sandbox_id"]
-        after = int(self.record["log_seq"] or 0)
+        sandbox_id = self.record.sandbox_id
+        after = int(self.record.log_seq or 0)
         budget = _LineBudget(LINE_EVENTS_PER_SECOND)
         last_activity = 0.0
         while self.state == "running":
@@ -190,7 +198,7 @@ class ProcessActor(RecordActor):
             if int(batch["next"]) != after:
                 after = int(batch["next"])
                 # Remembered so that a control plane restarted mid-way publishes no line twice.
-                await self.db.execute("UPDATE sandbox_processes SET log_seq = ? WHERE id = ?", (after, self.id))
+                await self.store.update(self.db, self.id, {"log_seq": after})
             if lines and time.monotonic() - last_activity > ACTIVITY_EVERY:
                 last_activity = time.monotonic()
                 await touch(platform, sandbox_id)
@@ -223,15 +231,12 @@ class _LineBudget:
 async def halt_processes(platform: SandboxServices, sandbox_id: str, agent: AgentClient | None) -> None:
     """Before a sandbox stops: keep each running process's last lines in its record and
     mark it killed (the instance's processes die with it)."""
-    rows = await platform.db.fetch_all(
-        "SELECT id FROM sandbox_processes WHERE sandbox_id = ? AND status = 'running'", (sandbox_id,)
-    )
-    for row in rows:
+    for process_id in await process_store.running_ids(platform.db, sandbox_id):
         logs: list[dict[str, Any]] = []
         if agent is not None:
             with contextlib.suppress(RuntimeErrorBase):
-                logs = (await agent.logs(row["id"], tail=FINAL_LOG_LINES))["lines"]
-        ref = await platform.system.get(ProcessActor, row["id"])
+                logs = (await agent.logs(process_id, tail=FINAL_LOG_LINES))["lines"]
+        ref = await platform.system.get(ProcessActor, process_id)
         with contextlib.suppress(ApiError):
             # Short: the process actor may itself be waiting on this sandbox (a kill).
             await ref.ask(Halted(logs), timeout=5)
@@ -239,8 +244,8 @@ async def halt_processes(platform: SandboxServices, sandbox_id: str, agent: Agen
 
 async def resume_watchers(platform: SandboxServices) -> int:
     """At start-up: activate the actor of every running process, so its watch goes on."""
-    rows = await platform.db.fetch_all("SELECT id FROM sandbox_processes WHERE status = 'running'")
-    for row in rows:
+    running = await process_store.running_ids(platform.db)
+    for process_id in running:
         with contextlib.suppress(ApiError):
-            await platform.system.get(ProcessActor, row["id"])
-    return len(rows)
+            await platform.system.get(ProcessActor, process_id)
+    return len(running)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,9 +14,10 @@ from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
 from corral.ids import prefixed
 from corral.models import Rule, model
-from corral.storage import Event, Row, utc_now_iso
+from corral.storage import Event, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
 
+from . import process_store
 from .access import agent_for, touch
 from .env import resolved_env
 from .process_actor import (
@@ -26,6 +28,8 @@ from .process_actor import (
     halt_processes,
     resume_watchers,
 )
+from .process_store import ProcessRecord
+from .store import SandboxRecord
 
 DEFAULT_CWD = "/workspace"
 DEFAULT_TAIL = 200
@@ -35,8 +39,8 @@ MAX_NAME = 100
 PUBLIC_FIELDS = ("pid", "name", "cmd", "cwd", "status", "started_at", "exited_at", "exit_code")
 
 
-def process_public(row: Row) -> dict[str, Any]:
-    return {"pid": row["id"], **{name: row[name] for name in PUBLIC_FIELDS[1:]}}
+def process_public(process: ProcessRecord) -> dict[str, Any]:
+    return {"pid": process.id, **{name: getattr(process, name) for name in PUBLIC_FIELDS[1:]}}
 
 
 def _absolute(path: str) -> str | None:
@@ -62,78 +66,62 @@ class NewProcess:
         return (self.name or self.cmd.split()[0])[:MAX_NAME]
 
 
-async def start_process(platform: SandboxServices, sandbox: Row, new: NewProcess) -> Row:
+async def start_process(platform: SandboxServices, sandbox: SandboxRecord, new: NewProcess) -> ProcessRecord:
     """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
     (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
-    agent = await agent_for(platform, sandbox["id"], record_activity=False)
+    agent = await agent_for(platform, sandbox.id, record_activity=False)
     env = {**await resolved_env(platform, sandbox), **(new.env or {})}
     process_id = prefixed("proc")
     now = utc_now_iso()
-    row: Row = {
-        "id": process_id,
-        "sandbox_id": sandbox["id"],
-        "tenant_id": sandbox["tenant_id"],
-        "name": new.label,
-        "cmd": new.cmd,
-        "cwd": new.directory,
-        "status": "running",
-        "exit_code": None,
-        "error": None,
-        "final_logs": None,
-        "log_seq": 0,
-        "started_at": now,
-        "exited_at": None,
-        "updated_at": now,
-    }
+    draft = ProcessRecord(
+        id=process_id, sandbox_id=sandbox.id, tenant_id=sandbox.tenant_id, name=new.label, cmd=new.cmd,
+        cwd=new.directory, status="running", exit_code=None, error=None, final_logs=None, log_seq=0,
+        started_at=now, exited_at=None, updated_at=now,
+    )
     try:
         started = await agent.spawn(new.cmd, cwd=new.directory, env=env, name=new.label, process_id=process_id)
     except RuntimeErrorBase as exc:
-        failed = {**row, "status": "error", "error": str(exc)[:1000], "exited_at": utc_now_iso()}
-        await platform.db.insert("sandbox_processes", failed)
+        failed = dataclasses.replace(draft, status="error", error=str(exc)[:1000], exited_at=utc_now_iso())
+        await platform.system.create(ProcessActor, process_id, failed)
         status, code = answer_for(exc)
         if code == "PROCESS_START_FAILED" or (status >= 500 and status != 502):
             raise ApiError(500, "PROCESS_START_FAILED", f"the process could not be started: {exc}") from exc
         raise ApiError(status, code, str(exc)) from exc
-    row["started_at"] = started.get("started_at") or now
-    await platform.db.insert("sandbox_processes", row)
+    draft = dataclasses.replace(draft, started_at=started.get("started_at") or now)
     await platform.bus.publish(
         Event(
             "sandbox.process.started",
             "sandbox",
-            sandbox["id"],
+            sandbox.id,
             {"pid": process_id, "name": new.name, "cmd": new.cmd},
-            tenant_id=sandbox["tenant_id"],
+            tenant_id=sandbox.tenant_id,
         )
     )
-    await platform.system.get(ProcessActor, process_id)  # activation starts its watcher
-    await touch(platform, sandbox["id"])
-    return row
+    await platform.system.create(ProcessActor, process_id, draft)  # activation starts its watcher
+    await touch(platform, sandbox.id)
+    return draft
 
 
-async def list_processes(platform: SandboxServices, sandbox_id: str) -> list[Row]:
-    return await platform.db.fetch_all(
-        "SELECT * FROM sandbox_processes WHERE sandbox_id = ? ORDER BY started_at DESC, id DESC", (sandbox_id,)
-    )
+async def list_processes(platform: SandboxServices, sandbox_id: str) -> list[ProcessRecord]:
+    return await process_store.of_sandbox(platform.db, sandbox_id)
 
 
-async def find_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> Row:
-    row = await platform.db.fetch_one(
-        "SELECT * FROM sandbox_processes WHERE id = ? AND sandbox_id = ?", (process_id, sandbox_id)
-    )
-    if row is None:
+async def find_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> ProcessRecord:
+    process = await process_store.find(platform.db, sandbox_id, process_id)
+    if process is None:
         raise not_found("process not found")
-    return row
+    return process
 
 
-async def kill_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> Row:
+async def kill_process(platform: SandboxServices, sandbox_id: str, process_id: str) -> ProcessRecord:
     """SIGTERM, then SIGKILL after the grace period, to the whole process group.
     Deleting a process that already ended changes nothing."""
     row = await find_process(platform, sandbox_id, process_id)
-    if row["status"] != "running":
+    if row.status != "running":
         return row
     ref = await platform.system.get(ProcessActor, process_id)
     try:
-        result: Row = await ref.ask(Kill(), timeout=60)
+        result: ProcessRecord = await ref.ask(Kill(), timeout=60)
     except ApiError as exc:
         if exc.code != "PROCESS_NOT_RUNNING":  # it ended while we asked
             raise
@@ -145,10 +133,10 @@ async def process_logs(platform: SandboxServices, sandbox_id: str, process_id: s
     """The last `tail` lines: from the agent while it has them, else from the record."""
     row = await find_process(platform, sandbox_id, process_id)
     with contextlib.suppress(ApiError, RuntimeErrorBase):
-        if row["status"] == "running" or row["final_logs"] is None:
+        if row.status == "running" or row.final_logs is None:
             agent = await agent_for(platform, sandbox_id, record_activity=False)
             return [line["line"] for line in (await agent.logs(process_id, tail=tail))["lines"]]
-    saved = json.loads(row["final_logs"] or "[]")
+    saved = json.loads(row.final_logs or "[]")
     return [line["line"] for line in saved[-tail:]] if tail > 0 else []
 
 
@@ -168,7 +156,7 @@ async def follow_logs(
     process has ended and every line has been sent."""
     row = await find_process(platform, sandbox_id, process_id)
     agent: AgentClient | None = None
-    if row["status"] == "running" or row["final_logs"] is None:
+    if row.status == "running" or row.final_logs is None:
         with contextlib.suppress(ApiError):
             agent = await agent_for(platform, sandbox_id, record_activity=False)
     while agent is not None:
@@ -185,10 +173,10 @@ async def follow_logs(
             yield Ended(final["status"], final.get("exit_code"))
             return
     row = await find_process(platform, sandbox_id, process_id)
-    saved = [line for line in json.loads(row["final_logs"] or "[]") if int(line["id"]) > after]
+    saved = [line for line in json.loads(row.final_logs or "[]") if int(line["id"]) > after]
     if saved:
         yield saved
-    yield Ended("killed" if row["status"] == "running" else row["status"], row["exit_code"])
+    yield Ended("killed" if row.status == "running" else row.status, row.exit_code)
 
 
 __all__ = [

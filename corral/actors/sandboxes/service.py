@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 from typing import Annotated, Any, Literal
 
 from corral.actors.instances import ExecTimeout, clamp_timeout
 from corral.actors.sandboxes.services import SandboxServices
-from corral.actors.tenancy import EXTERNAL_FIELDS, Placement, resolve_attribution
-from corral.actors.tenancy.slugs import slugify
+from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
 from corral.models import Rule, model
-from corral.storage import Event, Row, Transaction, utc_now_iso
+from corral.storage import Event
 from corral.vm import SIZES, ExecEvent, InstanceInfo
 
-from . import billing_hooks
+from . import billing_hooks, store
 from .access import agent_for, touch, wait_until_settled
-from .actor import SandboxActor, limit_reached
+from .actor import SandboxActor
 from .env import KEY_PATTERN, EnvVar, copy_vars, put_vars, resolved_env
 from .messages import Boot, Booted, Destroy, Fork, Get, Start, Stop
 from .processes import resume_watchers
+from .store import SandboxDraft, SandboxRecord
 
 SIZE_NAMES = tuple(SIZES)
-ACTIVE_STATES = ("creating", "running")
-"""States that count against the tenant's concurrent-sandbox cap."""
 MAX_LINE_EVENTS = 2000
 """Line events one exec may publish; the response always has the whole output."""
 
@@ -37,12 +33,11 @@ PUBLIC_FIELDS = (
 )
 
 
-def sandbox_public(row: Row) -> dict[str, Any]:
-    record = {name: row[name] for name in PUBLIC_FIELDS}
-    record["metadata"] = json.loads(row["metadata"])
-    if row.get("error"):
-        record["error"] = row["error"]
-    return record
+def sandbox_public(sandbox: SandboxRecord) -> dict[str, Any]:
+    public = {name: getattr(sandbox, name) for name in PUBLIC_FIELDS}
+    if sandbox.error:
+        public["error"] = sandbox.error
+    return public
 
 
 def _env_keys_problem(env: dict[str, str]) -> str | None:
@@ -63,103 +58,73 @@ class NewSandbox(Placement):
     metadata: dict[str, Any] | None = None
 
 
-def _unique_slug(tx: Transaction, base: str) -> str:
-    while True:
-        # At most 57 characters, so that a preview host's first label `{port}-{slug}`
-        # stays within DNS's 63 (docs/api.md "Previews").
-        candidate = f"{base[:48].rstrip('-')}-{secrets.token_hex(4)}"
-        if not tx.fetch_one("SELECT 1 FROM sandboxes WHERE slug = ?", (candidate,)):
-            return candidate
+def _draft(attribution: Attribution, owner_user_id: str | None, new: NewSandbox, forked_from: str | None = None) -> SandboxDraft:
+    return SandboxDraft(
+        attribution=attribution,
+        owner_user_id=owner_user_id,
+        name=new.name,
+        template_id=new.template_id,
+        size=new.size,
+        auto_stop=new.auto_stop,
+        metadata=new.metadata or {},
+        forked_from=forked_from,
+    )
 
 
-async def _insert(
-    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox, forked_from: str | None = None
-) -> Row:
-    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
-
-    def work(tx: Transaction) -> Row:
-        limit = int(tx.fetch_value("SELECT sandbox_limit FROM tenants WHERE id = ?", (tenant_id,)) or 10)
-        marks = ", ".join("?" for _ in ACTIVE_STATES)
-        active = int(tx.fetch_value(
-            f"SELECT COUNT(*) AS n FROM sandboxes WHERE tenant_id = ? AND status IN ({marks})", (tenant_id, *ACTIVE_STATES)
-        ) or 0)
-        if active >= limit:
-            raise limit_reached(limit)
-        now = utc_now_iso()
-        row: Row = {
-            "id": new_uuid(),
-            "tenant_id": tenant_id,
-            "owner_user_id": owner_user_id,
-            "name": new.name or "sandbox",
-            "slug": _unique_slug(tx, slugify(new.name or "sbx", "sbx")),
-            "template_id": new.template_id,
-            "size": new.size,
-            "status": "creating",
-            "region": "local",
-            "auto_stop": new.auto_stop or None,
-            "workspace_id": attribution.workspace_id,
-            "project_id": attribution.project_id,
-            "external_workspace_id": attribution.external_workspace_id,
-            "external_user_id": attribution.external_user_id,
-            "external_project_id": attribution.external_project_id,
-            "metadata": json.dumps(new.metadata or {}),
-            "error": None,
-            "forked_from": forked_from,
-            "last_activity_at": now,
-            "created_at": now,
-            "updated_at": now,
-        }
-        tx.insert("sandboxes", row)
-        return row
-
-    row = await platform.db.transaction(work)
-    await platform.bus.publish(Event("sandbox.created", "sandbox", row["id"], {"sandbox_id": row["id"]}, tenant_id=tenant_id))
-    return row
-
-
-async def create_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox) -> Row:
+async def create_sandbox(
+    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox
+) -> SandboxRecord:
     if not platform.runtime.templates.exists(new.template_id):
         raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
-    row = await _insert(platform, tenant_id, owner_user_id, new)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
+    ref = await platform.system.create(SandboxActor, new_uuid(), _draft(attribution, owner_user_id, new))
+    record: SandboxRecord = await ref.ask(Get())
     if new.env:
-        await put_vars(platform, row, [EnvVar(key, value) for key, value in new.env.items()])
-    ref = await platform.system.get(SandboxActor, row["id"])
+        await put_vars(platform, record, [EnvVar(key, value) for key, value in new.env.items()])
     await ref.ask(Boot())
-    return await wait_until_settled(platform, row["id"], platform.settings.sandbox_ready_wait)
+    return await wait_until_settled(platform, record.id, platform.settings.sandbox_ready_wait)
 
 
-async def fork_sandbox(platform: SandboxServices, tenant_id: str, owner_user_id: str | None, source: Row) -> Row:
+async def fork_sandbox(
+    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, source: SandboxRecord
+) -> SandboxRecord:
     new = NewSandbox(
-        template_id=source["template_id"], name=f"{source['name']}-fork"[:100], size=source["size"], auto_stop=source["auto_stop"],
-        metadata=json.loads(source["metadata"]), workspace_id=source["workspace_id"], project_id=source["project_id"],
-        **{name: source[name] for name in EXTERNAL_FIELDS},
+        template_id=source.template_id, name=f"{source.name}-fork"[:100], size=source.size, auto_stop=source.auto_stop,
+        metadata=source.metadata,
     )
-    await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
-    row = await _insert(platform, tenant_id, owner_user_id, new, forked_from=source["id"])
-    await copy_vars(platform, source, row)
-    source_ref = await platform.system.get(SandboxActor, source["id"])
-    target_ref = await platform.system.get(SandboxActor, row["id"])
+    attribution = Attribution(
+        tenant_id=tenant_id, workspace_id=source.workspace_id, project_id=source.project_id,
+        external_workspace_id=source.external_workspace_id, external_user_id=source.external_user_id,
+        external_project_id=source.external_project_id,
+    )
+    await billing_hooks.allow_create(platform, tenant_id, new.size, source.external_user_id)  # 402 / quota 409
+    target_ref = await platform.system.create(
+        SandboxActor, new_uuid(), _draft(attribution, owner_user_id, new, forked_from=source.id)
+    )
+    record: SandboxRecord = await target_ref.ask(Get())
+    await copy_vars(platform, source, record)
+    source_ref = await platform.system.get(SandboxActor, source.id)
     try:
-        info: InstanceInfo = await source_ref.ask(Fork(row["id"]))
+        info: InstanceInfo = await source_ref.ask(Fork(record.id))
     except Exception as exc:
         await target_ref.ask(Booted(None, f"fork failed: {exc}"))
         raise
     await target_ref.ask(Booted(info))
-    result: Row = await target_ref.ask(Get())
+    result: SandboxRecord = await target_ref.ask(Get())
     return result
 
 
 async def recover_interrupted(platform: SandboxServices) -> int:
     """At start-up: boot sandboxes whose creation was cut off; an interrupted fork is an error."""
-    rows = await platform.db.fetch_all("SELECT id, forked_from FROM sandboxes WHERE status = 'creating'")
-    for row in rows:
-        ref = await platform.system.get(SandboxActor, row["id"])
-        if row["forked_from"]:
+    interrupted = await store.being_created(platform.db)
+    for record in interrupted:
+        ref = await platform.system.get(SandboxActor, record.id)
+        if record.forked_from:
             await ref.ask(Booted(None, "the control plane stopped while the fork was being made"))
         else:
             await ref.ask(Boot())
-    return len(rows)
+    return len(interrupted)
 
 
 async def start_background(platform: SandboxServices) -> None:
@@ -167,40 +132,30 @@ async def start_background(platform: SandboxServices) -> None:
     await resume_watchers(platform)
 
 
-async def find_sandbox(platform: SandboxServices, tenant_id: str, sandbox_id: str) -> Row:
-    row = await platform.db.fetch_one(
-        "SELECT * FROM sandboxes WHERE id = ? AND tenant_id = ? AND status != 'destroyed'", (sandbox_id, tenant_id)
-    )
-    if row is None:
+async def find_sandbox(platform: SandboxServices, tenant_id: str, sandbox_id: str) -> SandboxRecord:
+    record = await store.find(platform.db, tenant_id, sandbox_id)
+    if record is None:
         raise not_found("sandbox not found")
-    return row
+    return record
 
 
-async def list_sandboxes(platform: SandboxServices, tenant_id: str, filters: dict[str, str]) -> list[Row]:
-    clauses, params = ["tenant_id = ?", "status != 'destroyed'"], [tenant_id]
-    for column, value in filters.items():
-        clauses.append(f"{column} = ?")
-        params.append(value)
-    return await platform.db.fetch_all(
-        f"SELECT * FROM sandboxes WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, id", tuple(params)
-    )
+async def list_sandboxes(platform: SandboxServices, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
+    return await store.list_for_tenant(platform.db, tenant_id, filters)
 
 
-async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start | Stop | Destroy) -> Row:
+async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start | Stop | Destroy) -> SandboxRecord:
     if isinstance(message, Start):
         await billing_hooks.allow_start(platform, sandbox_id)  # 402 / quota 409
     ref = await platform.system.get(SandboxActor, sandbox_id)
-    row: Row = await ref.ask(message, timeout=120)
-    return row
-
-
+    record: SandboxRecord = await ref.ask(message, timeout=120)
+    return record
 
 
 class _LineEvents:
     """Turns output chunks into `sandbox.exec.stdout/stderr` line events."""
 
-    def __init__(self, platform: SandboxServices, row: Row, exec_id: str) -> None:
-        self.platform, self.row, self.exec_id = platform, row, exec_id
+    def __init__(self, platform: SandboxServices, sandbox: SandboxRecord, exec_id: str) -> None:
+        self.platform, self.sandbox, self.exec_id = platform, sandbox, exec_id
         self.partial = {"stdout": "", "stderr": ""}
         self.published = 0
 
@@ -220,11 +175,11 @@ class _LineEvents:
         if self.published >= MAX_LINE_EVENTS:
             return
         self.published += 1
-        await publish(self.platform, self.row, f"sandbox.exec.{stream}", {"exec_id": self.exec_id, "line": line})
+        await publish(self.platform, self.sandbox, f"sandbox.exec.{stream}", {"exec_id": self.exec_id, "line": line})
 
 
-async def publish(platform: SandboxServices, row: Row, event_type: str, data: dict[str, Any]) -> None:
-    await platform.bus.publish(Event(event_type, "sandbox", row["id"], data, tenant_id=row["tenant_id"]))
+async def publish(platform: SandboxServices, sandbox: SandboxRecord, event_type: str, data: dict[str, Any]) -> None:
+    await platform.bus.publish(Event(event_type, "sandbox", sandbox.id, data, tenant_id=sandbox.tenant_id))
 
 
 @model
@@ -237,22 +192,22 @@ class ExecRequest:
     env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
 
 
-async def exec_command(platform: SandboxServices, row: Row, request: ExecRequest) -> dict[str, Any]:
+async def exec_command(platform: SandboxServices, sandbox: SandboxRecord, request: ExecRequest) -> dict[str, Any]:
     command, cwd = request.command, request.cwd
     timeout = clamp_timeout(request.timeout)
-    agent = await agent_for(platform, row["id"], record_activity=False)  # recorded when it ends
-    env = {**await resolved_env(platform, row), **(request.env or {})}
+    agent = await agent_for(platform, sandbox.id, record_activity=False)  # recorded when it ends
+    env = {**await resolved_env(platform, sandbox), **(request.env or {})}
     exec_id = prefixed("exec")
-    await publish(platform, row, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
-    lines = _LineEvents(platform, row, exec_id)
+    await publish(platform, sandbox, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
+    lines = _LineEvents(platform, sandbox, exec_id)
     started = time.monotonic()
     result = await agent.exec(command, timeout=timeout, cwd=cwd, env=env, on_output=lines.feed)
     await lines.flush()
     await publish(
-        platform, row, "sandbox.exec.completed",
+        platform, sandbox, "sandbox.exec.completed",
         {"exec_id": exec_id, "exit_code": result.exit_code, "duration_ms": result.duration_ms},
     )
-    await touch(platform, row["id"])
+    await touch(platform, sandbox.id)
     return {
         "exec_id": exec_id,
         "exit_code": result.exit_code,

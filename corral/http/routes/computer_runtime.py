@@ -60,7 +60,7 @@ async def metrics(ctx: RequestContext, id: str) -> Reply:
 @router.get("/computers/{id}/env", summary="Env var names (values are never returned): {env: [{name, created_at, updated_at}]}", scope=READ)
 async def list_env(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id)
-    return raw({"env": [computers.env_public(r) for r in await computers.list_env(ctx.platform, row["id"])]})
+    return raw({"env": [computers.env_public(r) for r in await computers.list_env(ctx.platform, row.id)]})
 
 
 @router.post(
@@ -81,7 +81,7 @@ async def set_env(ctx: RequestContext, id: str) -> Reply:
 @router.delete("/computers/{id}/env/{name}", summary="Remove an env var", scope=WRITE, action="computers.env.delete")
 async def delete_env(ctx: RequestContext, id: str, name: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
-    await computers.delete_env(ctx.platform, row["id"], name)
+    await computers.delete_env(ctx.platform, row.id, name)
     return raw({"name": name, "deleted": True})
 
 
@@ -94,7 +94,7 @@ async def delete_env(ctx: RequestContext, id: str, name: str) -> Reply:
 )
 async def events(ctx: RequestContext, id: str) -> Response:
     row = await computer_row(ctx, id)
-    return event_stream(ctx, resource_type="computer", resource_id=row["id"], types=["computer.*"])
+    return event_stream(ctx, resource_type="computer", resource_id=row.id, types=["computer.*"])
 
 
 async def _files(ctx: RequestContext, id: str) -> InstanceFiles:

@@ -7,7 +7,6 @@ event stream are in `computer_runtime.py`; both use `computer_row` to find a com
 from __future__ import annotations
 
 from corral.actors import computers
-from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, raw
@@ -17,23 +16,23 @@ router = Router("computers")
 
 READ, WRITE = "computers:read", "computers:write"
 
-def public(ctx: RequestContext, row: Row) -> Reply:
+def public(ctx: RequestContext, row: computers.ComputerRecord) -> Reply:
     return raw(computers.computer_public(row, ctx.platform.settings.public_domain))
 
 
-def _audit(ctx: RequestContext, row: Row) -> None:
+def _audit(ctx: RequestContext, row: computers.ComputerRecord) -> None:
     ctx.audit.update(
-        workspace_id=row["workspace_id"],
-        project_id=row["project_id"],
+        workspace_id=row.workspace_id,
+        project_id=row.project_id,
         resource_type="computer",
-        resource_id=row["id"],
-        external_workspace_id=row["external_workspace_id"],
-        external_user_id=row["external_user_id"],
-        external_project_id=row["external_project_id"],
+        resource_id=row.id,
+        external_workspace_id=row.external_workspace_id,
+        external_user_id=row.external_user_id,
+        external_project_id=row.external_project_id,
     )
 
 
-async def computer_row(ctx: RequestContext, id: str, *, change: bool = False) -> Row:
+async def computer_row(ctx: RequestContext, id: str, *, change: bool = False) -> computers.ComputerRecord:
     """The caller's computer: `400 invalid computer id`, `404 computer not found`; a
     change also needs membership (`403 not a member of this computer`)."""
     computer_id = require_uuid(id, "computer id")
@@ -156,4 +155,4 @@ async def set_auto_stop(ctx: RequestContext, id: str) -> Reply:
 async def urls(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id)
     found = computers.computer_urls(row, ctx.platform.settings.public_domain)
-    return raw({**found, "computer_id": row["id"]})
+    return raw({**found, "computer_id": row.id})

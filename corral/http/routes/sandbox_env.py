@@ -14,7 +14,7 @@ router = Router("sandbox env")
 @router.get("/sandboxes/{id}/env", summary="The sandbox's variables: keys and flags, never values", scope="sandboxes:read")
 async def list_(ctx: RequestContext, id: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
-    return data([env.entry_public(row) for row in await env.list_vars(ctx.platform, sandbox["id"])])
+    return data([env.entry_public(row) for row in await env.list_vars(ctx.platform, sandbox.id)])
 
 
 @router.put(
@@ -34,5 +34,5 @@ async def put(ctx: RequestContext, id: str) -> Reply:
 @router.delete("/sandboxes/{id}/env/{key}", summary="Remove one variable", scope="sandboxes:write", action="sandboxes.env.delete")
 async def delete(ctx: RequestContext, id: str, key: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
-    await env.delete_var(ctx.platform, sandbox["id"], key)
+    await env.delete_var(ctx.platform, sandbox.id, key)
     return Reply({"deleted": True, "name": key})

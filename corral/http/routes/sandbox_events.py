@@ -16,7 +16,7 @@ router = Router("sandbox streams")
 
 async def _events(ctx: RequestContext, id: str) -> Response:
     sandbox = await _sandbox(ctx, id)
-    return event_stream(ctx, resource_type="sandbox", resource_id=sandbox["id"], types=EVENT_TYPES)
+    return event_stream(ctx, resource_type="sandbox", resource_id=sandbox.id, types=EVENT_TYPES)
 
 
 @router.get(
@@ -50,4 +50,4 @@ async def events_stream(ctx: RequestContext, id: str) -> Response:
 )
 async def logs_stream(ctx: RequestContext, id: str) -> Response:
     sandbox = await _sandbox(ctx, id)
-    return event_stream(ctx, resource_type="sandbox", resource_id=sandbox["id"], types=LOG_TYPES)
+    return event_stream(ctx, resource_type="sandbox", resource_id=sandbox.id, types=LOG_TYPES)

@@ -7,9 +7,8 @@ from collections.abc import AsyncIterator
 
 from quart import Response
 
-from corral.actors.sandboxes import processes
+from corral.actors.sandboxes import SandboxRecord, processes
 from corral.errors import not_found
-from corral.storage import Row
 
 from ..context import RequestContext
 from ..replies import Reply, data, no_content
@@ -21,11 +20,11 @@ router = Router("sandbox processes")
 
 PROCESS_ID = re.compile(r"proc_[0-9a-z]{26}")
 
-async def _process(ctx: RequestContext, id: str, pid: str) -> tuple[Row, Row]:
+async def _process(ctx: RequestContext, id: str, pid: str) -> tuple[SandboxRecord, processes.ProcessRecord]:
     sandbox = await _sandbox(ctx, id)
     if not PROCESS_ID.fullmatch(pid):
         raise not_found("process not found")
-    return sandbox, await processes.find_process(ctx.platform, sandbox["id"], pid)
+    return sandbox, await processes.find_process(ctx.platform, sandbox.id, pid)
 
 
 @router.post(
@@ -45,7 +44,7 @@ async def start(ctx: RequestContext, id: str) -> Reply:
 @router.get("/sandboxes/{id}/processes", summary="The sandbox's processes, newest first", scope="sandboxes:read")
 async def list_(ctx: RequestContext, id: str) -> Reply:
     sandbox = await _sandbox(ctx, id)
-    rows = await processes.list_processes(ctx.platform, sandbox["id"])
+    rows = await processes.list_processes(ctx.platform, sandbox.id)
     return data([processes.process_public(row) for row in rows])
 
 
@@ -64,7 +63,7 @@ async def get(ctx: RequestContext, id: str, pid: str) -> Reply:
 )
 async def kill(ctx: RequestContext, id: str, pid: str) -> Reply:
     sandbox, row = await _process(ctx, id, pid)
-    await processes.kill_process(ctx.platform, sandbox["id"], row["id"])
+    await processes.kill_process(ctx.platform, sandbox.id, row.id)
     return no_content()
 
 
@@ -77,7 +76,7 @@ async def kill(ctx: RequestContext, id: str, pid: str) -> Reply:
 async def logs(ctx: RequestContext, id: str, pid: str) -> Reply:
     sandbox, row = await _process(ctx, id, pid)
     tail = ctx.query_int("tail", processes.DEFAULT_TAIL, minimum=0, maximum=processes.MAX_TAIL)
-    return data({"lines": await processes.process_logs(ctx.platform, sandbox["id"], row["id"], tail)})
+    return data({"lines": await processes.process_logs(ctx.platform, sandbox.id, row.id, tail)})
 
 
 @router.get(
@@ -96,9 +95,9 @@ async def stream(ctx: RequestContext, id: str, pid: str) -> Response:
 
     async def frames() -> AsyncIterator[bytes]:
         yield CONNECTED
-        async for batch in processes.follow_logs(platform, sandbox["id"], row["id"], after, heartbeat):
+        async for batch in processes.follow_logs(platform, sandbox.id, row.id, after, heartbeat):
             if isinstance(batch, processes.Ended):
-                yield frame("exit", {"pid": row["id"], "status": batch.status, "exit_code": batch.exit_code})
+                yield frame("exit", {"pid": row.id, "status": batch.status, "exit_code": batch.exit_code})
                 return
             if not batch:
                 yield HEARTBEAT

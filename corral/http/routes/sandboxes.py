@@ -5,7 +5,6 @@ from __future__ import annotations
 from corral.actors import sandboxes
 from corral.actors.instances import InstanceFiles
 from corral.errors import ApiError
-from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
@@ -16,18 +15,22 @@ router = Router("sandboxes")
 
 FILTERS = ("workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id", "status")
 
-async def _sandbox(ctx: RequestContext, id: str) -> Row:
+def _audit(ctx: RequestContext, sandbox: sandboxes.SandboxRecord) -> None:
+    ctx.audit.update(
+        workspace_id=sandbox.workspace_id,
+        project_id=sandbox.project_id,
+        resource_type="sandbox",
+        resource_id=sandbox.id,
+        external_workspace_id=sandbox.external_workspace_id,
+        external_user_id=sandbox.external_user_id,
+        external_project_id=sandbox.external_project_id,
+    )
+
+
+async def _sandbox(ctx: RequestContext, id: str) -> sandboxes.SandboxRecord:
     sandbox_id = require_uuid(id, "sandbox id")
     row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id)
-    ctx.audit.update(
-        workspace_id=row["workspace_id"],
-        project_id=row["project_id"],
-        resource_type="sandbox",
-        resource_id=sandbox_id,
-        external_workspace_id=row["external_workspace_id"],
-        external_user_id=row["external_user_id"],
-        external_project_id=row["external_project_id"],
-    )
+    _audit(ctx, row)
     return row
 
 
@@ -36,11 +39,7 @@ async def create(ctx: RequestContext) -> Reply:
     principal = ctx.principal
     body = await ctx.body(sandboxes.NewSandbox)
     row = await sandboxes.create_sandbox(ctx.platform, ctx.tenant_id, principal.user_id, body)
-    ctx.audit.update(
-        workspace_id=row["workspace_id"], project_id=row["project_id"], resource_type="sandbox", resource_id=row["id"],
-        external_workspace_id=row["external_workspace_id"], external_user_id=row["external_user_id"],
-        external_project_id=row["external_project_id"],
-    )
+    _audit(ctx, row)
     return data(sandboxes.sandbox_public(row), 201)
 
 
@@ -59,13 +58,13 @@ async def get(ctx: RequestContext, id: str) -> Reply:
 @router.post("/sandboxes/{id}/stop", summary="Stop a running sandbox; its files are kept", scope="sandboxes:write", action="sandboxes.stop")
 async def stop(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Stop())))
+    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row.id, sandboxes.Stop())))
 
 
 @router.post("/sandboxes/{id}/start", summary="Start a stopped or suspended sandbox", scope="sandboxes:write", action="sandboxes.start")
 async def start(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Start())))
+    return data(sandboxes.sandbox_public(await sandboxes.lifecycle(ctx.platform, row.id, sandboxes.Start())))
 
 
 @router.post("/sandboxes/{id}/fork", summary="A new sandbox with a copy of this one's files", scope="sandboxes:write", action="sandboxes.fork", status=201)
@@ -78,8 +77,8 @@ async def fork(ctx: RequestContext, id: str) -> Reply:
 @router.delete("/sandboxes/{id}", summary="Destroy a sandbox and everything in it", scope="sandboxes:write", action="sandboxes.delete")
 async def delete(ctx: RequestContext, id: str) -> Reply:
     row = await _sandbox(ctx, id)
-    await sandboxes.lifecycle(ctx.platform, row["id"], sandboxes.Destroy())
-    return data({"id": row["id"], "deleted": True})
+    await sandboxes.lifecycle(ctx.platform, row.id, sandboxes.Destroy())
+    return data({"id": row.id, "deleted": True})
 
 
 @router.post(
@@ -96,9 +95,9 @@ async def exec_(ctx: RequestContext, id: str) -> Reply:
 
 async def _files(ctx: RequestContext, id: str) -> InstanceFiles:
     row = await _sandbox(ctx, id)
-    if row["status"] not in ("running", "creating"):
+    if row.status not in ("running", "creating"):
         raise ApiError(409, "SANDBOX_NOT_RUNNING", "sandbox is not running")
-    return await sandboxes.files_for(ctx.platform, row["id"])
+    return await sandboxes.files_for(ctx.platform, row.id)
 
 
 mount_file_routes(router, "/sandboxes/{id}", _files, read_scope="sandboxes:read", write_scope="sandboxes:write", noun="sandbox")

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from corral.actors import computers
 from corral.actors.computers import (
     ComputerActor,
     Destroy,
@@ -57,16 +58,16 @@ async def test_the_state_table(api: Api, owner: Tenant) -> None:
     ref = await api.platform.system.get(ComputerActor, computer["id"])
     assert (await refusal(ref, Resize("large"))).status == 409
     assert (await refusal(ref, Start())).message == "computer cannot be started from its current status"
-    assert (await ref.ask(Restart()))["status"] == "running"
-    assert (await ref.ask(Stop()))["status"] == "stopped"
+    assert (await ref.ask(Restart())).status == "running"
+    assert (await ref.ask(Stop())).status == "stopped"
     assert (await refusal(ref, Pause())).message == "computer cannot be paused from its current status"
-    assert (await ref.ask(Resize("medium")))["size"] == "medium"
-    assert (await ref.ask(Move("local")))["region"] == "local"
-    assert (await ref.ask(Start()))["status"] == "running"
+    assert (await ref.ask(Resize("medium"))).size == "medium"
+    assert (await ref.ask(Move("local"))).region == "local"
+    assert (await ref.ask(Start())).status == "running"
     stale = await refusal(ref, IdleStop(60, "2000-01-01T00:00:00.000000Z"))
     assert (stale.status, stale.message) == (409, "computer is no longer idle")
-    assert (await ref.ask(Pause()))["status"] == "paused"
-    assert (await ref.ask(Start()))["status"] == "running"
+    assert (await ref.ask(Pause())).status == "paused"
+    assert (await ref.ask(Start())).status == "running"
     row = await api.platform.db.fetch_one("SELECT status, size, vm_id FROM computers WHERE id = ?", (computer["id"],))
     assert row == {"status": "running", "size": "medium", "vm_id": computer["vm_id"]}
     assert await ref.ask(Destroy()) == {"id": computer["id"], "deleted": True}
@@ -77,7 +78,7 @@ async def test_the_state_table(api: Api, owner: Tenant) -> None:
 
 async def test_env_round_trip_and_the_clone_copy(api: Api, owner: Tenant) -> None:
     computer = await create_running(api, owner)
-    row = await api.platform.db.fetch_one("SELECT * FROM computers WHERE id = ?", (computer["id"],))
+    row = await computers.store.load(api.platform.db, computer["id"])
     assert row is not None
     await set_env(api.platform, row, {"ONE": "1", "TWO": "zwei"})
     assert await resolved_env(api.platform, row) == {"ONE": "1", "TWO": "zwei"}
@@ -93,7 +94,7 @@ async def test_sampler_and_windows(api: Api, owner: Tenant) -> None:
         for _ in range(3):
             await trio.sleep(0.4)
             assert await sampler.sample() == 1
-    row = await api.platform.db.fetch_one("SELECT * FROM computers WHERE id = ?", (computer["id"],))
+    row = await computers.store.load(api.platform.db, computer["id"])
     assert row is not None
     metrics = await computer_metrics(api.platform, row, "1h")
     cpu = [p["value"] for p in metrics["cpu_percent"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from corral.actors.instances import MAX_VARS, SealedEnv, SealedEnvTable
@@ -26,8 +28,14 @@ async def store(db: Database) -> SealedEnv:
     return SealedEnv(db, SecretBox(b"k" * 32), TABLE)
 
 
-OWNER = {"id": "o1", "tenant_id": "t1"}
-OTHER = {"id": "o2", "tenant_id": "t1"}
+@dataclass(frozen=True)
+class Owner:
+    id: str
+    tenant_id: str
+
+
+OWNER = Owner("o1", "t1")
+OTHER = Owner("o2", "t1")
 
 
 async def test_put_upserts_and_values_are_sealed_to_their_owner(store: SealedEnv) -> None:

@@ -1,0 +1,167 @@
+"""The `sandboxes` table: every query about sandbox rows, returning `SandboxRecord`s.
+
+Reads are for anyone in the package; the writes (`create`, and the `SANDBOXES`
+store's updates that `RecordActor` and `InstanceActor` make) are the sandbox actor's
+alone.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral.actors.record import RowStore
+from corral.actors.tenancy import Attribution
+from corral.actors.tenancy.slugs import slugify
+from corral.errors import ApiError, conflict
+from corral.storage import Database, Transaction, utc_now_iso
+
+ACTIVE_STATES = ("creating", "running")
+"""States that count against the tenant's concurrent-sandbox cap."""
+DEFAULT_SANDBOX_LIMIT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxRecord:
+    """One sandbox row."""
+
+    id: str
+    tenant_id: str
+    owner_user_id: str | None
+    name: str
+    slug: str
+    template_id: str
+    size: str
+    status: str
+    region: str
+    auto_stop: int | None
+    workspace_id: str
+    project_id: str
+    external_workspace_id: str | None
+    external_user_id: str | None
+    external_project_id: str | None
+    metadata: dict[str, Any] = field(hash=False)
+    error: str | None
+    forked_from: str | None
+    last_activity_at: str | None
+    created_at: str
+    updated_at: str
+
+
+SANDBOXES = RowStore("sandboxes", SandboxRecord, json_columns=("metadata",))
+
+
+# -- reads ------------------------------------------------------------------------------
+
+
+async def find(db: Database, tenant_id: str, sandbox_id: str) -> SandboxRecord | None:
+    """The tenant's sandbox, unless destroyed."""
+    row = await db.fetch_one(
+        "SELECT * FROM sandboxes WHERE id = ? AND tenant_id = ? AND status != 'destroyed'", (sandbox_id, tenant_id)
+    )
+    return None if row is None else SANDBOXES.record(row)
+
+
+async def load(db: Database, sandbox_id: str) -> SandboxRecord | None:
+    return await SANDBOXES.load(db, sandbox_id)
+
+
+async def list_for_tenant(db: Database, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
+    """The tenant's sandboxes but the destroyed, newest first; `filters` are column = value."""
+    clauses, params = ["tenant_id = ?", "status != 'destroyed'"], [tenant_id]
+    for column, value in filters.items():
+        clauses.append(f"{column} = ?")
+        params.append(value)
+    rows = await db.fetch_all(
+        f"SELECT * FROM sandboxes WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, id", tuple(params)
+    )
+    return SANDBOXES.records(rows)
+
+
+async def being_created(db: Database) -> list[SandboxRecord]:
+    """Sandboxes whose creation a control-plane stop cut off."""
+    return SANDBOXES.records(await db.fetch_all("SELECT * FROM sandboxes WHERE status = 'creating'"))
+
+
+async def by_slug(db: Database, slug: str) -> SandboxRecord | None:
+    """The sandbox a preview host names, unless destroyed."""
+    row = await db.fetch_one("SELECT * FROM sandboxes WHERE slug = ? AND status != 'destroyed'", (slug,))
+    return None if row is None else SANDBOXES.record(row)
+
+
+def unique_slug(tx: Transaction, base: str) -> str:
+    """`base` with a random suffix no sandbox has. At most 57 characters, so that a
+    preview host's first label `{port}-{slug}` stays within DNS's 63."""
+    while True:
+        candidate = f"{base[:48].rstrip('-')}-{secrets.token_hex(4)}"
+        if not tx.fetch_one("SELECT 1 FROM sandboxes WHERE slug = ?", (candidate,)):
+            return candidate
+
+
+def active_count(tx: Transaction, tenant_id: str) -> int:
+    marks = ", ".join("?" for _ in ACTIVE_STATES)
+    value = tx.fetch_value(
+        f"SELECT COUNT(*) AS n FROM sandboxes WHERE tenant_id = ? AND status IN ({marks})", (tenant_id, *ACTIVE_STATES)
+    )
+    return int(value or 0)
+
+
+def sandbox_limit(tx: Transaction, tenant_id: str) -> int:
+    return int(tx.fetch_value("SELECT sandbox_limit FROM tenants WHERE id = ?", (tenant_id,)) or DEFAULT_SANDBOX_LIMIT)
+
+
+# -- writes (the sandbox actor's) -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SandboxDraft:
+    """What a new sandbox's row is made from (`ActorSystem.create`)."""
+
+    attribution: Attribution
+    owner_user_id: str | None
+    name: str | None
+    template_id: str
+    size: str
+    auto_stop: int | None
+    metadata: dict[str, Any] = field(hash=False)
+    forked_from: str | None = None
+
+
+def limit_reached(limit: int) -> ApiError:
+    return conflict("SANDBOX_LIMIT_REACHED", f"concurrent sandbox limit of {limit} reached")
+
+
+def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxRecord:
+    """Insert the new sandbox (`creating`) within the tenant's concurrent-sandbox cap."""
+    tenant_id = draft.attribution.tenant_id
+    limit = sandbox_limit(tx, tenant_id)
+    if active_count(tx, tenant_id) >= limit:
+        raise limit_reached(limit)
+    now = utc_now_iso()
+    record = SandboxRecord(
+        id=sandbox_id,
+        tenant_id=tenant_id,
+        owner_user_id=draft.owner_user_id,
+        name=draft.name or "sandbox",
+        slug=unique_slug(tx, slugify(draft.name or "sbx", "sbx")),
+        template_id=draft.template_id,
+        size=draft.size,
+        status="creating",
+        region="local",
+        auto_stop=draft.auto_stop or None,
+        workspace_id=draft.attribution.workspace_id,
+        project_id=draft.attribution.project_id,
+        external_workspace_id=draft.attribution.external_workspace_id,
+        external_user_id=draft.attribution.external_user_id,
+        external_project_id=draft.attribution.external_project_id,
+        metadata=draft.metadata,
+        error=None,
+        forked_from=draft.forked_from,
+        last_activity_at=now,
+        created_at=now,
+        updated_at=now,
+    )
+    SANDBOXES.insert(tx, record)
+    return record
+
