@@ -75,6 +75,18 @@ class RowStore(Generic[R]):
             f"SELECT {_column(column)} FROM {self.table} WHERE {self.id_column} = ?", (record_id,)
         )
 
+    async def where(
+        self, db: Database, equal: list[tuple[str, Any]], *, also: str = "", order_by: str = "created_at DESC, id"
+    ) -> list[R]:
+        """Rows whose columns equal the values in `equal` (column names are checked),
+        and the fixed condition `also`, in `order_by` order."""
+        clauses = [f"{_column(name)} = ?" for name, _ in equal] + ([also] if also else [])
+        rows = await db.fetch_all(
+            f"SELECT * FROM {self.table} WHERE {' AND '.join(clauses) or 'TRUE'} ORDER BY {order_by}",
+            tuple(value for _, value in equal),
+        )
+        return self.records(rows)
+
     def insert(self, tx: Transaction, record: R) -> None:
         tx.insert(self.table, self.row(dataclasses.asdict(record)))  # type: ignore[call-overload]
 

@@ -92,17 +92,8 @@ async def list_for_tenant(
 ) -> list[ComputerRecord]:
     """The tenant's computers (only one workspace's, for a key restricted to it), newest
     first; `filters` are column = value."""
-    clauses, params = ["tenant_id = ?"], [tenant_id]
-    if within_workspace is not None:
-        clauses.append("workspace_id = ?")
-        params.append(within_workspace)
-    for column, value in filters.items():
-        clauses.append(f"{column} = ?")
-        params.append(value)
-    rows = await db.fetch_all(
-        f"SELECT * FROM computers WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, id", tuple(params)
-    )
-    return COMPUTERS.records(rows)
+    scope = [("workspace_id", within_workspace)] if within_workspace is not None else []
+    return await COMPUTERS.where(db, [("tenant_id", tenant_id), *scope, *filters.items()])
 
 
 async def being_provisioned(db: Database) -> list[ComputerRecord]:
@@ -132,7 +123,7 @@ def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerR
     now = utc_now_iso()
     record = ComputerRecord(
         id=computer_id,
-        tenant_id=draft.attribution.tenant_id,
+        **draft.attribution.as_dict(),  # tenant, workspace, project and the external ids
         owner_user_id=draft.owner_user_id,
         name=draft.name,
         slug=unique_slug(tx, slugify(draft.name, "computer")),
@@ -144,11 +135,6 @@ def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerR
         instance_id=f"vm-{uuid.uuid4().hex}",
         vm_id=None,
         region=draft.region,
-        workspace_id=draft.attribution.workspace_id,
-        project_id=draft.attribution.project_id,
-        external_workspace_id=draft.attribution.external_workspace_id,
-        external_user_id=draft.attribution.external_user_id,
-        external_project_id=draft.attribution.external_project_id,
         selected_apps=draft.selected_apps,
         settings=draft.settings,
         ai_config=draft.ai_config,

@@ -69,14 +69,7 @@ async def load(db: Database, sandbox_id: str) -> SandboxRecord | None:
 
 async def list_for_tenant(db: Database, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
     """The tenant's sandboxes but the destroyed, newest first; `filters` are column = value."""
-    clauses, params = ["tenant_id = ?", "status != 'destroyed'"], [tenant_id]
-    for column, value in filters.items():
-        clauses.append(f"{column} = ?")
-        params.append(value)
-    rows = await db.fetch_all(
-        f"SELECT * FROM sandboxes WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, id", tuple(params)
-    )
-    return SANDBOXES.records(rows)
+    return await SANDBOXES.where(db, [("tenant_id", tenant_id), *filters.items()], also="status != 'destroyed'")
 
 
 async def being_created(db: Database) -> list[SandboxRecord]:
@@ -141,7 +134,7 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxReco
     now = utc_now_iso()
     record = SandboxRecord(
         id=sandbox_id,
-        tenant_id=tenant_id,
+        **draft.attribution.as_dict(),  # tenant, workspace, project and the external ids
         owner_user_id=draft.owner_user_id,
         name=draft.name or "sandbox",
         slug=unique_slug(tx, slugify(draft.name or "sbx", "sbx")),
@@ -150,11 +143,6 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxReco
         status="creating",
         region="local",
         auto_stop=draft.auto_stop or None,
-        workspace_id=draft.attribution.workspace_id,
-        project_id=draft.attribution.project_id,
-        external_workspace_id=draft.attribution.external_workspace_id,
-        external_user_id=draft.attribution.external_user_id,
-        external_project_id=draft.attribution.external_project_id,
         metadata=draft.metadata,
         error=None,
         forked_from=draft.forked_from,
