@@ -47,7 +47,6 @@ from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, mi
 log = logging.getLogger("corral")
 
 
-
 @dataclass
 class Platform:
     """The long-lived services of one node, as one object, every one typed.

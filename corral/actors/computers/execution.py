@@ -15,10 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 
-from corral.actors.errors import ActorStopped, MailboxFull
-from corral.actors.instances import ExecTimeout, InstanceFiles, clamp_timeout
-from corral.actors.instances.messages import Touch
-from corral.errors import ApiError
+from corral.actors.instances import ExecTimeout, InstanceFiles, clamp_timeout, record_activity
 from corral.ids import new_ulid
 from corral.models import Rule, model
 from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
@@ -64,10 +61,8 @@ def activity(platform: ComputerServices) -> Activity:
 
 
 async def touch(platform: ComputerServices, computer_id: str) -> None:
-    """Record activity (exec, files, apps) for auto-stop: told to the computer's actor,
-    which writes it; a full mailbox drops it (what is queued there is activity enough)."""
-    with contextlib.suppress(MailboxFull, ActorStopped, ApiError):
-        await platform.system.ref(ComputerActor, computer_id).tell(Touch())
+    """Record activity (exec, files, apps) for auto-stop."""
+    await record_activity(platform.system.ref(ComputerActor, computer_id))
 
 
 async def agent_for(platform: ComputerServices, row: ComputerRecord, *, record_activity: bool = True) -> AgentClient:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from corral.actors.ref import ActorRef
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.actors.tenancy.scopes import role_at_least
 from corral.actors.tenancy.workspaces import effective_role
@@ -76,7 +77,7 @@ def check_template(new: NewComputer) -> None:
         )
 
 
-async def _create(platform: ComputerServices, draft: ComputerDraft) -> Any:
+async def _create(platform: ComputerServices, draft: ComputerDraft) -> ActorRef[ComputerActor]:
     """The new computer's actor, which writes its row (and `computer.created`)."""
     return await platform.system.create(ComputerActor, new_uuid(), draft)
 
@@ -129,13 +130,8 @@ async def clone_computer(platform: ComputerServices, owner_user_id: str | None, 
     await billing_hooks.require_allowance(
         platform, None, source.size, tenant_id=source.tenant_id, external_user_id=source.external_user_id
     )
-    attribution = Attribution(
-        tenant_id=source.tenant_id, workspace_id=source.workspace_id, project_id=source.project_id,
-        external_workspace_id=source.external_workspace_id, external_user_id=source.external_user_id,
-        external_project_id=source.external_project_id,
-    )
     draft = ComputerDraft(
-        attribution=attribution,
+        attribution=Attribution.of(source),
         owner_user_id=owner_user_id,
         name=f"{source.name} (clone)"[:MAX_NAME],
         template_type=source.template_type,

@@ -12,10 +12,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.actors.instances.activity import InstanceDraft
 from corral.actors.record import RowStore
-from corral.actors.tenancy import Attribution
 from corral.actors.tenancy.slugs import slugify
-from corral.storage import Database, Transaction, utc_now_iso
+from corral.storage import Database, Transaction
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +57,9 @@ COMPUTERS = RowStore("computers", ComputerRecord, json_columns=("selected_apps",
 
 
 @dataclass(frozen=True)
-class ComputerDraft:
+class ComputerDraft(InstanceDraft):
     """What a new computer's row is made from (`ActorSystem.create`)."""
 
-    attribution: Attribution
-    owner_user_id: str | None
     name: str
     template_type: str
     size: str
@@ -120,11 +118,9 @@ def unique_slug(tx: Transaction, base: str) -> str:
 
 def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerRecord:
     """Insert the new computer, `provisioning`."""
-    now = utc_now_iso()
     record = ComputerRecord(
+        **draft.fresh_columns(),
         id=computer_id,
-        **draft.attribution.as_dict(),  # tenant, workspace, project and the external ids
-        owner_user_id=draft.owner_user_id,
         name=draft.name,
         slug=unique_slug(tx, slugify(draft.name, "computer")),
         template_type=draft.template_type,
@@ -143,11 +139,7 @@ def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerR
         agent_runtime_profile_id=draft.agent_runtime_profile_id,
         resolution=draft.resolution,
         auto_stop=draft.auto_stop,
-        error=None,
         cloned_from=draft.cloned_from,
-        last_activity_at=now,
-        created_at=now,
-        updated_at=now,
     )
     COMPUTERS.insert(tx, record)
     return record

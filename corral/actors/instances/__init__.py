@@ -1,5 +1,6 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
+from .activity import InstanceDraft, record_activity
 from .actor import InstanceActor, failure_summary
 from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
@@ -19,12 +20,14 @@ __all__ = [
     "Get",
     "IdleWatch",
     "InstanceActor",
+    "InstanceDraft",
     "InstanceFiles",
     "Refusals",
     "SealedEnv",
     "SealedEnvTable",
     "clamp_timeout",
     "failure_summary",
+    "record_activity",
     "runtime_refusals",
     "stop_idle",
     "watch_idle",

@@ -58,19 +58,6 @@ class NewSandbox(Placement):
     metadata: dict[str, Any] | None = None
 
 
-def _draft(attribution: Attribution, owner_user_id: str | None, new: NewSandbox, forked_from: str | None = None) -> SandboxDraft:
-    return SandboxDraft(
-        attribution=attribution,
-        owner_user_id=owner_user_id,
-        name=new.name,
-        template_id=new.template_id,
-        size=new.size,
-        auto_stop=new.auto_stop,
-        metadata=new.metadata or {},
-        forked_from=forked_from,
-    )
-
-
 async def create_sandbox(
     platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox
 ) -> SandboxRecord:
@@ -78,7 +65,11 @@ async def create_sandbox(
         raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
     attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
-    ref = await platform.system.create(SandboxActor, new_uuid(), _draft(attribution, owner_user_id, new))
+    draft = SandboxDraft(
+        attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=new.template_id,
+        size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
+    )
+    ref = await platform.system.create(SandboxActor, new_uuid(), draft)
     record: SandboxRecord = await ref.ask(Get())
     if new.env:
         await put_vars(platform, record, [EnvVar(key, value) for key, value in new.env.items()])
@@ -89,19 +80,13 @@ async def create_sandbox(
 async def fork_sandbox(
     platform: SandboxServices, tenant_id: str, owner_user_id: str | None, source: SandboxRecord
 ) -> SandboxRecord:
-    new = NewSandbox(
-        template_id=source.template_id, name=f"{source.name}-fork"[:100], size=source.size, auto_stop=source.auto_stop,
-        metadata=source.metadata,
+    draft = SandboxDraft(
+        attribution=Attribution.of(source), owner_user_id=owner_user_id, name=f"{source.name}-fork"[:100],
+        template_id=source.template_id, size=source.size, auto_stop=source.auto_stop, metadata=source.metadata,
+        forked_from=source.id,
     )
-    attribution = Attribution(
-        tenant_id=tenant_id, workspace_id=source.workspace_id, project_id=source.project_id,
-        external_workspace_id=source.external_workspace_id, external_user_id=source.external_user_id,
-        external_project_id=source.external_project_id,
-    )
-    await billing_hooks.allow_create(platform, tenant_id, new.size, source.external_user_id)  # 402 / quota 409
-    target_ref = await platform.system.create(
-        SandboxActor, new_uuid(), _draft(attribution, owner_user_id, new, forked_from=source.id)
-    )
+    await billing_hooks.allow_create(platform, tenant_id, draft.size, source.external_user_id)  # 402 / quota 409
+    target_ref = await platform.system.create(SandboxActor, new_uuid(), draft)
     record: SandboxRecord = await target_ref.ask(Get())
     await copy_vars(platform, source, record)
     source_ref = await platform.system.get(SandboxActor, source.id)

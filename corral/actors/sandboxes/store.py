@@ -11,11 +11,11 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral.actors.instances.activity import InstanceDraft
 from corral.actors.record import RowStore
-from corral.actors.tenancy import Attribution
 from corral.actors.tenancy.slugs import slugify
 from corral.errors import ApiError, conflict
-from corral.storage import Database, Transaction, utc_now_iso
+from corral.storage import Database, Transaction
 
 ACTIVE_STATES = ("creating", "running")
 """States that count against the tenant's concurrent-sandbox cap."""
@@ -108,11 +108,9 @@ def sandbox_limit(tx: Transaction, tenant_id: str) -> int:
 
 
 @dataclass(frozen=True)
-class SandboxDraft:
+class SandboxDraft(InstanceDraft):
     """What a new sandbox's row is made from (`ActorSystem.create`)."""
 
-    attribution: Attribution
-    owner_user_id: str | None
     name: str | None
     template_id: str
     size: str
@@ -131,11 +129,9 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxReco
     limit = sandbox_limit(tx, tenant_id)
     if active_count(tx, tenant_id) >= limit:
         raise limit_reached(limit)
-    now = utc_now_iso()
     record = SandboxRecord(
+        **draft.fresh_columns(),
         id=sandbox_id,
-        **draft.attribution.as_dict(),  # tenant, workspace, project and the external ids
-        owner_user_id=draft.owner_user_id,
         name=draft.name or "sandbox",
         slug=unique_slug(tx, slugify(draft.name or "sbx", "sbx")),
         template_id=draft.template_id,
@@ -144,11 +140,7 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxReco
         region="local",
         auto_stop=draft.auto_stop or None,
         metadata=draft.metadata,
-        error=None,
         forked_from=draft.forked_from,
-        last_activity_at=now,
-        created_at=now,
-        updated_at=now,
     )
     SANDBOXES.insert(tx, record)
     return record

@@ -42,6 +42,11 @@ class Attribution:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def of(cls, resource: Any) -> Attribution:
+        """The attribution a resource's record already has (a fork or a clone keeps it)."""
+        return cls(**{name: getattr(resource, name) for name in cls.__dataclass_fields__})
+
 
 def _slug_problem(value: str) -> str | None:
     return None if is_slug(value) else "must be a DNS label (lowercase letters, digits, hyphens)"

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-from corral.actors import previews, sandboxes
+from corral.actors import previews
 
-from ..context import RequestContext, require_uuid
+from ..context import RequestContext
 from ..replies import Reply, data, raw
 from ..routing import Router
+from .sandboxes import _sandbox
 
 router = Router("previews")
-
-
-async def _sandbox(ctx: RequestContext, id: str) -> sandboxes.SandboxRecord:
-    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, require_uuid(id, "sandbox id"))
-    ctx.audit.update(
-        workspace_id=row.workspace_id, project_id=row.project_id, resource_type="sandbox", resource_id=row.id,
-        external_workspace_id=row.external_workspace_id, external_user_id=row.external_user_id,
-        external_project_id=row.external_project_id,
-    )
-    return row
 
 
 @router.post(
