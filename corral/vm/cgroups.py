@@ -4,7 +4,8 @@ This machine mounts the v1 controllers separately under /sys/fs/cgroup/<controll
 Each instance gets `<controller>/<parent>/<id>` in cpu, cpuacct, memory and pids; the
 launcher joins them before it creates the instance's namespaces, so every process
 inside is accounted and limited. A memory hog is killed by the OOM killer inside
-its own cgroup; a fork bomb stops at `pids.max`.
+its own cgroup; a fork bomb stops at `pids.max`. The freezer group pauses the
+instance: every process stays in memory, unscheduled, until it is thawed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTROLLERS = ("cpu", "cpuacct", "memory", "pids")
+CONTROLLERS = ("cpu", "cpuacct", "memory", "pids", "freezer")
 CFS_PERIOD_US = 100_000
 
 
@@ -74,8 +75,41 @@ class CgroupV1:
             return []
         return [int(p) for p in text.split()]
 
+    def freeze(self, instance_id: str, timeout: float = 5.0) -> bool:
+        """Stop scheduling every process of the instance; True once all are frozen."""
+        return self._set_freezer(instance_id, "FROZEN", timeout)
+
+    def thaw(self, instance_id: str, timeout: float = 5.0) -> bool:
+        """Let a frozen instance's processes run again (a no-op when it is not frozen)."""
+        return self._set_freezer(instance_id, "THAWED", timeout)
+
+    def frozen(self, instance_id: str) -> bool:
+        try:
+            return (self.path("freezer", instance_id) / "freezer.state").read_text().strip() != "THAWED"
+        except OSError:
+            return False
+
+    def _set_freezer(self, instance_id: str, target: str, timeout: float) -> bool:
+        """Write `target` until `freezer.state` reads it: FREEZING settles as tasks stop."""
+        state_file = self.path("freezer", instance_id) / "freezer.state"
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                state_file.write_text(target)
+                if state_file.read_text().strip() == target:
+                    return True
+            except FileNotFoundError:
+                return target == "THAWED"
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
     def kill_all(self, instance_id: str, timeout: float = 5.0) -> bool:
-        """SIGKILL every process in the instance's groups; True once they are gone."""
+        """SIGKILL every process in the instance's groups; True once they are gone.
+
+        A frozen process cannot die: the group is thawed first.
+        """
+        self.thaw(instance_id)
         deadline = time.monotonic() + timeout
         freezer_free = True
         while time.monotonic() < deadline:
@@ -95,6 +129,7 @@ class CgroupV1:
         first `kill_all`: a group that is not empty is emptied again and again until
         it can go, and a launcher that comes later finds no group to join and exits.
         """
+        self.thaw(instance_id)
         deadline = time.monotonic() + timeout
         for controller in CONTROLLERS:
             path = self.path(controller, instance_id)

@@ -52,6 +52,8 @@ class InstanceSpec:
 
 class InstanceState(enum.StrEnum):
     RUNNING = "running"
+    PAUSED = "paused"
+    """Every process kept in memory but not scheduled (cgroup freezer)."""
     STOPPED = "stopped"
 
 
@@ -89,10 +91,16 @@ class RuntimeDriver(abc.ABC):
 
     @abc.abstractmethod
     async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
-        """Start a stopped instance with every file it had.
+        """Start a stopped instance with every file it had, or thaw a paused one.
 
         `boot_env` is added to the instance's environment for this boot only (see
         `InstanceSpec.boot_env`); a running instance keeps the environment it has."""
+
+    @abc.abstractmethod
+    async def pause(self, instance_id: str) -> InstanceInfo:
+        """Freeze a running instance with every process and its memory intact.
+
+        `start` thaws it; `stop` and `destroy` work on a paused instance too."""
 
     @abc.abstractmethod
     async def stop(self, instance_id: str) -> InstanceInfo:

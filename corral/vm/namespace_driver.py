@@ -122,9 +122,15 @@ class NamespaceDriver(RuntimeDriver):
     def _info(self, state: dict[str, Any]) -> InstanceInfo:
         running = state.get("status") == "running" and self._alive(state)
         network = state.get("network") or {}
+        if not running:
+            instance_state = InstanceState.STOPPED
+        elif self.cgroups.frozen(state["id"]):
+            instance_state = InstanceState.PAUSED
+        else:
+            instance_state = InstanceState.RUNNING
         return InstanceInfo(
             id=state["id"],
-            state=InstanceState.RUNNING if running else InstanceState.STOPPED,
+            state=instance_state,
             template=state["template"],
             limits=Limits.from_json(state["limits"]),
             hostname=state["hostname"],
@@ -182,9 +188,21 @@ class NamespaceDriver(RuntimeDriver):
         async with self._lock(instance_id):
             state = self._load(instance_id)
             if state.get("status") == "running" and self._alive(state):
+                if not await trio.to_thread.run_sync(self.cgroups.thaw, instance_id):
+                    raise LaunchFailed(f"instance {instance_id} could not be thawed")
                 return self._info(state)
             await self._halt(state)
             await self._boot(state, boot_env)
+            return self._info(state)
+
+    async def pause(self, instance_id: str) -> InstanceInfo:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            if not (state.get("status") == "running" and self._alive(state)):
+                raise InvalidInstanceState("only a running instance can be paused")
+            if not await trio.to_thread.run_sync(self.cgroups.freeze, instance_id):
+                await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
+                raise InvalidInstanceState(f"instance {instance_id} did not freeze in time")
             return self._info(state)
 
     async def stop(self, instance_id: str) -> InstanceInfo:

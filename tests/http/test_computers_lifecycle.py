@@ -120,6 +120,8 @@ async def test_paused_is_where_billing_halts_a_computer_and_start_resumes_it(run
     await halt_for_credits(runtime_api.platform, cid)  # what billing calls when credits run out
     paused = (await call(runtime_api, owner, "GET", cid)).json()
     assert paused["status"] == "paused"
+    freezer = Path("/sys/fs/cgroup/freezer") / runtime_api.platform.settings.cgroup_parent / computer["vm_id"] / "freezer.state"
+    assert freezer.read_text().strip() == "FROZEN"  # frozen as a user's pause is
     events = await runtime_api.platform.events.list("computer", cid)
     assert (events[-1].type, events[-1].data) == ("computer.stopped", {"computer_id": cid, "reason": "credits_exhausted"})
     await refused(runtime_api, owner, cid, "/stop", CANNOT_STOP)

@@ -4,10 +4,11 @@
 |---|---|---|---|
 | (none) | create (service) + `Boot` | provisioning | child task: create or clone the instance, install `selected_apps` |
 | provisioning | `Booted` | running (or error) | `vm_id` set; metering starts; `computer.running`, `computer.started` |
-| stopped, paused | `Start` | running | 402 when credits are low; env injected at boot |
+| stopped | `Start` | running | 402 when credits are low; env injected at boot |
+| paused | `Start` | running | 402 when credits are low; the frozen processes thaw and go on |
 | running | `Stop` | stopped | files kept; `computer.stopped {reason}` |
 | running | `IdleStop` | stopped | `computer.idle`, then as `Stop` with reason `idle` |
-| running | `Pause` | paused | credits exhausted: as `Stop`, reason `credits_exhausted` |
+| running | `Pause` | paused | instance frozen (cgroup freezer); metering stops; `computer.stopped {reason}` (`paused`, or `credits_exhausted` from billing) |
 | running | `Restart` | running | stop, then start at once |
 | running | `Clone` | running | answers the instance to copy |
 | stopped | `Resize`, `Move` | stopped | new limits reach the cgroups on the next start |
@@ -94,7 +95,7 @@ class ComputerActor(InstanceActor):
             Start: ("INVALID_STATE", "computer cannot be started from its current status"),
             Stop: ("INVALID_STATE", "computer cannot be stopped from its current status"),
             IdleStop: ("INVALID_STATE", "computer cannot be stopped from its current status"),
-            Pause: ("INVALID_STATE", "computer cannot be paused from its current status"),
+            Pause: ("INVALID_STATE", "computer must be running to pause"),
             Restart: ("INVALID_STATE", "computer must be running to restart"),
             Clone: ("INVALID_STATE", "computer must be running to clone"),
             Resize: ("INVALID_STATE", "computer must be stopped to resize"),
@@ -181,8 +182,8 @@ class ComputerActor(InstanceActor):
         await self.on_running(booted=False)
         return self.record
 
-    @handles(Stop, IdleStop, Pause)
-    async def stop(self, message: Stop | IdleStop | Pause) -> ComputerRecord:
+    @handles(Stop, IdleStop)
+    async def stop(self, message: Stop | IdleStop) -> ComputerRecord:
         next_state = self.transition(message)
         if isinstance(message, IdleStop):
             current = await self.last_activity()
@@ -194,6 +195,15 @@ class ComputerActor(InstanceActor):
         await billing_hooks.meter_stopped(self.services, self.record)
         reason = "idle" if isinstance(message, IdleStop) else message.reason
         await self.emit_stopped(reason)
+        return self.record
+
+    @handles(Pause)
+    async def pause(self, message: Pause) -> ComputerRecord:
+        next_state = self.transition(message)
+        await self.pause_instance()
+        await self.persist(state=next_state)
+        await billing_hooks.meter_stopped(self.services, self.record)
+        await self.emit_stopped(message.reason)
         return self.record
 
     @handles(Restart)

@@ -49,10 +49,11 @@ class IdleStop(Message):
 
 @dataclass(frozen=True)
 class Pause(Message):
-    """Halt a running computer for the platform (credits exhausted): like stop, but the
-    computer ends `paused`, which `start` resumes once credits allow."""
+    """Freeze a running computer (contract §10): its processes and memory stay, it uses
+    no CPU and accrues no compute credits; `start` thaws it. Billing pauses with the
+    reason `credits_exhausted`, which `computer.stopped` carries."""
 
-    reason: str = "credits_exhausted"
+    reason: str = "paused"
 
 
 @dataclass(frozen=True)

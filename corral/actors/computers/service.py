@@ -18,7 +18,20 @@ from corral.storage import utc_now_iso
 from . import billing_hooks, store
 from .actor import ComputerActor, computer_not_found
 from .env import copy_env, set_env
-from .messages import Boot, Booted, Clone, Destroy, Get, Move, Resize, Restart, Start, Stop, Update
+from .messages import (
+    Boot,
+    Booted,
+    Clone,
+    Destroy,
+    Get,
+    Move,
+    Pause,
+    Resize,
+    Restart,
+    Start,
+    Stop,
+    Update,
+)
 from .profiles import ProfileRequest, default_profile, explicit_profile
 from .records import SIZE_NAMES
 from .store import ComputerDraft, ComputerRecord
@@ -191,6 +204,10 @@ async def start_computer(platform: ComputerServices, row: ComputerRecord) -> Com
 
 async def stop_computer(platform: ComputerServices, row: ComputerRecord) -> ComputerRecord:
     return await ask(platform, row.id, Stop())
+
+
+async def pause_computer(platform: ComputerServices, row: ComputerRecord) -> ComputerRecord:
+    return await ask(platform, row.id, Pause())
 
 
 async def restart_computer(platform: ComputerServices, row: ComputerRecord) -> ComputerRecord:

@@ -10,7 +10,7 @@ it. What they share lives here once:
   it had already made;
 - reconciling with the runtime on activation (a running resource whose instance
   stopped under it is started again; one whose instance is gone is an `error`);
-- starting, halting, destroying and connecting to the instance, with runtime
+- starting, pausing, halting, destroying and connecting to the instance, with runtime
   errors answered through the kind's `Refusals`;
 - the sealed environment handed to every boot (`boot_env`).
 
@@ -230,6 +230,11 @@ class InstanceActor(RecordActor):
         """Start the stopped instance with this boot's environment."""
         with self.refused():
             self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
+
+    async def pause_instance(self) -> None:
+        """Freeze the instance: its processes and memory stay, unscheduled, until `start_instance`."""
+        with self.refused():
+            self.info = await (await self.driver()).pause(self.instance_id)
 
     async def halt_instance(self) -> None:
         """Stop every process of the instance; its files stay."""

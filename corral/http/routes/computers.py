@@ -97,6 +97,17 @@ async def stop(ctx: RequestContext, id: str) -> Reply:
     return public(ctx, await computers.stop_computer(ctx.platform, row))
 
 
+@router.post(
+    "/computers/{id}/pause",
+    summary="Freeze a running computer: processes and memory stay, no CPU and no compute credits until start",
+    scope=WRITE,
+    action="computers.pause",
+)
+async def pause(ctx: RequestContext, id: str) -> Reply:
+    row = await computer_row(ctx, id, change=True)
+    return public(ctx, await computers.pause_computer(ctx.platform, row))
+
+
 @router.post("/computers/{id}/restart", summary="Stop, then start at once, a running computer", scope=WRITE, action="computers.restart")
 async def restart(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
