@@ -97,7 +97,7 @@ class Settings:
     dns_servers: str = ""
     """Name servers for DNS checks, `host[:port]` comma-separated (`CORRAL_DNS_SERVERS`); empty: the system's."""
     preview_dns_recheck_seconds: float = 60.0
-    #: Build the default template at start if it is missing (`corral serve`: on,
+    #: Build the default and desktop templates at start if they are missing (`corral serve`: on,
     #: `CORRAL_PREPARE_TEMPLATES=0` turns it off; embedded nodes and tests: off).
     prepare_templates: bool = False
     """How often pending preview domains are checked again (`CORRAL_PREVIEW_DNS_RECHECK_SECONDS`)."""

@@ -142,7 +142,7 @@ async def _start_parts(platform: Platform) -> None:
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
     if platform.settings.prepare_templates:
-        platform.nursery.start_soon(platform.runtime.prepare_template)
+        platform.nursery.start_soon(platform.runtime.prepare_templates)
     if platform.runtime.has_instances():
         await platform.runtime.driver()
     recovered = await sandboxes.recover_interrupted(platform)

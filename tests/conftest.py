@@ -83,7 +83,7 @@ async def other_tenant(api: Api) -> Tenant:
 
 @pytest.fixture(scope="session")
 def runtime_host() -> Iterator[None]:
-    """Root, the default template built (once per machine), and a clean host afterwards."""
+    """Root, the default and desktop templates built (once per machine), and a clean host afterwards."""
     import os
 
     from corral.vm import TemplateStore
@@ -92,6 +92,7 @@ def runtime_host() -> Iterator[None]:
         pytest.fail("instance tests need root (tools/test runs as root in CI)")
     cleanup_runtime_host()
     TemplateStore(TEMPLATE_CACHE).ensure_sync("default", progress=lambda line: None)
+    TemplateStore(TEMPLATE_CACHE).ensure_sync("desktop", progress=lambda line: None)
     yield
     cleanup_runtime_host()
 

@@ -77,8 +77,8 @@ class RuntimeHolder:
         if self.templates.is_built(name):
             return
         log.info(
-            "building the %r template in the background (first start, about 30 s);"
-            " sandboxes created meanwhile start when it is ready",
+            "building the %r template in the background (first start, 30 to 90 s);"
+            " instances created meanwhile start when it is ready",
             name,
         )
         try:
@@ -90,6 +90,11 @@ class RuntimeHolder:
             log.error("could not build the %r template: %s", name, exc)
             return
         log.info("the %r template is ready", name)
+
+    async def prepare_templates(self, names: tuple[str, ...] = ("default", "desktop")) -> None:
+        """`prepare_template` for each of `names` in turn: sandboxes' first, then desktops'."""
+        for name in names:
+            await self.prepare_template(name)
 
     async def aclose(self) -> None:
         """Release the driver; instances and the host network stay for the next start."""

@@ -28,10 +28,11 @@ from .errors import (
 )
 from .namespace_driver import NamespaceDriver
 from .network import InstanceNetwork, NetworkAttachment
-from .templates import TemplateStore, build_template, known_templates
+from .templates import VNC_SOCKET, TemplateStore, build_template, known_templates
 
 __all__ = [
     "SIZES",
+    "VNC_SOCKET",
     "AgentClient",
     "AgentError",
     "AgentUnavailable",

@@ -51,16 +51,57 @@ class Recipe:
     suite: str
     variant: str
     packages: tuple[str, ...]
+    files: tuple[tuple[str, str], ...] = ()
+    """(path relative to the root, text) written into the root file system."""
+    revision: int = 1
+    """Bumped when this recipe changes, so only its cached template is rebuilt."""
 
+
+DEFAULT_PACKAGES = (
+    "python3", "python3-pip", "python3-venv", "curl", "wget", "git", "vim", "jq", "htop",
+    "tree", "zip", "unzip", "ca-certificates", "procps", "iproute2", "less",
+)
+
+#: A desktop: TigerVNC's X server (Xvnc is the X server and the VNC server in one
+#: process), openbox, the X tools desktop control drives (xdotool, wmctrl, xwd,
+#: xdpyinfo, xprop), xterm, Firefox ESR and fonts.
+DESKTOP_PACKAGES = (
+    *DEFAULT_PACKAGES,
+    "tigervnc-standalone-server", "openbox", "xterm", "xdotool", "wmctrl", "x11-utils",
+    "x11-xserver-utils", "x11-apps", "firefox-esr", "fonts-dejavu-core", "dbus-x11",
+)
+
+#: Where the desktop's VNC server listens: a unix socket only the control plane
+#: reaches (through the instance's root), never a TCP port.
+VNC_SOCKET = "/run/corral/vnc.sock"
+
+#: The guest agent starts these when it comes up (`corral.vm.agent.services`). The
+#: X server's size comes from `CORRAL_RESOLUTION` in the instance's environment.
+DESKTOP_SERVICES = [
+    {
+        "name": "xserver",
+        "command": (
+            "rm -f /tmp/.X0-lock /tmp/.X11-unix/X0 && mkdir -p /run/corral && "
+            'exec Xvnc :0 -geometry "${CORRAL_RESOLUTION:-1280x800}" -depth 24 -desktop corral '
+            f"-rfbport -1 -rfbunixpath {VNC_SOCKET} -rfbunixmode 0600 -SecurityTypes None "
+            "-AlwaysShared -nolisten tcp -ac"
+        ),
+    },
+    {
+        "name": "wm",
+        "command": "for i in $(seq 200); do [ -S /tmp/.X11-unix/X0 ] && break; sleep 0.05; done; exec openbox",
+    },
+]
+SERVICES_FILE = "etc/corral/services.json"
 
 RECIPES: dict[str, Recipe] = {
-    "default": Recipe(
+    "default": Recipe(suite="bookworm", variant="minbase", packages=DEFAULT_PACKAGES),
+    "desktop": Recipe(
         suite="bookworm",
         variant="minbase",
-        packages=(
-            "python3", "python3-pip", "python3-venv", "curl", "wget", "git", "vim", "jq", "htop",
-            "tree", "zip", "unzip", "ca-certificates", "procps", "iproute2", "less",
-        ),
+        packages=DESKTOP_PACKAGES,
+        files=((SERVICES_FILE, json.dumps(DESKTOP_SERVICES, indent=1)),),
+        revision=2,
     ),
 }
 
@@ -171,6 +212,10 @@ def build_template(
             raise TemplateBuildFailed(f"mmdebstrap failed ({proc.returncode}): " + "\n".join(tail))
         _emit(progress, "preparing root file system")
         _prepare_rootfs(work / "rootfs")
+        for relative, text in recipe.files:
+            target = work / "rootfs" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
         if certificates:
             _emit(progress, f"trusting {len(certificates)} extra CA certificate(s)")
             install_ca_certificates(work / "rootfs", certificates)
@@ -182,6 +227,7 @@ def build_template(
             "packages": list(recipe.packages),
             "uid_base": uid_base,
             "revision": BUILD_REVISION,
+            "recipe_revision": recipe.revision,
             "ca_certificates": [c.name for c in certificates],
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(time.monotonic() - started, 1),
@@ -228,10 +274,12 @@ class TemplateStore:
 
     def is_built(self, name: str) -> bool:
         manifest = self.manifest(name)
+        recipe = RECIPES.get(name)
         return (
             manifest is not None
             and manifest.get("uid_base") == self.uid_base
             and manifest.get("revision") == BUILD_REVISION
+            and (recipe is None or manifest.get("recipe_revision", 1) == recipe.revision)
         )
 
     def exists(self, name: str) -> bool:

@@ -50,7 +50,7 @@ async def test_create_answers_provisioning_then_runs_with_every_field(runtime_ap
     assert (created["external_user_id"], created["external_workspace_id"], created["external_project_id"]) == ("end-user-1", "ext-ws", "ext-proj")
     assert created["selected_apps"] == [] and created["settings"] == {} and created["ai_config"] == {}
     assert created["agent_session_id"] is None and created["agent_status"] is None
-    assert created["auto_stop"] == 0 and created["region"] == "local" and created["resolution"] == "1920x1080"
+    assert created["auto_stop"] == 0 and created["region"] == "local" and created["resolution"] == "1280x800"
     slug = created["slug"]
     assert slug.startswith("design-box-") and len(slug) <= 63
     assert created["desktop_url"] == created["sandbox_url"] == f"https://{slug}.corral.localhost/"

@@ -34,6 +34,7 @@ from corral.vm import SIZES, InstanceInfo, RuntimeErrorBase
 
 from . import billing_hooks, store
 from .apps import install_apps
+from .desktop_session import desktop_env, wait_for_desktop
 from .env import resolved_env
 from .messages import (
     Boot,
@@ -126,8 +127,18 @@ class ComputerActor(InstanceActor):
         template = get_template(self.record.template_type)
         return template.runtime_template if template else "default"
 
+    def instance_env(self) -> dict[str, str]:
+        template = get_template(self.record.template_type)
+        return desktop_env(self.record.resolution) if template and template.desktop else {}
+
     async def boot_env(self) -> dict[str, str]:
         return await resolved_env(self.services, self.record)
+
+    async def on_instance_up(self, info: InstanceInfo) -> None:
+        """A desktop computer runs once its desktop answers (contract §10)."""
+        template = get_template(self.record.template_type)
+        if template and template.desktop:
+            await wait_for_desktop(self.services.agents.client(info))
 
     async def after_create(self, info: InstanceInfo) -> str | None:
         """Install the selected apps; a failure is a notice, the computer runs all the same."""

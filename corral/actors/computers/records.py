@@ -13,6 +13,33 @@ SIZE_NAMES = tuple(SIZES)
 
 SUMMARY_FIELDS = ("id", "name", "status", "size", "created_at")
 
+MIN_RESOLUTION = (640, 480)
+MAX_RESOLUTION = (3840, 2160)
+DEFAULT_RESOLUTION = "1280x800"
+"""Contract §10: `WxH` from 640x480 to 3840x2160, default 1280x800."""
+
+
+def parse_resolution(text: str) -> tuple[int, int]:
+    """`"1280x800"` as `(1280, 800)`; ValueError for anything else."""
+    width, sep, height = text.partition("x")
+    if not sep or not width.isdigit() or not height.isdigit():
+        raise ValueError(text)
+    return int(width), int(height)
+
+
+def resolution_problem(value: str) -> str | None:
+    """Why `value` is not a resolution a desktop can have, or None."""
+    problem = (
+        f"must be WIDTHxHEIGHT from {MIN_RESOLUTION[0]}x{MIN_RESOLUTION[1]} to {MAX_RESOLUTION[0]}x{MAX_RESOLUTION[1]}"
+    )
+    try:
+        width, height = parse_resolution(value)
+    except ValueError:
+        return problem
+    if not (MIN_RESOLUTION[0] <= width <= MAX_RESOLUTION[0] and MIN_RESOLUTION[1] <= height <= MAX_RESOLUTION[1]):
+        return problem
+    return None
+
 
 def vcpus_of(size: str) -> int:
     return int(SIZES[size].vcpus)

@@ -33,7 +33,7 @@ from .messages import (
     Update,
 )
 from .profiles import ProfileRequest, default_profile, explicit_profile
-from .records import SIZE_NAMES
+from .records import SIZE_NAMES, resolution_problem
 from .store import ComputerDraft, ComputerRecord
 from .templates import get_template, template_types
 
@@ -72,6 +72,9 @@ class NewComputer(Placement, ProfileRequest):
     template_type: Annotated[str, Rule(description="one of GET /computer-templates")]
     size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
     selected_apps: Annotated[list[str] | None, Rule(message="must be an array of app names")] = None
+    resolution: Annotated[
+        str | None, Rule(check=resolution_problem, description="the desktop's size, WIDTHxHEIGHT (default 1280x800)")
+    ] = None
 
     @property
     def apps(self) -> list[str]:
@@ -116,7 +119,7 @@ async def create_computer(
         size=new.size,
         region=regions(platform)[0],
         selected_apps=new.apps,
-        resolution=template.resolution,
+        resolution=new.resolution or template.resolution,
         agent_runtime_profile_id=profile.id if profile else None,
     )
     ref = await _create(platform, draft)

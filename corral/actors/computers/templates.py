@@ -3,11 +3,11 @@
 A computer template says which runtime template (root file system, `corral.vm`) its
 instances start from, which applications that root file system already has, and
 which optional applications `selected_apps` may name (installed after boot). The
-specification's identifier is `svc-desktop`; today it runs on the default Debian
-template without a desktop session. The desktop (a later issue) plugs in by
-registering its own `ComputerTemplate` under the same or a new `template_type`
-(`register_template`), with `desktop=True` and its runtime template: nothing in the
-computer lifecycle changes for it.
+specification's identifier is `svc-desktop`: the runtime template `desktop`, Debian
+with an X server, a window manager, VNC, xterm, xdotool and Firefox ESR, whose
+session the guest agent starts at boot (contract §10). A template with
+`desktop=True` gets `DISPLAY` and its resolution in the instance's environment, and
+the computer is `running` only once its desktop answers.
 
 An app is a named set of Debian packages from Debian's archive (the only package
 source instances can reach); it counts as installed when all its packages are.
@@ -16,6 +16,8 @@ source instances can reach); it counts as installed when all its packages are.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from .records import DEFAULT_RESOLUTION
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,8 @@ class ComputerTemplate:
     catalog: dict[str, App] = field(default_factory=dict)
     """Applications `selected_apps` may name, by name."""
     desktop: bool = False
-    """Whether the template runs a desktop session (the desktop issue sets it)."""
-    resolution: str = "1920x1080"
+    """Whether the template runs a desktop session (X on `:0`, VNC for the control plane)."""
+    resolution: str = DEFAULT_RESOLUTION
 
 
 def _apps(*entries: tuple[str, tuple[str, ...], str]) -> dict[str, App]:
@@ -63,6 +65,14 @@ BASE_APPS: tuple[App, ...] = tuple(
 )
 """The specification's default template: Python 3 with pip, curl, wget, git, vim, jq, htop, tree, zip, unzip."""
 
+DESKTOP_APPS: tuple[App, ...] = (
+    App("xterm", ("xterm",), "xterm terminal emulator"),
+    App("openbox", ("openbox",), "Openbox window manager"),
+    App("xdotool", ("xdotool",), "xdotool"),
+    App("firefox", ("firefox-esr",), "Firefox ESR"),
+)
+"""What the desktop template adds (contract §10)."""
+
 DEFAULT_CATALOG: dict[str, App] = _apps(
     ("nodejs", ("nodejs", "npm"), "Node.js with npm"),
     ("build-essential", ("build-essential",), "gcc, g++, make"),
@@ -79,7 +89,6 @@ DEFAULT_CATALOG: dict[str, App] = _apps(
     ("tmux", ("tmux",), "tmux"),
     ("nano", ("nano",), "GNU nano"),
     ("emacs", ("emacs-nox",), "GNU Emacs"),
-    ("firefox", ("firefox-esr",), "Firefox ESR"),
     ("chromium", ("chromium",), "Chromium"),
     ("libreoffice", ("libreoffice",), "LibreOffice"),
     ("gimp", ("gimp",), "GIMP"),
@@ -88,10 +97,11 @@ DEFAULT_CATALOG: dict[str, App] = _apps(
 
 SVC_DESKTOP = ComputerTemplate(
     template_type="svc-desktop",
-    runtime_template="default",
-    description="Debian 12 with the specification's default tools; the desktop session comes with the desktop template",
-    base_apps=BASE_APPS,
+    runtime_template="desktop",
+    description="Debian 12 desktop (X server, Openbox, xterm, Firefox ESR) with the specification's default tools",
+    base_apps=(*BASE_APPS, *DESKTOP_APPS),
     catalog=DEFAULT_CATALOG,
+    desktop=True,
 )
 
 _TEMPLATES: dict[str, ComputerTemplate] = {SVC_DESKTOP.template_type: SVC_DESKTOP}

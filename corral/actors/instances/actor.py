@@ -66,7 +66,8 @@ class InstanceActor(RecordActor):
       resource still `booting_state` (True for kinds whose boot has no further steps);
     - `gone_states`: states whose row stays but records no more activity.
 
-    Hooks a kind may override: `instance_id`, `runtime_template`, `boot_env`,
+    Hooks a kind may override: `instance_id`, `runtime_template`, `instance_env`,
+    `boot_env`, `on_instance_up` (wait for what the instance runs, e.g. a desktop),
     `after_create` (more provisioning in the boot child, e.g. apps), `running_fields`,
     `on_running` (events and metering once running), `before_halt` (a last word
     with the agent before its instance stops), `on_instance_lost`.
@@ -99,9 +100,17 @@ class InstanceActor(RecordActor):
         """The runtime template the instance is made from."""
         return str(getattr(self.record, "template_id", None) or "default")
 
+    def instance_env(self) -> dict[str, str]:
+        """Environment the instance keeps for every boot (nothing secret: it is on disk)."""
+        return {}
+
     async def boot_env(self) -> dict[str, str]:
         """Environment for the boot, in memory only (never on the instance's disk)."""
         return {}
+
+    async def on_instance_up(self, info: InstanceInfo) -> None:
+        """The instance was created or started: wait here for what it must run before it
+        counts as running (raise to fail the boot or the start)."""
 
     async def after_create(self, info: InstanceInfo) -> str | None:
         """More provisioning in the boot child once the instance runs; a returned text
@@ -132,6 +141,7 @@ class InstanceActor(RecordActor):
             instance_id=instance_id or self.instance_id,
             template=self.runtime_template(),
             limits=SIZES[self.record.size],
+            env=self.instance_env(),
             hostname=self.record.slug,
             boot_env=boot_env,
         )
@@ -172,8 +182,9 @@ class InstanceActor(RecordActor):
                 await self.persist(state=self.error_state, error="the instance is gone")
                 await self.on_instance_lost()
             return
-        if info.state is not InstanceState.RUNNING:
+        if info.state is InstanceState.STOPPED:
             info = await driver.start(self.instance_id, await self.boot_env())  # the host restarted under it
+            await self.on_instance_up(info)
         self.info = info
         if booting:
             await self.persist(state="running", error=None)
@@ -210,6 +221,7 @@ class InstanceActor(RecordActor):
                 info = await driver.clone(clone_source, self.spec(env))
             else:
                 info = await driver.create(self.spec(env))
+        await self.on_instance_up(info)
         notice = None if clone_source is not None else await self.after_create(info)
         return Booted(info, notice=notice)
 
@@ -227,9 +239,10 @@ class InstanceActor(RecordActor):
     # -- lifecycle helpers for the kinds' handlers ---------------------------------------
 
     async def start_instance(self) -> None:
-        """Start the stopped instance with this boot's environment."""
+        """Start the stopped instance with this boot's environment, or thaw the paused one."""
         with self.refused():
             self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
+            await self.on_instance_up(self.info)
 
     async def pause_instance(self) -> None:
         """Freeze the instance: its processes and memory stay, unscheduled, until `start_instance`."""

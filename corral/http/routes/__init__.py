@@ -7,6 +7,7 @@ from . import (
     admin,
     api_keys,
     auth,
+    computer_desktop,
     computer_runtime,
     computers,
     credits,
@@ -33,5 +34,5 @@ def all_routers() -> list[Router]:
         sandbox_processes.router, sandbox_env.router, sandbox_events.router,
         members.router, invites.router, invite_pages.router, white_label.router,
         credits.router, quotas.router, webhooks.router,
-        computers.router, computer_runtime.router,
+        computers.router, computer_runtime.router, computer_desktop.router,
         previews.router, preview_domains.router]

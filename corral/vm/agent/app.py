@@ -24,6 +24,7 @@ from .errors import AgentError
 from .execution import base_environment, execute
 from .httpserver import Request, Response, Send, json_response, serve
 from .processes import ProcessTable
+from .services import start_services
 
 MAX_TIMEOUT = 3600.0
 HEARTBEAT = 15.0
@@ -250,6 +251,7 @@ async def run(config: AgentConfig, ready_fd: int | None = None) -> None:
     listener = await open_listener(config.address, config.port)
     async with trio.open_nursery() as nursery:
         agent = Agent(config, nursery)
+        await start_services(agent.processes)
         if ready_fd is not None:
             os.write(ready_fd, ndjson({"ready": True, "agent_pid": os.getpid()}))
             os.close(ready_fd)

@@ -60,7 +60,7 @@ async def test_the_state_table(api: Api, owner: Tenant) -> None:
     assert (await refusal(ref, Start())).message == "computer cannot be started from its current status"
     assert (await ref.ask(Restart())).status == "running"
     assert (await ref.ask(Stop())).status == "stopped"
-    assert (await refusal(ref, Pause())).message == "computer cannot be paused from its current status"
+    assert (await refusal(ref, Pause())).message == "computer must be running to pause"
     assert (await ref.ask(Resize("medium"))).size == "medium"
     assert (await ref.ask(Move("local"))).region == "local"
     assert (await ref.ask(Start())).status == "running"
