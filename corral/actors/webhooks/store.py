@@ -60,7 +60,7 @@ class WebhookRecord:
     headers: dict[str, str] = field(hash=False)
     retry_count: int
     metadata: dict[str, Any] = field(hash=False)
-    secret: bytes
+    secret: bytes = field(repr=False)
     secret_preview: str
     created_by: str | None
     created_at: str
