@@ -8,6 +8,7 @@ millisecond; that is what `Last-Event-ID` replay relies on.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -77,6 +78,16 @@ class EventLog:
             ),
         )
         return event
+
+    async def of_types(self, types: Sequence[str], *, after: str = "", limit: int = 1000) -> list[Event]:
+        """Retained events of the given types (of every resource), in id order, those
+        after `after`: what a consumer that missed events replays (the webhook dispatcher)."""
+        marks = ", ".join("?" for _ in types)
+        rows = await self.db.fetch_all(
+            f"SELECT * FROM events WHERE created_at >= ? AND id > ? AND type IN ({marks}) ORDER BY id LIMIT ?",
+            (self._cutoff(), after, *types, limit),
+        )
+        return [_from_row(row) for row in rows]
 
     async def list(
         self,

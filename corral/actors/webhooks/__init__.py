@@ -9,10 +9,13 @@ Modules, one job each:
 - `sender`: one HTTP attempt (httpx, pinned address, no redirects, 30 s);
 - `attempt`: one signed attempt for one webhook;
 - `schedule`: the retry delays;
-- `queue`: the delivery queue in storage, with leases;
+- `store`: every query of the package: webhook rows and the delivery queue (with
+  leases), as frozen records (`WebhookRecord`, `DeliveryRecord`);
 - `dispatcher`: bus events -> queued deliveries (with log replay after restarts);
 - `worker`: claims due deliveries and sends them;
-- `runner`: starts both from `open_platform`;
+- `runtime`: the running sender, worker and dispatcher of a node (`WebhookRuntime`);
+- `services`: what the package needs of its node (`WebhookServices`);
+- `runner`: starts the worker and the dispatcher from the node;
 - `service`: the operations the HTTP routes call.
 """
 
@@ -24,7 +27,8 @@ from .destinations import (
     refused_reason,
 )
 from .events import BUS_EVENT_TYPES, EVENT_TYPES, TEST_EVENT, payload, subscribed
-from .runner import WebhookRuntime, run_webhooks, runtime_of
+from .runner import run_webhooks, runtime_of
+from .runtime import WebhookRuntime
 from .schedule import base_delay, retry_delay
 from .sender import Outcome, Sender
 from .service import (
@@ -41,6 +45,7 @@ from .service import (
     update_webhook,
     webhook_public,
 )
+from .services import WebhookServices
 from .signing import (
     new_secret,
     secret_preview,
@@ -49,6 +54,7 @@ from .signing import (
     standard_signature,
 )
 from .spec import NewWebhook, WebhookFields, parse_webhook_fields
+from .store import DeliveryRecord, WebhookRecord
 
 __all__ = [
     "BUS_EVENT_TYPES",
@@ -57,13 +63,16 @@ __all__ = [
     "EVENT_TYPES",
     "MAX_WEBHOOKS_PER_TENANT",
     "TEST_EVENT",
+    "DeliveryRecord",
     "DestinationRefused",
     "InvalidUrl",
     "NewWebhook",
     "Outcome",
     "Sender",
     "WebhookFields",
+    "WebhookRecord",
     "WebhookRuntime",
+    "WebhookServices",
     "base_delay",
     "check_destination",
     "create_webhook",

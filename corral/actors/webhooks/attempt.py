@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
-from corral.storage import DecryptionError, Row, SecretBox, associated_data
+from corral.storage import DecryptionError, SecretBox, associated_data
 
 from .sender import Outcome, Sender
 from .signing import signature_headers
+from .store import WebhookRecord
 
 SECRET_PURPOSE = "webhook.secret"
 
@@ -20,7 +19,7 @@ def secret_aad(tenant_id: str, webhook_id: str) -> bytes:
 async def send_attempt(
     sender: Sender,
     secrets: SecretBox,
-    webhook: Row,
+    webhook: WebhookRecord,
     *,
     delivery_id: str,
     event_id: str,
@@ -29,14 +28,14 @@ async def send_attempt(
 ) -> Outcome:
     """POST `payload` to `webhook` with its own headers and both signatures."""
     try:
-        secret = secrets.decrypt_text(webhook["secret"], secret_aad(webhook["tenant_id"], webhook["id"]))
+        secret = secrets.decrypt_text(webhook.secret, secret_aad(webhook.tenant_id, webhook.id))
     except DecryptionError:
         return Outcome(False, None, 0, "the webhook secret could not be decrypted (key-encryption key changed?)")
     body = payload.encode()
     headers = {
-        **json.loads(webhook["headers"]),
+        **webhook.headers,
         **signature_headers(
             secret=secret, body=body, event_id=event_id, event_type=event_type, delivery_id=delivery_id
         ),
     }
-    return await sender.send(webhook["url"], body, headers)
+    return await sender.send(webhook.url, body, headers)

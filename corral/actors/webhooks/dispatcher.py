@@ -13,22 +13,16 @@ list names (all of the table's types when the list is empty).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
-from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import trio
 
-from corral.actors.bus import SubscriberLagged, Subscription
-from corral.storage import Event, Row, to_iso, utc_now
+from corral.actors.bus import EventBus, SubscriberLagged, Subscription
+from corral.storage import Database, Event, EventLog
 
-from . import queue
+from . import store
 from .events import BUS_EVENT_TYPES, event_id_of, payload_of, subscribed
-
-if TYPE_CHECKING:
-    from corral.actors.webhooks.services import WebhookServices
 
 log = logging.getLogger("corral.webhooks")
 
@@ -36,14 +30,15 @@ REPLAY_BATCH = 500
 
 
 class Dispatcher:
-    def __init__(self, platform: WebhookServices, wake_worker: Callable[[], None]) -> None:
-        self.platform = platform
-        self.db = platform.db
+    def __init__(self, db: Database, bus: EventBus, events: EventLog, wake_worker: Callable[[], None]) -> None:
+        self.db = db
+        self.bus = bus
+        self.events = events
         self.wake_worker = wake_worker
         self.queued = 0
 
     def _subscribe(self) -> Subscription:
-        return self.platform.bus.subscribe(lambda event: event.tenant_id is not None, types=BUS_EVENT_TYPES)
+        return self.bus.subscribe(lambda event: event.tenant_id is not None, types=BUS_EVENT_TYPES)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         subscription = self._subscribe()
@@ -73,17 +68,14 @@ class Dispatcher:
         """Queue `event` for every matching webhook of its tenant; returns how many were new."""
         if event.tenant_id is None or event.type not in BUS_EVENT_TYPES:
             return 0
-        hooks = await self.db.fetch_all(
-            "SELECT id, events FROM webhooks WHERE tenant_id = ? AND created_at <= ?",
-            (event.tenant_id, event.created_at),
-        )
-        wanted = [hook for hook in hooks if subscribed(json.loads(hook["events"]), event.type)]
+        hooks = await store.subscribers(self.db, event.tenant_id, created_by_then=event.created_at)
+        wanted = [hook for hook in hooks if subscribed(hook.events, event.type)]
         if not wanted:
             return 0
         body = payload_of(event)
-        rows = [
-            queue.attempt_row(
-                webhook_id=hook["id"],
+        attempts = [
+            store.new_attempt(
+                webhook_id=hook.id,
                 tenant_id=event.tenant_id,
                 event_id=event_id_of(event),
                 event_type=event.type,
@@ -93,7 +85,7 @@ class Dispatcher:
             )
             for hook in wanted
         ]
-        added = await queue.enqueue(self.db, rows)
+        added = await store.enqueue(self.db, attempts)
         if added:
             self.queued += added
             self.wake_worker()
@@ -101,33 +93,15 @@ class Dispatcher:
 
     async def _replay(self) -> None:
         """Queue every retained event of a webhook type (already queued ones are skipped)."""
-        tenants = {row["tenant_id"] for row in await self.db.fetch_all("SELECT DISTINCT tenant_id FROM webhooks")}
+        tenants = await store.tenants_with_webhooks(self.db)
         if not tenants:
             return
-        cutoff = to_iso(utc_now() - timedelta(seconds=self.platform.events.retention_seconds))
-        marks = ", ".join("?" for _ in BUS_EVENT_TYPES)
         after = ""
         while True:
-            rows: list[Row] = await self.db.fetch_all(
-                f"SELECT * FROM events WHERE created_at >= ? AND id > ? AND type IN ({marks})"
-                " ORDER BY id LIMIT ?",
-                (cutoff, after, *BUS_EVENT_TYPES, REPLAY_BATCH),
-            )
-            for row in rows:
-                if row["tenant_id"] in tenants:
-                    await self._dispatch_safely(_event(row))
-            if len(rows) < REPLAY_BATCH:
+            events = await self.events.of_types(BUS_EVENT_TYPES, after=after, limit=REPLAY_BATCH)
+            for event in events:
+                if event.tenant_id in tenants:
+                    await self._dispatch_safely(event)
+            if len(events) < REPLAY_BATCH:
                 return
-            after = rows[-1]["id"]
-
-
-def _event(row: Row) -> Event:
-    return Event(
-        id=row["id"],
-        type=row["type"],
-        tenant_id=row["tenant_id"],
-        resource_type=row["resource_type"],
-        resource_id=row["resource_id"],
-        data=json.loads(row["data"]),
-        created_at=row["created_at"],
-    )
+            after = events[-1].id

@@ -8,24 +8,22 @@ public form shows `secret_preview`. A destination is checked when the URL is set
 
 from __future__ import annotations
 
-import json
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from corral.errors import ApiError, bad_request, conflict, invalid_id, not_found, validation_error
+from corral.errors import ApiError, bad_request, invalid_id, not_found, validation_error
 from corral.ids import new_ulid, prefixed
-from corral.storage import Row, Transaction, utc_now_iso
+from corral.storage import utc_now_iso
 
-from . import queue
+from . import store
 from .attempt import secret_aad, send_attempt
 from .destinations import DestinationRefused, check_url_host, parse_url
 from .events import EVENT_ID_PREFIX, TEST_EVENT, payload
 from .runner import runtime_of
+from .services import WebhookServices
 from .signing import new_secret, secret_preview
 from .spec import DEFAULT_RETRY_COUNT, WebhookFields
-
-if TYPE_CHECKING:
-    from corral.actors.webhooks.services import WebhookServices
+from .store import DeliveryRecord, WebhookRecord
 
 MAX_WEBHOOKS_PER_TENANT = 100
 DELIVERIES_DEFAULT_LIMIT = 100
@@ -40,18 +38,14 @@ DELIVERY_FIELDS = (
     "id", "webhook_id", "event_id", "event_type", "status", "status_code", "attempt", "duration_ms", "error",
     "attempted_at", "delivered_at", "next_attempt_at", "created_at",
 )
-JSON_FIELDS = ("events", "headers", "metadata")
 
 
-def webhook_public(row: Row) -> dict[str, Any]:
-    record = {name: row[name] for name in PUBLIC_FIELDS}
-    for name in JSON_FIELDS:
-        record[name] = json.loads(row[name])
-    return record
+def webhook_public(webhook: WebhookRecord) -> dict[str, Any]:
+    return {name: getattr(webhook, name) for name in PUBLIC_FIELDS}
 
 
-def delivery_public(row: Row) -> dict[str, Any]:
-    return {name: row[name] for name in DELIVERY_FIELDS}
+def delivery_public(delivery: DeliveryRecord) -> dict[str, Any]:
+    return {name: getattr(delivery, name) for name in DELIVERY_FIELDS}
 
 
 def webhook_not_found() -> ApiError:
@@ -67,92 +61,79 @@ def _check_url(platform: WebhookServices, url: str) -> None:
         raise validation_error({"url": str(exc)}, "webhook destination refused") from None
 
 
-async def create_webhook(platform: WebhookServices, tenant_id: str, user_id: str | None, fields: WebhookFields) -> tuple[Row, str]:
+async def create_webhook(
+    platform: WebhookServices, tenant_id: str, user_id: str | None, fields: WebhookFields
+) -> tuple[WebhookRecord, str]:
     """The stored webhook and its plaintext secret (shown to the caller once)."""
     assert fields.url is not None
     _check_url(platform, fields.url)
     webhook_id = prefixed("wh")
     secret = new_secret()
     now = utc_now_iso()
-    row: Row = {
-        "id": webhook_id,
-        "tenant_id": tenant_id,
-        "name": fields.name or None,
-        "url": fields.url,
-        "events": json.dumps(fields.events or []),
-        "headers": json.dumps(fields.headers or {}),
-        "retry_count": DEFAULT_RETRY_COUNT if fields.retry_count is None else fields.retry_count,
-        "metadata": json.dumps(fields.metadata or {}),
-        "secret": platform.secrets.encrypt_text(secret, secret_aad(tenant_id, webhook_id)),
-        "secret_preview": secret_preview(secret),
-        "created_by": user_id,
-        "created_at": now,
-        "updated_at": now,
-    }
-
-    def insert(tx: Transaction) -> None:
-        count = tx.fetch_value("SELECT COUNT(*) FROM webhooks WHERE tenant_id = ?", (tenant_id,))
-        if int(count or 0) >= MAX_WEBHOOKS_PER_TENANT:
-            raise conflict("WEBHOOK_LIMIT_REACHED", f"a tenant can have at most {MAX_WEBHOOKS_PER_TENANT} webhooks")
-        tx.insert("webhooks", row)
-
-    await platform.db.transaction(insert)
-    return row, secret
-
-
-async def list_webhooks(platform: WebhookServices, tenant_id: str) -> list[Row]:
-    return await platform.db.fetch_all(
-        "SELECT * FROM webhooks WHERE tenant_id = ? ORDER BY created_at, id", (tenant_id,)
+    webhook = WebhookRecord(
+        id=webhook_id,
+        tenant_id=tenant_id,
+        name=fields.name or None,
+        url=fields.url,
+        events=fields.events or [],
+        headers=fields.headers or {},
+        retry_count=DEFAULT_RETRY_COUNT if fields.retry_count is None else fields.retry_count,
+        metadata=fields.metadata or {},
+        secret=platform.secrets.encrypt_text(secret, secret_aad(tenant_id, webhook_id)),
+        secret_preview=secret_preview(secret),
+        created_by=user_id,
+        created_at=now,
+        updated_at=now,
     )
+    await store.create_webhook(platform.db, webhook, limit=MAX_WEBHOOKS_PER_TENANT)
+    return webhook, secret
 
 
-async def find_webhook(platform: WebhookServices, tenant_id: str, webhook_id: str) -> Row:
+async def list_webhooks(platform: WebhookServices, tenant_id: str) -> list[WebhookRecord]:
+    return await store.list_webhooks(platform.db, tenant_id)
+
+
+async def find_webhook(platform: WebhookServices, tenant_id: str, webhook_id: str) -> WebhookRecord:
     """The tenant's webhook; `400 INVALID_ID` for a malformed id, 404 for another tenant's."""
     if not WEBHOOK_ID.match(webhook_id):
         raise invalid_id("webhook id")
-    row = await platform.db.fetch_one(
-        "SELECT * FROM webhooks WHERE id = ? AND tenant_id = ?", (webhook_id, tenant_id)
-    )
-    if row is None:
+    webhook = await store.find_webhook(platform.db, tenant_id, webhook_id)
+    if webhook is None:
         raise webhook_not_found()
-    return row
+    return webhook
 
 
-async def update_webhook(platform: WebhookServices, row: Row, fields: WebhookFields) -> Row:
+async def update_webhook(platform: WebhookServices, webhook: WebhookRecord, fields: WebhookFields) -> WebhookRecord:
     """Apply the given fields; the secret never changes here."""
     changes: dict[str, Any] = {}
-    if fields.url is not None and fields.url != row["url"]:
+    if fields.url is not None and fields.url != webhook.url:
         _check_url(platform, fields.url)
         changes["url"] = fields.url
     if fields.name is not None:
         changes["name"] = fields.name or None
     if fields.events is not None:
-        changes["events"] = json.dumps(fields.events)
+        changes["events"] = fields.events
     if fields.headers is not None:
-        changes["headers"] = json.dumps(fields.headers)
+        changes["headers"] = fields.headers
     if fields.retry_count is not None:
         changes["retry_count"] = fields.retry_count
     if fields.metadata is not None:
-        changes["metadata"] = json.dumps(fields.metadata)
+        changes["metadata"] = fields.metadata
     if not changes:
-        return row
+        return webhook
     changes["updated_at"] = utc_now_iso()
-    assignments = ", ".join(f"{name} = ?" for name in changes)
-    updated = await platform.db.execute(
-        f"UPDATE webhooks SET {assignments} WHERE id = ? AND tenant_id = ?",
-        (*changes.values(), row["id"], row["tenant_id"]),
-    )
-    if updated != 1:
+    updated = await store.update_webhook(platform.db, webhook, changes)
+    if updated is None:
         raise webhook_not_found()
-    return {**row, **changes}
+    return updated
 
 
-async def delete_webhook(platform: WebhookServices, row: Row) -> None:
+async def delete_webhook(platform: WebhookServices, webhook: WebhookRecord) -> None:
     """Remove the webhook, its queued attempts and its delivery history."""
-    await platform.db.execute("DELETE FROM webhooks WHERE id = ? AND tenant_id = ?", (row["id"], row["tenant_id"]))
+    await store.delete_webhook(platform.db, webhook)
 
 
-async def send_test_event(platform: WebhookServices, row: Row) -> dict[str, Any]:
+async def send_test_event(platform: WebhookServices, webhook: WebhookRecord) -> dict[str, Any]:
     """Send a synthetic `webhook.test` event now and wait for the answer (no retries).
 
     The attempt is recorded in the webhook's deliveries like any other.
@@ -163,12 +144,12 @@ async def send_test_event(platform: WebhookServices, row: Row) -> dict[str, Any]
         event_id=event_id,
         event_type=TEST_EVENT,
         created_at=now,
-        tenant_id=row["tenant_id"],
-        data={"webhook_id": row["id"], "message": "This is a test delivery from Corral."},
+        tenant_id=webhook.tenant_id,
+        data={"webhook_id": webhook.id, "message": "This is a test delivery from Corral."},
     )
-    delivery = queue.attempt_row(
-        webhook_id=row["id"],
-        tenant_id=row["tenant_id"],
+    delivery = store.new_attempt(
+        webhook_id=webhook.id,
+        tenant_id=webhook.tenant_id,
         event_id=event_id,
         event_type=TEST_EVENT,
         payload=body,
@@ -178,32 +159,32 @@ async def send_test_event(platform: WebhookServices, row: Row) -> dict[str, Any]
     outcome = await send_attempt(
         runtime_of(platform).sender,
         platform.secrets,
-        row,
-        delivery_id=delivery["id"],
+        webhook,
+        delivery_id=delivery.id,
         event_id=event_id,
         event_type=TEST_EVENT,
         payload=body,
     )
-    if await platform.db.fetch_value("SELECT 1 FROM webhooks WHERE id = ?", (row["id"],)) is not None:
-        await queue.record_finished(platform.db, delivery, outcome, attempted_at=now)
+    if await store.webhook_exists(platform.db, webhook.id):
+        await store.record_finished(platform.db, delivery, outcome, attempted_at=now)
     return {
         "delivered": outcome.delivered,
         "status_code": outcome.status_code,
         "duration_ms": outcome.duration_ms,
         "error": outcome.error,
-        "delivery_id": delivery["id"],
+        "delivery_id": delivery.id,
         "event_id": event_id,
     }
 
 
 async def list_deliveries(
-    platform: WebhookServices, row: Row, *, limit: int, cursor: str | None = None, status: str | None = None
-) -> tuple[list[Row], str | None]:
+    platform: WebhookServices, webhook: WebhookRecord, *, limit: int, cursor: str | None = None, status: str | None = None
+) -> tuple[list[DeliveryRecord], str | None]:
     """Made attempts, newest first, and the cursor of the next page (None on the last)."""
     if cursor is not None and not DELIVERY_ID.match(cursor):
         raise bad_request("INVALID_PARAM", "cursor is not a delivery id from this list")
-    if status is not None and status not in queue.DONE:
-        raise bad_request("INVALID_PARAM", f"status must be one of {', '.join(queue.DONE)}")
-    rows = await queue.list_attempts(platform.db, row["id"], limit=limit + 1, before=cursor, status=status)
-    next_cursor = rows[limit - 1]["id"] if len(rows) > limit else None
-    return rows[:limit], next_cursor
+    if status is not None and status not in store.DONE:
+        raise bad_request("INVALID_PARAM", f"status must be one of {', '.join(store.DONE)}")
+    attempts = await store.list_attempts(platform.db, webhook.id, limit=limit + 1, before=cursor, status=status)
+    next_cursor = attempts[limit - 1].id if len(attempts) > limit else None
+    return attempts[:limit], next_cursor

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from corral.actors.bus import EventBus
 from corral.config import Settings
 from corral.storage import Database, EventLog, SecretBox
 
-if TYPE_CHECKING:
-    from .runner import WebhookRuntime
+from .runtime import WebhookRuntime
 
 
 class WebhookServices(Protocol):

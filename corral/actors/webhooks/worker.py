@@ -18,20 +18,18 @@ import math
 import os
 import socket
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import trio
 
+from corral.config import Settings
 from corral.ids import new_ulid
-from corral.storage import Row, parse_iso, to_iso, utc_now, utc_now_iso
+from corral.storage import Database, SecretBox, parse_iso, to_iso, utc_now, utc_now_iso
 
-from . import queue
+from . import store
 from .attempt import send_attempt
 from .schedule import retry_delay
 from .sender import Outcome, Sender
-
-if TYPE_CHECKING:
-    from corral.actors.webhooks.services import WebhookServices
+from .store import DeliveryRecord
 
 log = logging.getLogger("corral.webhooks")
 
@@ -42,10 +40,12 @@ MIN_SLEEP = 0.02
 
 
 class DeliveryWorker:
-    def __init__(self, platform: WebhookServices, sender: Sender, *, concurrency: int = 16) -> None:
-        self.platform = platform
-        self.db = platform.db
-        self.settings = platform.settings
+    def __init__(
+        self, db: Database, settings: Settings, secrets: SecretBox, sender: Sender, *, concurrency: int = 16
+    ) -> None:
+        self.db = db
+        self.settings = settings
+        self.secrets = secrets
         self.sender = sender
         self.concurrency = concurrency
         self.owner = f"{socket.gethostname()}/{os.getpid()}/{new_ulid()}"
@@ -78,18 +78,18 @@ class DeliveryWorker:
         while True:
             self._wake = trio.Event()
             free = self.concurrency - len(self._in_flight)
-            claimed: list[Row] = []
+            claimed: list[DeliveryRecord] = []
             if free > 0:
                 try:
-                    claimed = await queue.claim(
+                    claimed = await store.claim(
                         self.db, self.owner, limit=free, lease_seconds=self.settings.webhook_lease_seconds
                     )
                 except Exception:
                     log.exception("claiming webhook deliveries failed")
-            for row in claimed:
+            for delivery in claimed:
                 scope = trio.CancelScope(shield=True)
                 self._in_flight.add(scope)
-                nursery.start_soon(self._deliver, row, scope)
+                nursery.start_soon(self._deliver, delivery, scope)
             if trio.current_time() - last_prune > PRUNE_INTERVAL:
                 last_prune = trio.current_time()
                 await self._prune()
@@ -103,7 +103,7 @@ class DeliveryWorker:
         if free <= 0:
             return poll  # a finishing attempt wakes us
         try:
-            due = await queue.next_due(self.db)
+            due = await store.next_due(self.db)
         except Exception:
             log.exception("reading the webhook queue failed")
             return poll
@@ -114,56 +114,56 @@ class DeliveryWorker:
 
     async def _prune(self) -> None:
         try:
-            removed = await queue.prune(self.db, to_iso(utc_now() - RETENTION))
+            removed = await store.prune(self.db, to_iso(utc_now() - RETENTION))
             if removed:
                 log.debug("pruned %d old webhook attempts", removed)
         except Exception:
             log.exception("pruning webhook attempts failed")
 
-    async def _deliver(self, row: Row, scope: trio.CancelScope) -> None:
+    async def _deliver(self, delivery: DeliveryRecord, scope: trio.CancelScope) -> None:
         outcome: Outcome | None = None
         attempted_at = utc_now_iso()
         failed = False
         with scope:
             try:
                 if not self._stopping:  # claimed just before shutdown: give it back unsent
-                    outcome = await self._attempt(row)
+                    outcome = await self._attempt(delivery)
             except Exception:
                 failed = True
-                log.exception("webhook delivery %s failed unexpectedly", row["id"])
+                log.exception("webhook delivery %s failed unexpectedly", delivery.id)
         self._in_flight.discard(scope)
         with trio.CancelScope(shield=True):
             try:
                 if outcome is None or failed or scope.cancelled_caught:
-                    await queue.release(self.db, row["id"], self.owner)
+                    await store.release(self.db, delivery.id, self.owner)
                 else:
-                    following = await queue.complete(
-                        self.db, row, self.owner, outcome, attempted_at=attempted_at, delay_for=self.delay_for
+                    following = await store.complete(
+                        self.db, delivery, self.owner, outcome, attempted_at=attempted_at, delay_for=self.delay_for
                     )
                     self.attempts += 1
                     log.info(
                         "webhook %s delivery %s attempt %s: %s%s",
-                        row["webhook_id"],
-                        row["id"],
-                        row["attempt"],
+                        delivery.webhook_id,
+                        delivery.id,
+                        delivery.attempt,
                         "delivered" if outcome.delivered else f"failed ({outcome.error})",
-                        f"; next attempt at {following['scheduled_at']}" if following else "",
+                        f"; next attempt at {following.scheduled_at}" if following else "",
                     )
             except Exception:
-                log.exception("recording webhook delivery %s failed; its lease will expire", row["id"])
+                log.exception("recording webhook delivery %s failed; its lease will expire", delivery.id)
         self.wake()
 
-    async def _attempt(self, row: Row) -> Outcome | None:
-        """Send one claimed row; None when its webhook is gone (the row went with it)."""
-        webhook = await self.db.fetch_one("SELECT * FROM webhooks WHERE id = ?", (row["webhook_id"],))
+    async def _attempt(self, delivery: DeliveryRecord) -> Outcome | None:
+        """Send one claimed attempt; None when its webhook is gone (the row went with it)."""
+        webhook = await store.load_webhook(self.db, delivery.webhook_id)
         if webhook is None:
             return None
         return await send_attempt(
             self.sender,
-            self.platform.secrets,
+            self.secrets,
             webhook,
-            delivery_id=row["id"],
-            event_id=row["event_id"],
-            event_type=row["event_type"],
-            payload=row["payload"],
+            delivery_id=delivery.id,
+            event_id=delivery.event_id,
+            event_type=delivery.event_type,
+            payload=delivery.payload,
         )

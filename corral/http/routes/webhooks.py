@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from corral.actors import webhooks
 from corral.errors import forbidden
-from corral.storage import Row
 
 from ..context import RequestContext
 from ..replies import Reply, data, no_content, raw
@@ -27,17 +26,17 @@ def _require_admin(ctx: RequestContext) -> str:
     return tenant_id
 
 
-async def _webhook(ctx: RequestContext, id: str) -> Row:
+async def _webhook(ctx: RequestContext, id: str) -> webhooks.WebhookRecord:
     tenant_id = _require_admin(ctx)
-    row = await webhooks.find_webhook(ctx.platform, tenant_id, id)
-    ctx.audit.update(resource_type="webhook", resource_id=row["id"])
-    return row
+    webhook = await webhooks.find_webhook(ctx.platform, tenant_id, id)
+    ctx.audit.update(resource_type="webhook", resource_id=webhook.id)
+    return webhook
 
 
 @router.get("/webhooks", summary="The tenant's webhooks", scope="webhooks:read")
 async def list_(ctx: RequestContext) -> Reply:
     tenant_id = _require_admin(ctx)
-    return data([webhooks.webhook_public(row) for row in await webhooks.list_webhooks(ctx.platform, tenant_id)])
+    return data([webhooks.webhook_public(hook) for hook in await webhooks.list_webhooks(ctx.platform, tenant_id)])
 
 
 @router.post(
@@ -51,9 +50,9 @@ async def list_(ctx: RequestContext) -> Reply:
 async def create(ctx: RequestContext) -> Reply:
     tenant_id = _require_admin(ctx)
     fields = await ctx.body(webhooks.NewWebhook)
-    row, secret = await webhooks.create_webhook(ctx.platform, tenant_id, ctx.principal.user_id, fields)
-    ctx.audit.update(resource_type="webhook", resource_id=row["id"])
-    return data({**webhooks.webhook_public(row), "secret": secret}, 201)
+    webhook, secret = await webhooks.create_webhook(ctx.platform, tenant_id, ctx.principal.user_id, fields)
+    ctx.audit.update(resource_type="webhook", resource_id=webhook.id)
+    return data({**webhooks.webhook_public(webhook), "secret": secret}, 201)
 
 
 @router.get("/webhooks/{id}", summary="One webhook (without its secret)", scope="webhooks:read")
@@ -69,9 +68,9 @@ async def get(ctx: RequestContext, id: str) -> Reply:
     request=webhooks.WebhookFields,
 )
 async def update(ctx: RequestContext, id: str) -> Reply:
-    row = await _webhook(ctx, id)
+    webhook = await _webhook(ctx, id)
     fields = await ctx.body(webhooks.WebhookFields)
-    return data(webhooks.webhook_public(await webhooks.update_webhook(ctx.platform, row, fields)))
+    return data(webhooks.webhook_public(await webhooks.update_webhook(ctx.platform, webhook, fields)))
 
 
 @router.delete(
@@ -107,9 +106,9 @@ async def test(ctx: RequestContext, id: str) -> Reply:
     },
 )
 async def deliveries(ctx: RequestContext, id: str) -> Reply:
-    row = await _webhook(ctx, id)
+    webhook = await _webhook(ctx, id)
     limit = ctx.query_int("limit", webhooks.DELIVERIES_DEFAULT_LIMIT, maximum=webhooks.DELIVERIES_MAX_LIMIT)
-    rows, next_cursor = await webhooks.list_deliveries(
-        ctx.platform, row, limit=limit, cursor=ctx.query("cursor") or None, status=ctx.query("status") or None
+    attempts, next_cursor = await webhooks.list_deliveries(
+        ctx.platform, webhook, limit=limit, cursor=ctx.query("cursor") or None, status=ctx.query("status") or None
     )
-    return data([webhooks.delivery_public(r) for r in rows], next_cursor=next_cursor)
+    return data([webhooks.delivery_public(attempt) for attempt in attempts], next_cursor=next_cursor)

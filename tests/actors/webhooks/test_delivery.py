@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ import httpx
 import pytest
 import trio
 
-from corral.actors.webhooks import queue, runtime_of
+from corral.actors.webhooks import runtime_of, store
 from corral.ids import new_uuid
 from corral.storage import Event, iso_in
 from tests.actors.webhooks.receiver import Receiver, https_receiver, verify_signatures
@@ -228,7 +229,7 @@ async def test_an_expired_lease_is_claimed_again_and_a_live_one_is_not(tmp_path:
         tenant = await api.create_tenant()
         hook_id, _ = await create_hook(api, tenant, receiver.url())
         rows = [
-            queue.attempt_row(
+            store.new_attempt(
                 webhook_id=hook_id, tenant_id=tenant.id, event_id=f"evt_{name}", event_type="sandbox.created",
                 payload=json.dumps({"id": f"evt_{name}"}), attempt=1, scheduled_at=iso_in(-5),
             )
@@ -237,7 +238,7 @@ async def test_an_expired_lease_is_claimed_again_and_a_live_one_is_not(tmp_path:
         db = api.platform.db
         # Leased by nodes that claimed them: one died long ago, one is still sending.
         for row, until in zip(rows, (iso_in(-1), iso_in(60)), strict=True):
-            await db.insert("webhook_deliveries", {**row, "lease_owner": "other-node", "lease_until": until})
+            await db.insert("webhook_deliveries", {**dataclasses.asdict(row), "lease_owner": "other-node", "lease_until": until})
         runtime_of(api.platform).worker.wake()
         await receiver.wait_for(lambda: len(receiver.requests) == 1)
         await trio.sleep(1.0)
