@@ -34,7 +34,7 @@ from corral.actors.bus import EventBus
 from corral.actors.computers.execution import Activity
 from corral.actors.computers.metrics import Sampler
 from corral.actors.computers.profiles import ProfileResolver
-from corral.actors.previews.access import PreviewAccess
+from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
@@ -78,7 +78,7 @@ class Platform:
     computer_metrics: Sampler | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
-    preview_access: PreviewAccess | None = None
+    preview_access: AccessCache | None = None
     """Routing and token caches shared by the preview router and the API."""
     preview_router: PreviewRouter | None = None
     preview_polls: set[str] = field(default_factory=set)
