@@ -28,8 +28,8 @@ import trio
 
 from corral.actors import billing, computers, instances, sandboxes
 from corral.actors.agents import AgentPool
+from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
-from corral.actors.billing.metering import Metering
 from corral.actors.bus import EventBus
 from corral.actors.computers.execution import Activity
 from corral.actors.computers.metrics import Sampler
@@ -69,7 +69,7 @@ class Platform:
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     # Services of the parts, typed; the node sets each one explicitly.
-    metering: Metering | None = None
+    metering: MeteringHandle | None = None
     billing_hooks: BillingHooks = field(default_factory=BillingHooks)
     """How each instance kind is stopped and counted on this node (registered at start)."""
     """The running metering task (None before the node started billing, and after it stopped)."""
