@@ -28,13 +28,13 @@ import trio
 
 from corral.actors import billing, computers, instances, sandboxes
 from corral.actors.agents import AgentPool
+from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
-from corral.actors.billing.metering import Metering
 from corral.actors.bus import EventBus
 from corral.actors.computers.execution import Activity
 from corral.actors.computers.metrics import Sampler
 from corral.actors.computers.profiles import ProfileResolver
-from corral.actors.previews.access import PreviewAccess
+from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
@@ -69,7 +69,7 @@ class Platform:
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     # Services of the parts, typed; the node sets each one explicitly.
-    metering: Metering | None = None
+    metering: MeteringHandle | None = None
     billing_hooks: BillingHooks = field(default_factory=BillingHooks)
     """How each instance kind is stopped and counted on this node (registered at start)."""
     """The running metering task (None before the node started billing, and after it stopped)."""
@@ -78,7 +78,7 @@ class Platform:
     computer_metrics: Sampler | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
-    preview_access: PreviewAccess | None = None
+    preview_access: AccessCache | None = None
     """Routing and token caches shared by the preview router and the API."""
     preview_router: PreviewRouter | None = None
     preview_polls: set[str] = field(default_factory=set)

@@ -16,6 +16,7 @@ The interface other parts code against (docs/api.md, "Credits, metering and quot
 - `record_ai_usage(platform, *, tenant_id, provider, model, input_tokens, output_tokens, ...)`.
 """
 
+from . import store
 from .ai import record_ai_usage
 from .allowance import require_run_allowance
 from .credits import (
@@ -37,6 +38,7 @@ from .metering import (
     start_metering,
     stop_metering,
 )
+from .metering_handle import MeteringHandle
 from .pricing import COMPUTE_CREDITS_PER_HOUR, CREDIT_EXPIRY_DAYS, hourly_credits
 from .quotas import (
     LIMITS,
@@ -46,16 +48,23 @@ from .quotas import (
     put_quota,
     quota_public,
 )
+from .store import AccountRecord, MeterRecord, QuotaRecord, TransactionRecord, UsageRecord
 
 __all__ = [
     "COMPUTE_CREDITS_PER_HOUR",
     "CREDIT_EXPIRY_DAYS",
     "LIMITS",
+    "AccountRecord",
     "BillingHooks",
     "Inventory",
     "Ledger",
+    "MeterRecord",
     "Metering",
+    "MeteringHandle",
     "Outcome",
+    "QuotaRecord",
+    "TransactionRecord",
+    "UsageRecord",
     "available_credits",
     "charge_tenant",
     "check_quota",
@@ -75,6 +84,7 @@ __all__ = [
     "require_run_allowance",
     "start_metering",
     "stop_metering",
+    "store",
     "transaction_public",
     "usage",
 ]

@@ -9,17 +9,12 @@ credits) so usage can count calls and tokens.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from corral.storage import Row
-
 from . import ledger
 from .ledger import Ledger
 from .notices import low_threshold, settle
 from .pricing import CREDIT_VALUE_USD_MICROS, MICRO, Tier, ai_micro_credits, model_tier
-
-if TYPE_CHECKING:
-    from corral.actors.billing.services import BillingServices
+from .services import BillingServices
+from .store import TransactionRecord
 
 
 async def record_ai_usage(
@@ -38,7 +33,7 @@ async def record_ai_usage(
     tier: Tier | None = None,
     cost_usd_micros: int | None = None,
     description: str | None = None,
-) -> Row:
+) -> TransactionRecord:
     """Record one AI call and charge it; returns its `spend` row.
 
     `tier` defaults from the model name (`pricing.model_tier`); `cost_usd_micros` is
@@ -48,11 +43,9 @@ async def record_ai_usage(
     micro = ai_micro_credits(input_tokens, output_tokens, tier or model_tier(model))
     cost = cost_usd_micros if cost_usd_micros is not None else micro * CREDIT_VALUE_USD_MICROS // MICRO
 
-    def work(ledger_: Ledger) -> Row:
-        whole, carry = divmod(int(ledger_.account["ai_carry_micro"]) + micro, MICRO)
-        ledger_.account["ai_carry_micro"] = carry
+    def work(ledger_: Ledger) -> TransactionRecord:
         return ledger_.consume(
-            whole,
+            ledger_.add_ai_usage(micro),
             "spend",
             description or f"{provider} {model}: {input_tokens} input and {output_tokens} output tokens",
             user_id=user_id,

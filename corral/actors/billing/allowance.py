@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from corral.errors import ApiError
 
 from .credits import available_credits
 from .pricing import hourly_credits
 from .quotas import check_quota
-
-if TYPE_CHECKING:
-    from corral.actors.billing.services import BillingServices
+from .services import BillingServices
 
 
 async def require_run_allowance(

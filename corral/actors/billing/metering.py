@@ -17,56 +17,45 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
-from corral.storage import Row, Transaction, parse_iso
+from corral.storage import parse_iso
 
-from . import ledger, quotas
+from . import ledger, quotas, store
 from .ledger import Ledger
 from .notices import low_threshold, settle
 from .pricing import CREDIT_VALUE_USD_MICROS, accrue, hourly_credits
-
-if TYPE_CHECKING:
-    from corral.actors.billing.services import BillingServices
+from .services import BillingServices
+from .store import MeterRecord
 
 log = logging.getLogger("corral.billing")
 
-def _meter(tx: Transaction, resource_type: str, resource_id: str) -> Row | None:
-    lock = " FOR UPDATE" if tx.dialect == "postgresql" else ""
-    return tx.fetch_one(
-        f"SELECT * FROM credit_meters WHERE resource_type = ? AND resource_id = ?{lock}", (resource_type, resource_id)
-    )
 
-
-def _charge(ledger_: Ledger, meter: Row, scale: float) -> None:
+def _charge(ledger_: Ledger, meter: MeterRecord, scale: float) -> None:
     """Post the whole credits `meter` accrued up to the ledger's `now`; keep the rest."""
-    if not meter["running"] or not meter["accrued_until"]:
+    if not meter.running or not meter.accrued_until:
         return
-    elapsed = ledger_.now - parse_iso(meter["accrued_until"])
+    elapsed = ledger_.now - parse_iso(meter.accrued_until)
     micros = (elapsed.days * 86_400 + elapsed.seconds) * 1_000_000 + elapsed.microseconds
     if scale != 1.0:
         micros = int(micros * scale)
-    whole, carry = accrue(int(meter["carry"]), int(meter["credits_per_hour"]), micros)
+    whole, carry = accrue(meter.carry, meter.credits_per_hour, micros)
     if whole:
         ledger_.consume(
             whole,
             "spend",
-            f"{meter['resource_type']} {meter['size']} running time",
-            user_id=meter["user_id"],
-            computer_id=meter["resource_id"] if meter["resource_type"] == "computer" else None,
-            resource_type=meter["resource_type"],
-            resource_id=meter["resource_id"],
-            external_user_id=meter["external_user_id"],
-            size=meter["size"],
+            f"{meter.resource_type} {meter.size} running time",
+            user_id=meter.user_id,
+            computer_id=meter.resource_id if meter.resource_type == "computer" else None,
+            resource_type=meter.resource_type,
+            resource_id=meter.resource_id,
+            external_user_id=meter.external_user_id,
+            size=meter.size,
             cost_usd_micros=whole * CREDIT_VALUE_USD_MICROS,
         )
-    ledger_.tx.execute(
-        "UPDATE credit_meters SET accrued_until = ?, carry = ?, updated_at = ? WHERE resource_type = ? AND resource_id = ?",
-        (ledger_.now_iso, carry, ledger_.now_iso, meter["resource_type"], meter["resource_id"]),
-    )
+    store.advance_meter(ledger_.tx, meter, ledger_.now_iso, carry)
 
 
 def _scale(platform: BillingServices) -> float:
@@ -89,27 +78,26 @@ async def meter_start(
 
     def work(ledger_: Ledger) -> None:
         tx, now = ledger_.tx, ledger_.now_iso
-        meter = _meter(tx, resource_type, resource_id)
-        if meter is not None and meter["running"]:
+        meter = store.lock_meter(tx, resource_type, resource_id)
+        if meter is not None and meter.running:
             return
-        values = {
-            "tenant_id": tenant_id,
-            "size": size,
-            "credits_per_hour": hourly_credits(size),
-            "user_id": user_id,
-            "external_user_id": external_user_id,
-            "running": 1,
-            "accrued_until": now,
-            "updated_at": now,
-        }
+        started = MeterRecord(
+            resource_type=resource_type,
+            resource_id=resource_id,
+            tenant_id=tenant_id,
+            size=size,
+            credits_per_hour=hourly_credits(size),
+            user_id=user_id,
+            external_user_id=external_user_id,
+            running=1,
+            accrued_until=now,
+            carry=0 if meter is None else meter.carry,
+            updated_at=now,
+        )
         if meter is None:
-            tx.insert("credit_meters", {"resource_type": resource_type, "resource_id": resource_id, "carry": 0, **values})
+            store.insert_meter(tx, started)
         else:
-            assignments = ", ".join(f"{name} = ?" for name in values)
-            tx.execute(
-                f"UPDATE credit_meters SET {assignments} WHERE resource_type = ? AND resource_id = ?",
-                (*values.values(), resource_type, resource_id),
-            )
+            store.restart_meter(tx, started)
 
     await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
     metering = platform.metering
@@ -136,15 +124,6 @@ class MeteredInstance(Protocol):
     def external_user_id(self) -> str | None: ...
 
 
-@dataclass(frozen=True)
-class _Unmetered:
-    id: str
-    tenant_id: str
-    size: str
-    owner_user_id: str | None
-    external_user_id: str | None
-
-
 async def meter_instance(platform: BillingServices, resource_type: str, instance: MeteredInstance) -> None:
     """`meter_start` for an instance record."""
     await meter_start(
@@ -160,31 +139,24 @@ async def meter_instance(platform: BillingServices, resource_type: str, instance
 
 async def meter_stop(platform: BillingServices, *, resource_type: str, resource_id: str) -> None:
     """Charge `resource_id` up to now and stop its meter; the carried fraction stays."""
-    meter = await platform.db.fetch_one(
-        "SELECT tenant_id, running FROM credit_meters WHERE resource_type = ? AND resource_id = ?",
-        (resource_type, resource_id),
-    )
-    if meter is None or not meter["running"]:
+    meter = await store.find_meter(platform.db, resource_type, resource_id)
+    if meter is None or not meter.running:
         return
     scale = _scale(platform)
 
     def work(ledger_: Ledger) -> None:
-        current = _meter(ledger_.tx, resource_type, resource_id)
-        if current is None or not current["running"]:
+        current = store.lock_meter(ledger_.tx, resource_type, resource_id)
+        if current is None or not current.running:
             return
         _charge(ledger_, current, scale)
-        ledger_.tx.execute(
-            "UPDATE credit_meters SET running = 0, accrued_until = NULL, updated_at = ? WHERE resource_type = ? AND resource_id = ?",
-            (ledger_.now_iso, resource_type, resource_id),
-        )
+        store.stop_meter(ledger_.tx, resource_type, resource_id, ledger_.now_iso)
 
-    _, outcome = await ledger.in_ledger(platform.db, meter["tenant_id"], work, low_threshold=low_threshold(platform))
+    _, outcome = await ledger.in_ledger(platform.db, meter.tenant_id, work, low_threshold=low_threshold(platform))
     await settle(platform, outcome)
 
 
 async def _balance(platform: BillingServices, tenant_id: str) -> int:
-    value = await platform.db.fetch_value("SELECT balance_credits FROM credit_accounts WHERE tenant_id = ?", (tenant_id,))
-    return int(value or 0)
+    return await store.balance(platform.db, tenant_id) or 0
 
 
 async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Outcome:
@@ -192,12 +164,7 @@ async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Out
     scale = _scale(platform)
 
     def work(ledger_: Ledger) -> None:
-        lock = " FOR UPDATE" if ledger_.tx.dialect == "postgresql" else ""
-        meters = ledger_.tx.fetch_all(
-            f"SELECT * FROM credit_meters WHERE tenant_id = ? AND running = 1 ORDER BY resource_type, resource_id{lock}",
-            (tenant_id,),
-        )
-        for meter in meters:
+        for meter in store.lock_running_meters(ledger_.tx, tenant_id):
             _charge(ledger_, meter, scale)
 
     _, outcome = await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
@@ -205,20 +172,20 @@ async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Out
     return outcome
 
 
-async def stop_instances(platform: BillingServices, meters: list[Row], reason: str) -> int:
+async def stop_instances(platform: BillingServices, meters: list[MeterRecord], reason: str) -> int:
     """Stop each metered instance through its kind's stopper; returns how many stopped."""
     stopped = 0
     for meter in meters:
-        stopper = platform.billing_hooks.stopper(meter["resource_type"])
+        stopper = platform.billing_hooks.stopper(meter.resource_type)
         if stopper is None:
-            log.warning("no stopper registered for %s; %s keeps running", meter["resource_type"], meter["resource_id"])
+            log.warning("no stopper registered for %s; %s keeps running", meter.resource_type, meter.resource_id)
             continue
         try:
-            await stopper(meter["resource_id"])
+            await stopper(meter.resource_id)
             stopped += 1
-            log.info("stopped %s %s: %s", meter["resource_type"], meter["resource_id"], reason)
+            log.info("stopped %s %s: %s", meter.resource_type, meter.resource_id, reason)
         except Exception:
-            log.exception("stopping %s %s (%s) failed", meter["resource_type"], meter["resource_id"], reason)
+            log.exception("stopping %s %s (%s) failed", meter.resource_type, meter.resource_id, reason)
             # It keeps its running meter: the next round tries again.
     return stopped
 
@@ -236,6 +203,9 @@ class Metering:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def stop(self) -> None:
+        self.cancel_scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         with self.cancel_scope:
@@ -260,20 +230,15 @@ class Metering:
         platform = self.platform
         for outcome in await ledger.expire_due(platform.db, low_threshold=low_threshold(platform)):
             await settle(platform, outcome)
-        tenants = await platform.db.fetch_all("SELECT DISTINCT tenant_id FROM credit_meters WHERE running = 1")
-        for row in tenants:
-            tenant_id = row["tenant_id"]
+        for tenant_id in await store.tenants_with_running_meters(platform.db):
             outcome = await charge_tenant(platform, tenant_id)
-            running = await platform.db.fetch_all(
-                "SELECT * FROM credit_meters WHERE tenant_id = ? AND running = 1 ORDER BY resource_type, resource_id",
-                (tenant_id,),
-            )
+            running = await store.running_meters(platform.db, tenant_id)
             if outcome.balance <= 0:
                 await stop_instances(platform, running, "credits exhausted")
                 continue
-            over = await quotas.users_over_credit_cap(platform.db, tenant_id, {m["external_user_id"] for m in running})
+            over = await quotas.users_over_credit_cap(platform.db, tenant_id, {m.external_user_id for m in running})
             if over:
-                await stop_instances(platform, [m for m in running if m["external_user_id"] in over], "end-user credit quota reached")
+                await stop_instances(platform, [m for m in running if m.external_user_id in over], "end-user credit quota reached")
         self.rounds += 1
 
 
@@ -282,15 +247,8 @@ async def meter_unmetered(platform: BillingServices) -> int:
     billing existed); they are charged from now. Returns how many."""
     started = 0
     for resource_type, inventory in platform.billing_hooks.inventories().items():
-        rows = await platform.db.fetch_all(
-            f"SELECT t.id, t.tenant_id, t.size, t.owner_user_id, t.external_user_id FROM {inventory.table} t"
-            " WHERE t.status = 'running'"
-            " AND NOT EXISTS (SELECT 1 FROM credit_meters m"
-            " WHERE m.resource_type = ? AND m.resource_id = t.id AND m.running = 1)",
-            (resource_type,),
-        )
-        for row in rows:
-            await meter_instance(platform, resource_type, _Unmetered(**row))
+        for instance in await store.unmetered_instances(platform.db, resource_type, inventory.table):
+            await meter_instance(platform, resource_type, instance)
             started += 1
     return started
 
@@ -309,4 +267,4 @@ def stop_metering(platform: BillingServices) -> None:
     """Cancel the metering task (before the actor system shuts down)."""
     metering, platform.metering = platform.metering, None
     if metering is not None:
-        metering.cancel_scope.cancel()
+        metering.stop()

@@ -7,14 +7,12 @@ metering task, which this wakes up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.storage import Event
 
 from .ledger import Outcome
-
-if TYPE_CHECKING:
-    from corral.actors.billing.services import BillingServices
+from .services import BillingServices
 
 
 def low_threshold(platform: BillingServices) -> int:

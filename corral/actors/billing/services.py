@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import trio
 
@@ -11,9 +11,7 @@ from corral.config import Settings
 from corral.storage import Database
 
 from .hooks import BillingHooks
-
-if TYPE_CHECKING:
-    from .metering import Metering
+from .metering_handle import MeteringHandle
 
 
 class BillingServices(Protocol):
@@ -21,7 +19,7 @@ class BillingServices(Protocol):
     db: Database
     bus: EventBus
     nursery: trio.Nursery
-    metering: Metering | None
-    """The node's running metering task (None before billing started and after it stopped)."""
+    metering: MeteringHandle | None
+    """The node's running metering task, a `Metering` (None before billing started and after it stopped)."""
     billing_hooks: BillingHooks
     """How each instance kind is stopped and counted on this node."""

@@ -1,14 +1,16 @@
 """Previews: exposed sandbox ports, preview and share tokens, preview domains, and the
 resolver the preview router (corral/net/preview) asks about every sandbox request."""
 
+from . import store
 from .access import COOKIE, PreviewAccess, access_for, forget_all, forget_sandbox, forget_share
+from .access_cache import AccessCache
 from .domains import (
     SCOPES,
     Scope,
     delete_domain,
     dns_instructions,
     domain_public,
-    get_row,
+    get_domain,
     normalize_domain,
     put_domain,
     recheck_forever,
@@ -20,6 +22,7 @@ from .exposure import expose, parse_port
 from .requests import ExposePort, PreviewTokenRequest, ShareRequest
 from .router import build_router, run_preview
 from .sharing import create_share, list_shares, mint_preview_token, revoke_share
+from .store import DomainRecord, PreviewRecord, ShareRecord
 from .tokens import read_preview_token, sign_preview_token
 from .urls import SANDBOX_HOST_PATTERN, router_host, sandbox_url, service_domain
 
@@ -27,10 +30,14 @@ __all__ = [
     "COOKIE",
     "SANDBOX_HOST_PATTERN",
     "SCOPES",
+    "AccessCache",
+    "DomainRecord",
     "ExposePort",
     "PreviewAccess",
+    "PreviewRecord",
     "PreviewTokenRequest",
     "Scope",
+    "ShareRecord",
     "ShareRequest",
     "access_for",
     "build_router",
@@ -42,7 +49,7 @@ __all__ = [
     "forget_all",
     "forget_sandbox",
     "forget_share",
-    "get_row",
+    "get_domain",
     "list_shares",
     "mint_preview_token",
     "normalize_domain",
@@ -57,6 +64,7 @@ __all__ = [
     "sandbox_url",
     "service_domain",
     "sign_preview_token",
+    "store",
     "url_domain",
     "verify",
 ]

@@ -34,14 +34,15 @@ import trio
 
 from corral.actors import sandboxes
 from corral.actors.bus import SubscriberLagged
-from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import Connect, SandboxActor, touch
 from corral.net.links import netns_path
 from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, strip_query_params
 from corral.storage import parse_iso
 from corral.vm import InstanceInfo
 
-from . import domains
+from . import domains, store
+from .access_cache import AccessCache
+from .services import PreviewServices
 from .tokens import (
     PREVIEW_PREFIX,
     SHARE_PREFIX,
@@ -86,7 +87,7 @@ class ShareEntry:
     loaded: float
 
 
-def access_for(platform: PreviewServices) -> PreviewAccess:
+def access_for(platform: PreviewServices) -> AccessCache:
     """This platform's one `PreviewAccess` (the router and the API share its caches)."""
     if platform.preview_access is None:
         platform.preview_access = PreviewAccess(platform)
@@ -174,26 +175,26 @@ class PreviewAccess:
 
     async def _load(self, slug: str) -> SandboxEntry | None:
         db = self.platform.db
-        row = await sandboxes.store.by_slug(db, slug)
-        if row is None:
+        sandbox = await sandboxes.store.by_slug(db, slug)
+        if sandbox is None:
             return None
-        ports = await db.fetch_all("SELECT port FROM sandbox_previews WHERE sandbox_id = ?", (row.id,))
-        names = await domains.routable_domains(db, self.platform.settings, row.tenant_id, row.workspace_id, row.project_id)
+        ports = await store.exposed_ports(db, sandbox.id)
+        names = await domains.routable_domains(db, self.platform.settings, sandbox.tenant_id, sandbox.workspace_id, sandbox.project_id)
         address = None
-        if row.status == "running":
+        if sandbox.status == "running":
             try:
-                ref = await self.platform.system.get(SandboxActor, row.id)
+                ref = await self.platform.system.get(SandboxActor, sandbox.id)
                 info: InstanceInfo = await ref.ask(Connect())
                 address = info.address
             except Exception as exc:  # not running after all, or its runtime is gone: a 503 page
-                log.debug("no address for sandbox %s: %s", row.id, exc)
+                log.debug("no address for sandbox %s: %s", sandbox.id, exc)
         return SandboxEntry(
-            id=row.id,
-            name=row.name,
-            status=row.status,
+            id=sandbox.id,
+            name=sandbox.name,
+            status=sandbox.status,
             address=address,
-            netns=instance_netns(self.platform, row.id),
-            ports=frozenset(int(r["port"]) for r in ports),
+            netns=instance_netns(self.platform, sandbox.id),
+            ports=ports,
             domains=names,
         )
 
@@ -205,16 +206,14 @@ class PreviewAccess:
         entry = self._shares.get(digest)
         if entry is not None and now - entry.loaded < SHARE_TTL:
             return entry
-        row = await self.platform.db.fetch_one(
-            "SELECT id, sandbox_id, expires_at, revoked_at FROM sandbox_shares WHERE token_digest = ?", (digest,)
-        )
-        if row is None:
+        share = await store.share_by_digest(self.platform.db, digest)
+        if share is None:
             return None
         entry = ShareEntry(
-            share_id=row["id"],
-            sandbox_id=row["sandbox_id"],
-            expires_at=parse_iso(row["expires_at"]).timestamp() if row["expires_at"] else None,
-            revoked=row["revoked_at"] is not None,
+            share_id=share.id,
+            sandbox_id=share.sandbox_id,
+            expires_at=parse_iso(share.expires_at).timestamp() if share.expires_at else None,
+            revoked=share.revoked_at is not None,
             loaded=now,
         )
         if len(self._shares) > MAX_ENTRIES:

@@ -25,12 +25,14 @@ import trio
 from publicsuffixlist import PublicSuffixList
 
 from corral.actors.periodic import run_periodically
-from corral.actors.previews.services import PreviewServices
 from corral.config import Settings
 from corral.errors import ApiError, conflict
 from corral.net import cname_points_to, parse_name_servers
-from corral.storage import Database, Row, to_iso, utc_now, utc_now_iso
+from corral.storage import Database, to_iso, utc_now, utc_now_iso
 
+from . import store
+from .services import PreviewServices
+from .store import DomainRecord
 from .urls import router_host, service_domain
 
 log = logging.getLogger("corral.previews")
@@ -109,66 +111,58 @@ class Scope:
     """The scopes whose domain this one inherits, nearest first: (type, id)."""
 
 
-async def get_row(db: Database, scope: Scope) -> Row | None:
-    return await db.fetch_one("SELECT * FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
+async def get_domain(db: Database, scope: Scope) -> DomainRecord | None:
+    return await store.find_domain(db, scope.type, scope.id)
 
 
 async def inherited_domain(db: Database, settings: Settings, scope: Scope) -> str:
     """The domain URLs in this scope use when it has none of its own."""
     for scope_type, scope_id in scope.parents:
-        row = await db.fetch_one(
-            "SELECT domain FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND status = ?", (scope_type, scope_id, CONFIGURED)
-        )
-        if row is not None:
-            return str(row["domain"])
+        domain = await store.domain_with_status(db, scope_type, scope_id, CONFIGURED)
+        if domain is not None:
+            return domain
     return service_domain(settings)
 
 
-async def domain_public(db: Database, settings: Settings, scope: Scope, row: Row | None) -> dict[str, Any]:
+async def domain_public(db: Database, settings: Settings, scope: Scope, record: DomainRecord | None) -> dict[str, Any]:
     inherited = await inherited_domain(db, settings, scope)
-    if row is None:
+    if record is None:
         return {
             "preview_domain": None, "default_domain": inherited, "status": NOT_CONFIGURED, "dns_status": "pending",
             "dns_instructions": None, "verified_at": None, "last_checked_at": None, "dns_error": None,
         }
     return {
-        "preview_domain": row["domain"],
+        "preview_domain": record.domain,
         "default_domain": inherited,
-        "status": row["status"],
-        "dns_status": row["dns_status"],
-        "dns_instructions": dns_instructions(settings, row["domain"]),
-        "verified_at": row["verified_at"],
-        "last_checked_at": row["last_checked_at"],
-        "dns_error": row["dns_error"],
-        "updated_at": row["updated_at"],
+        "status": record.status,
+        "dns_status": record.dns_status,
+        "dns_instructions": dns_instructions(settings, record.domain),
+        "verified_at": record.verified_at,
+        "last_checked_at": record.last_checked_at,
+        "dns_error": record.dns_error,
+        "updated_at": record.updated_at,
     }
 
 
-async def put_domain(platform: PreviewServices, scope: Scope, value: Any) -> Row:
+async def put_domain(platform: PreviewServices, scope: Scope, value: Any) -> DomainRecord:
     domain = normalize_domain(value, platform.settings)
     db = platform.db
-    taken = await db.fetch_one("SELECT 1 FROM preview_domains WHERE domain = ? AND tenant_id != ?", (domain, scope.tenant_id))
-    if taken is not None:
+    if await store.taken_by_another_tenant(db, domain, scope.tenant_id):
         raise conflict("DOMAIN_TAKEN", "has already been taken")
     now = utc_now_iso()
-    row: Row = {
-        "scope_type": scope.type, "scope_id": scope.id, "tenant_id": scope.tenant_id, "domain": domain,
-        "status": PENDING, "dns_status": "pending", "dns_error": None, "verified_at": None, "last_checked_at": None,
-        "created_at": now, "updated_at": now,
-    }
-
-    def work(tx: Any) -> None:
-        tx.execute("DELETE FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
-        tx.insert("preview_domains", row)
-
-    await db.transaction(work)
+    record = DomainRecord(
+        scope_type=scope.type, scope_id=scope.id, tenant_id=scope.tenant_id, domain=domain,
+        status=PENDING, dns_status="pending", dns_error=None, verified_at=None, last_checked_at=None,
+        created_at=now, updated_at=now,
+    )
+    await store.replace_domain(db, record)
     _domains_changed(platform)
     platform.nursery.start_soon(_check_soon, platform, scope.type, scope.id, domain)
-    return row
+    return record
 
 
 async def delete_domain(platform: PreviewServices, scope: Scope) -> None:
-    await platform.db.execute("DELETE FROM preview_domains WHERE scope_type = ? AND scope_id = ?", (scope.type, scope.id))
+    await store.delete_domain(platform.db, scope.type, scope.id)
     _domains_changed(platform)
 
 
@@ -192,40 +186,23 @@ async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str |
     return True, None
 
 
-async def verify(platform: PreviewServices, scope_type: str, scope_id: str, domain: str) -> Row | None:
-    """Check DNS now and store the outcome; the updated row (None if it was removed meanwhile)."""
+async def verify(platform: PreviewServices, scope_type: str, scope_id: str, domain: str) -> DomainRecord | None:
+    """Check DNS now and store the outcome; the updated record (None if it was removed meanwhile)."""
     db = platform.db
     ok, why = await check_dns(platform.settings, domain)
     now = utc_now_iso()
+    before = await store.find_checked_domain(db, scope_type, scope_id, domain)
     if ok:
-        sql = (
-            "UPDATE preview_domains SET status = ?, dns_status = 'verified', dns_error = NULL,"
-            " verified_at = COALESCE(verified_at, ?), last_checked_at = ?, updated_at = ?"
-            " WHERE scope_type = ? AND scope_id = ? AND domain = ?"
-        )
-        params: tuple[Any, ...] = (CONFIGURED, now, now, now, scope_type, scope_id, domain)
+        await store.record_verified(db, scope_type, scope_id, domain, CONFIGURED, now)
     elif ok is False:
-        sql = (
-            "UPDATE preview_domains SET status = ?, dns_status = 'pending', dns_error = ?, verified_at = NULL,"
-            " last_checked_at = ?, updated_at = ? WHERE scope_type = ? AND scope_id = ? AND domain = ?"
-        )
-        params = (PENDING, why, now, now, scope_type, scope_id, domain)
+        await store.record_refused(db, scope_type, scope_id, domain, PENDING, why, now)
     else:
-        sql = (
-            "UPDATE preview_domains SET dns_error = ?, last_checked_at = ? WHERE scope_type = ? AND scope_id = ? AND domain = ?"
-        )
-        params = (why, now, scope_type, scope_id, domain)
-    before = await db.fetch_value(
-        "SELECT status FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND domain = ?", (scope_type, scope_id, domain)
-    )
-    await db.execute(sql, params)
-    row = await db.fetch_one(
-        "SELECT * FROM preview_domains WHERE scope_type = ? AND scope_id = ? AND domain = ?", (scope_type, scope_id, domain)
-    )
-    if row is not None and row["status"] != before:
-        log.info("preview domain %s of %s %s is now %s", domain, scope_type, scope_id, row["status"])
+        await store.record_unanswered(db, scope_type, scope_id, domain, why, now)
+    record = await store.find_checked_domain(db, scope_type, scope_id, domain)
+    if record is not None and record.status != (None if before is None else before.status):
+        log.info("preview domain %s of %s %s is now %s", domain, scope_type, scope_id, record.status)
         _domains_changed(platform)
-    return row
+    return record
 
 
 async def _check_soon(platform: PreviewServices, scope_type: str, scope_id: str, domain: str) -> None:
@@ -238,17 +215,11 @@ async def _check_soon(platform: PreviewServices, scope_type: str, scope_id: str,
 async def recheck_once(platform: PreviewServices) -> int:
     """Check every pending domain, and configured ones not checked for an hour; drop orphans."""
     db = platform.db
-    await db.execute("DELETE FROM preview_domains WHERE scope_type = 'workspace' AND scope_id NOT IN (SELECT id FROM workspaces)")
-    await db.execute("DELETE FROM preview_domains WHERE scope_type = 'project' AND scope_id NOT IN (SELECT id FROM projects)")
-    stale = to_iso(utc_now() - CONFIGURED_RECHECK)
-    rows = await db.fetch_all(
-        "SELECT scope_type, scope_id, domain, status, last_checked_at FROM preview_domains"
-        " WHERE status = ? OR last_checked_at IS NULL OR last_checked_at < ? ORDER BY updated_at",
-        (PENDING, stale),
-    )
-    for row in rows:
-        await verify(platform, row["scope_type"], row["scope_id"], row["domain"])
-    return len(rows)
+    await store.delete_orphaned_domains(db)
+    due = await store.due_for_check(db, PENDING, to_iso(utc_now() - CONFIGURED_RECHECK))
+    for record in due:
+        await verify(platform, record.scope_type, record.scope_id, record.domain)
+    return len(due)
 
 
 async def recheck_forever(platform: PreviewServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -263,27 +234,13 @@ async def recheck_forever(platform: PreviewServices, *, task_status: trio.TaskSt
 
 async def url_domain(db: Database, settings: Settings, tenant_id: str, workspace_id: str | None, project_id: str | None) -> str:
     """The domain of a sandbox's generated URLs: project, workspace, tenant, else the service's."""
-    rows = await _scope_rows(db, tenant_id, workspace_id, project_id, (CONFIGURED,))
+    domains = await store.scope_domains(db, tenant_id, workspace_id, project_id, (CONFIGURED,))
     for scope_type in ("project", "workspace", "tenant"):
-        if scope_type in rows:
-            return rows[scope_type]
+        if scope_type in domains:
+            return domains[scope_type]
     return service_domain(settings)
 
 
 async def routable_domains(db: Database, settings: Settings, tenant_id: str, workspace_id: str | None, project_id: str | None) -> frozenset[str]:
-    rows = await _scope_rows(db, tenant_id, workspace_id, project_id, ROUTABLE)
-    return frozenset({service_domain(settings), *rows.values()})
-
-
-async def _scope_rows(
-    db: Database, tenant_id: str, workspace_id: str | None, project_id: str | None, statuses: tuple[str, ...]
-) -> dict[str, str]:
-    marks = ", ".join("?" for _ in statuses)
-    rows = await db.fetch_all(
-        "SELECT scope_type, domain FROM preview_domains WHERE tenant_id = ? AND status IN (" + marks + ") AND ("
-        "(scope_type = 'tenant' AND scope_id = ?) OR (scope_type = 'workspace' AND scope_id = ?)"
-        " OR (scope_type = 'project' AND scope_id = ?))",
-        (tenant_id, *statuses, tenant_id, workspace_id or "", project_id or ""),
-    )
-    return {row["scope_type"]: row["domain"] for row in rows}
-
+    domains = await store.scope_domains(db, tenant_id, workspace_id, project_id, ROUTABLE)
+    return frozenset({service_domain(settings), *domains.values()})

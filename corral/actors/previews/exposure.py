@@ -15,17 +15,16 @@ from typing import Any
 
 import trio
 
-from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import Connect, SandboxActor, SandboxRecord
 from corral.errors import ApiError
-from corral.ids import prefixed
 from corral.net.network import DEFAULT_AGENT_PORT
 from corral.net.preview import Connector, Upstream, UpstreamUnreachable
 from corral.storage import Event, utc_now_iso
 from corral.vm import InstanceInfo
 
-from . import domains
+from . import domains, store
 from .access import forget_sandbox, instance_netns
+from .services import PreviewServices
 from .urls import sandbox_url
 
 log = logging.getLogger("corral.previews")
@@ -68,20 +67,7 @@ async def expose(platform: PreviewServices, sandbox: SandboxRecord, requested_po
     )
     assert port is not None
     now = utc_now_iso()
-
-    def work(tx: Any) -> str:
-        found = tx.fetch_one("SELECT id FROM sandbox_previews WHERE sandbox_id = ? AND port = ?", (sandbox.id, port))
-        if found is not None:
-            tx.execute("UPDATE sandbox_previews SET updated_at = ? WHERE id = ?", (now, found["id"]))
-            return str(found["id"])
-        preview_id = prefixed("prv")
-        tx.insert("sandbox_previews", {
-            "id": preview_id, "tenant_id": sandbox.tenant_id, "sandbox_id": sandbox.id, "port": port,
-            "ready_at": None, "created_at": now, "updated_at": now,
-        })
-        return preview_id
-
-    preview_id = await platform.db.transaction(work)
+    preview_id = await platform.db.transaction(lambda tx: store.expose_port(tx, sandbox.tenant_id, sandbox.id, port, now))
     forget_sandbox(platform, sandbox.id)
     url = await url_of(platform, sandbox, port)
     polling = platform.preview_polls
@@ -89,13 +75,6 @@ async def expose(platform: PreviewServices, sandbox: SandboxRecord, requested_po
         polling.add(preview_id)
         platform.nursery.start_soon(_announce_when_ready, platform, sandbox, preview_id, port, url)
     return {"url": url, "port": port, "preview_id": preview_id}
-
-
-async def latest_port(platform: PreviewServices, sandbox_id: str) -> int | None:
-    value = await platform.db.fetch_value(
-        "SELECT port FROM sandbox_previews WHERE sandbox_id = ? ORDER BY updated_at DESC, id DESC LIMIT 1", (sandbox_id,)
-    )
-    return None if value is None else int(value)
 
 
 async def _address(platform: PreviewServices, sandbox_id: str) -> str | None:
@@ -124,7 +103,7 @@ async def _announce_when_ready(platform: PreviewServices, sandbox: SandboxRecord
                         pass
                     else:
                         sock.close()
-                        await platform.db.execute("UPDATE sandbox_previews SET ready_at = ? WHERE id = ?", (utc_now_iso(), preview_id))
+                        await store.mark_ready(platform.db, preview_id, utc_now_iso())
                         await platform.bus.publish(Event(
                             "sandbox.preview.ready", "sandbox", sandbox.id,
                             {"preview_id": preview_id, "url": url, "port": port}, tenant_id=sandbox.tenant_id,

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import trio
 
-from corral.actors.previews.services import PreviewServices
 from corral.net.preview import PreviewRouter, RouteTable
 
 from .access import access_for
 from .domains import recheck_forever
+from .services import PreviewServices
 from .urls import SANDBOX_HOST_PATTERN
 
 

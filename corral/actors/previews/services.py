@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from corral.actors.sandboxes.services import SandboxServices
+from corral.net.preview import PreviewRouter
 
-if TYPE_CHECKING:
-    from .access import PreviewAccess
-    from .router import PreviewRouter
+from .access_cache import AccessCache
 
 
 class PreviewServices(SandboxServices, Protocol):
     jwt_secret: str
-    preview_access: PreviewAccess | None
-    """Routing and token caches shared by the router and the API."""
+    preview_access: AccessCache | None
+    """Routing and token caches shared by the router and the API (a `PreviewAccess`)."""
     preview_router: PreviewRouter | None
     preview_polls: set[str]
     """Previews whose port is being polled for `sandbox.preview.ready`."""

@@ -13,16 +13,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from corral.actors.previews.services import PreviewServices
 from corral.actors.sandboxes import SandboxRecord
 from corral.errors import ApiError, not_found
 from corral.ids import prefixed
-from corral.storage import Row, iso_in, to_iso, utc_now_iso
+from corral.storage import iso_in, to_iso, utc_now_iso
 
-from . import domains
+from . import domains, store
 from .access import forget_share, preview_key
-from .exposure import latest_port
 from .requests import PREVIEW_TOKEN_DEFAULT_TTL, PreviewTokenRequest, ShareRequest
+from .services import PreviewServices
+from .store import ShareRecord
 from .tokens import new_share_token, share_digest, sign_preview_token
 from .urls import share_url
 
@@ -38,7 +38,7 @@ async def mint_preview_token(platform: PreviewServices, sandbox: SandboxRecord, 
 
 
 async def _url(platform: PreviewServices, sandbox: SandboxRecord, port: int | None, token: str | None = None) -> str | None:
-    port = port if port is not None else await latest_port(platform, sandbox.id)
+    port = port if port is not None else await store.latest_port(platform.db, sandbox.id)
     if port is None:
         return None
     domain = await domains.url_domain(platform.db, platform.settings, sandbox.tenant_id, sandbox.workspace_id, sandbox.project_id)
@@ -46,48 +46,39 @@ async def _url(platform: PreviewServices, sandbox: SandboxRecord, port: int | No
     return url if token else url.removesuffix("/?ms=")
 
 
-def share_public(row: Row, url: str | None) -> dict[str, Any]:
-    record = {name: row[name] for name in SHARE_FIELDS}
-    record["token_prefix"] = row["token_prefix"]
-    record["url"] = url
-    return record
+def share_public(share: ShareRecord, url: str | None) -> dict[str, Any]:
+    return {**{name: getattr(share, name) for name in SHARE_FIELDS}, "token_prefix": share.token_prefix, "url": url}
 
 
 async def create_share(platform: PreviewServices, sandbox: SandboxRecord, user_id: str | None, request: ShareRequest) -> dict[str, Any]:
     ttl, port = request.expires_in, request.port
     token = new_share_token()
-    row: Row = {
-        "id": prefixed("shr"),
-        "tenant_id": sandbox.tenant_id,
-        "sandbox_id": sandbox.id,
-        "token_digest": share_digest(token),
-        "token_prefix": token[:10],
-        "port": port,
-        "expires_at": iso_in(ttl) if ttl is not None else None,
-        "created_by": user_id,
-        "created_at": utc_now_iso(),
-        "revoked_at": None,
-    }
-    await platform.db.insert("sandbox_shares", row)
-    return {**share_public(row, await _url(platform, sandbox, port, token)), "token": token}
+    share = ShareRecord(
+        id=prefixed("shr"),
+        tenant_id=sandbox.tenant_id,
+        sandbox_id=sandbox.id,
+        token_digest=share_digest(token),
+        token_prefix=token[:10],
+        port=port,
+        expires_at=iso_in(ttl) if ttl is not None else None,
+        created_by=user_id,
+        created_at=utc_now_iso(),
+        revoked_at=None,
+    )
+    await store.insert_share(platform.db, share)
+    return {**share_public(share, await _url(platform, sandbox, port, token)), "token": token}
 
 
 async def list_shares(platform: PreviewServices, sandbox: SandboxRecord) -> list[dict[str, Any]]:
     """Shares not revoked, newest first; their URLs without the token (it is not stored)."""
-    rows = await platform.db.fetch_all(
-        "SELECT * FROM sandbox_shares WHERE sandbox_id = ? AND revoked_at IS NULL ORDER BY created_at DESC, id DESC", (sandbox.id,)
-    )
-    return [share_public(row, await _url(platform, sandbox, row["port"])) for row in rows]
+    return [share_public(share, await _url(platform, sandbox, share.port)) for share in await store.live_shares(platform.db, sandbox.id)]
 
 
 async def revoke_share(platform: PreviewServices, sandbox: SandboxRecord, share_id: str) -> dict[str, Any]:
     if not SHARE_ID.match(share_id):
         raise ApiError(400, "INVALID_ID", "invalid share id")
     now = utc_now_iso()
-    changed = await platform.db.execute(
-        "UPDATE sandbox_shares SET revoked_at = ? WHERE id = ? AND sandbox_id = ? AND revoked_at IS NULL", (now, share_id, sandbox.id)
-    )
-    if not changed:
+    if not await store.revoke_share(platform.db, sandbox.id, share_id, now):
         raise not_found("share not found")
     forget_share(platform, share_id)
     return {"id": share_id, "sandbox_id": sandbox.id, "revoked": True, "revoked_at": now}

@@ -68,21 +68,21 @@ async def _project_scope(ctx: RequestContext, id: str, minimum: str) -> previews
 
 
 async def _show(ctx: RequestContext, scope: previews.Scope) -> Reply:
-    row = await previews.get_row(ctx.db, scope)
-    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, row))
+    record = await previews.get_domain(ctx.db, scope)
+    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, record))
 
 
 async def _put(ctx: RequestContext, scope: previews.Scope) -> Reply:
     body = await ctx.body(SetPreviewDomain)
-    row = await previews.put_domain(ctx.platform, scope, body.preview_domain)
-    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, row))
+    record = await previews.put_domain(ctx.platform, scope, body.preview_domain)
+    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, record))
 
 
 async def _verify(ctx: RequestContext, scope: previews.Scope) -> Reply:
-    row = await previews.get_row(ctx.db, scope)
-    if row is not None:
-        row = await previews.verify(ctx.platform, scope.type, scope.id, row["domain"])
-    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, row))
+    record = await previews.get_domain(ctx.db, scope)
+    if record is not None:
+        record = await previews.verify(ctx.platform, scope.type, scope.id, record.domain)
+    return raw(await previews.domain_public(ctx.db, ctx.platform.settings, scope, record))
 
 
 async def _delete(ctx: RequestContext, scope: previews.Scope) -> Reply:

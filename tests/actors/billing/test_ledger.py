@@ -120,16 +120,16 @@ async def test_spends_take_the_oldest_grant_first_and_expiry_is_a_row(db: Databa
     tenant_id = await new_tenant(db)
     first, _ = await ledger.grant(db, tenant_id, 10, "first")
     second, _ = await ledger.grant(db, tenant_id, 10, "second")
-    assert first["type"] == "earn" and first["amount_credits"] == 10
+    assert first.type == "earn" and first.amount_credits == 10
     await ledger.spend(db, tenant_id, 12, "usage")
     lots = {r["id"]: int(r["remaining_credits"]) for r in await db.fetch_all(
         "SELECT id, remaining_credits FROM credit_transactions WHERE type = 'earn' AND tenant_id = ?", (tenant_id,))}
-    assert lots == {first["id"]: 0, second["id"]: 8}
+    assert lots == {first.id: 0, second.id: 8}
 
     # The second grant's 180 days are over: its 8 unused credits leave as an `expire` row.
-    await db.execute("UPDATE credit_transactions SET expires_at = ? WHERE id = ?", (to_iso(utc_now() - timedelta(seconds=1)), second["id"]))
+    await db.execute("UPDATE credit_transactions SET expires_at = ? WHERE id = ?", (to_iso(utc_now() - timedelta(seconds=1)), second.id))
     _, outcome = await in_ledger(db, tenant_id, lambda _: None)
-    assert [(r["type"], r["amount_credits"], r["grant_id"]) for r in outcome.rows] == [("expire", -8, second["id"])]
+    assert [(r.type, r.amount_credits, r.grant_id) for r in outcome.rows] == [("expire", -8, second.id)]
     account = await check_invariants(db, tenant_id)
     assert account["balance_credits"] == 0
 
@@ -137,8 +137,8 @@ async def test_spends_take_the_oldest_grant_first_and_expiry_is_a_row(db: Databa
 async def test_grants_expire_180_days_after_the_grant(db: Database) -> None:
     tenant_id = await new_tenant(db)
     row, _ = await ledger.grant(db, tenant_id, 5, "grant")
-    expires = row["expires_at"]
-    assert parse_iso(expires) - parse_iso(row["inserted_at"]) == timedelta(days=180)
+    expires = row.expires_at
+    assert parse_iso(expires) - parse_iso(row.inserted_at) == timedelta(days=180)
 
 
 async def test_a_shortfall_is_debt_that_the_next_grant_repays(db: Database) -> None:
@@ -148,7 +148,7 @@ async def test_a_shortfall_is_debt_that_the_next_grant_repays(db: Database) -> N
     account = await check_invariants(db, tenant_id)
     assert (account["balance_credits"], account["debt_credits"]) == (-3, 3)
     row, _ = await ledger.grant(db, tenant_id, 10, "top-up")
-    assert row["remaining_credits"] == 7
+    assert row.remaining_credits == 7
     account = await check_invariants(db, tenant_id)
     assert (account["balance_credits"], account["debt_credits"]) == (7, 0)
 
@@ -157,7 +157,7 @@ async def test_negative_grants_are_adjust_rows_and_zero_is_refused(db: Database)
     tenant_id = await new_tenant(db)
     await ledger.grant(db, tenant_id, 10, "grant")
     row, outcome = await ledger.grant(db, tenant_id, -4, "correction")
-    assert (row["type"], row["amount_credits"], outcome.balance) == ("adjust", -4, 6)
+    assert (row.type, row.amount_credits, outcome.balance) == ("adjust", -4, 6)
     account = await check_invariants(db, tenant_id)
     assert account["lifetime_spent"] == 0  # corrections are not spending
     with pytest.raises(ValueError):

@@ -191,18 +191,18 @@ async def test_ai_usage_is_priced_per_million_tokens_with_the_fraction_carried(q
         row = await billing.record_ai_usage(
             platform, tenant_id=tenant_id, provider="anthropic", model="claude-haiku", input_tokens=50_000, output_tokens=0
         )
-        amounts.append(row["amount_credits"])
-        assert row["type"] == "spend" and row["input_tokens"] == 50_000 and row["cost_usd_micros"] == 5_000
+        amounts.append(row.amount_credits)
+        assert row.type == "spend" and row.input_tokens == 50_000 and row.cost_usd_micros == 5_000
     assert amounts == [0, -1, 0, -1]
     row = await billing.record_ai_usage(
         platform, tenant_id=tenant_id, provider="anthropic", model="claude-opus-4", input_tokens=100_000, output_tokens=10_000
     )
-    assert row["amount_credits"] == -7  # advanced: 6 for input, 1 for output
+    assert row.amount_credits == -7  # advanced: 6 for input, 1 for output
     row = await billing.record_ai_usage(
         platform, tenant_id=tenant_id, provider="openai", model="gpt-x", input_tokens=0, output_tokens=1_000_000,
         tier="advanced", cost_usd_micros=123,
     )
-    assert (row["amount_credits"], row["cost_usd_micros"]) == (-100, 123)
+    assert (row.amount_credits, row.cost_usd_micros) == (-100, 123)
     balance = await billing.get_balance(platform, tenant_id)
     assert (balance["balance_credits"], balance["lifetime_spent"]) == (100 - 109, 109)
 
