@@ -7,13 +7,11 @@ effect on the next request on every node.
 from __future__ import annotations
 
 import ipaddress
-import json
 import time
 
-from corral.actors.tenancy import api_keys, tickets
+from corral.actors.tenancy import KeyWithMember, api_keys, store, tickets
 from corral.errors import ApiError, forbidden, unauthorized
 from corral.node import Platform
-from corral.storage import Row, utc_now_iso
 
 from . import tokens
 from .principal import Principal
@@ -42,8 +40,8 @@ class Authenticator:
         platform = self.platform
         if token.startswith("msk_a_") and platform.is_bootstrap_admin_key(token):
             return Principal("operator", None, None, None, None, None, 30_000)
-        row = await api_keys.find_with_member(platform.db, token)
-        return await self._key_principal(row, client_ip)
+        key = await api_keys.find_with_member(platform.db, token)
+        return await self._key_principal(key, client_ip)
 
     async def from_ticket(self, ticket: str, client_ip: str | None) -> Principal:
         """The principal that minted an SSE ticket, consuming the ticket.
@@ -55,8 +53,8 @@ class Authenticator:
             if grant is None:
                 raise unauthorized("invalid, used or expired SSE ticket; mint a new one at POST /auth/sse-ticket")
             if grant.api_key_id is not None:
-                row = await api_keys.find_with_member_by_id(self.platform.db, grant.api_key_id)
-                return await self._key_principal(row, client_ip)
+                key = await api_keys.find_with_member_by_id(self.platform.db, grant.api_key_id)
+                return await self._key_principal(key, client_ip)
             if grant.user_id is None:
                 raise unauthorized("invalid SSE ticket")
             return await self._session_principal(grant.tenant_id, grant.user_id)
@@ -65,29 +63,29 @@ class Authenticator:
                 raise
             raise unauthorized(error.message, code="UNAUTHORIZED") from None  # the spec's SSE code
 
-    async def _key_principal(self, row: Row | None, client_ip: str | None) -> Principal:
-        if row is None or row["status"] != "active":
+    async def _key_principal(self, key: KeyWithMember | None, client_ip: str | None) -> Principal:
+        if key is None or key.status != "active":
             raise unauthorized("invalid or revoked API key")
-        if row["allowed_ips"]:
-            _check_ip(json.loads(row["allowed_ips"]), client_ip)
+        if key.allowed_ips is not None:
+            _check_ip(key.allowed_ips, client_ip)
         tenant_role = None
         email = None
-        if row["user_id"]:
-            if row["member_role"] is None:
+        if key.user_id:
+            if key.member_role is None:
                 raise unauthorized("the key's user is no longer a member of its tenant")
-            tenant_role, email = row["member_role"], row["member_email"]
-        elif row["key_type"] in ("platform", "admin"):
+            tenant_role, email = key.member_role, key.member_email
+        elif key.key_type in ("platform", "admin"):
             tenant_role = "admin"  # an operator-made key without a user: tenant-wide automation
-        await self._touch(row["id"])
+        await self._touch(key.id)
         return Principal(
-            kind=_KIND_BY_TYPE[row["key_type"]],
-            tenant_id=row["tenant_id"],
-            user_id=row["user_id"],
-            api_key_id=row["id"],
-            scopes=frozenset(json.loads(row["scopes"])),
+            kind=_KIND_BY_TYPE[key.key_type],
+            tenant_id=key.tenant_id,
+            user_id=key.user_id,
+            api_key_id=key.id,
+            scopes=frozenset(key.scopes),
             tenant_role=tenant_role,
-            rate_limit_rpm=int(row["rate_limit_rpm"]),
-            workspace_id=row["workspace_id"],
+            rate_limit_rpm=int(key.rate_limit_rpm),
+            workspace_id=key.workspace_id,
             email=email,
         )
 
@@ -102,17 +100,13 @@ class Authenticator:
     async def _tenantless_principal(self, user_id: str) -> Principal:
         """The session of a user who belongs to no tenant yet (login issues one so that they
         can accept an invite); every tenant route answers it 422 TENANT_RESOLUTION_FAILED."""
-        email = await self.platform.db.fetch_value("SELECT email FROM users WHERE id = ?", (user_id,))
-        if email is None:
+        user = await store.users.load(self.platform.db, user_id)
+        if user is None:
             raise unauthorized("the session's user no longer exists")
-        return Principal("session", None, user_id, None, None, None, 600, email=str(email))
+        return Principal("session", None, user_id, None, None, None, 600, email=user.email)
 
     async def _session_principal(self, tenant_id: str, user_id: str) -> Principal:
-        member = await self.platform.db.fetch_one(
-            "SELECT m.role, u.email FROM tenant_members m JOIN users u ON u.id = m.user_id"
-            " WHERE m.tenant_id = ? AND m.user_id = ?",
-            (tenant_id, user_id),
-        )
+        member = await store.tenant_members.with_email(self.platform.db, tenant_id, user_id)
         if member is None:
             raise unauthorized("the session's user is no longer a member of its tenant")
         return Principal(
@@ -121,9 +115,9 @@ class Authenticator:
             user_id=user_id,
             api_key_id=None,
             scopes=None,
-            tenant_role=member["role"],
+            tenant_role=member.role,
             rate_limit_rpm=600,
-            email=member["email"],
+            email=member.email,
         )
 
     async def _touch(self, key_id: str) -> None:
@@ -132,7 +126,7 @@ class Authenticator:
         if now - self._last_used_written.get(key_id, -_LAST_USED_EVERY) < _LAST_USED_EVERY:
             return
         self._last_used_written[key_id] = now
-        await self.platform.db.execute("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (utc_now_iso(), key_id))
+        await api_keys.mark_used(self.platform.db, key_id)
 
 
 def _check_ip(allowed: list[str], client_ip: str | None) -> None:

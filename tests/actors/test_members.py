@@ -34,9 +34,9 @@ def other_transaction(db: Database) -> Iterator[Any]:
 
 async def test_concurrent_demotions_keep_an_owner(db: Database) -> None:
     created = await tenancy.create_tenant(db, "Race", "race-owner@example.test", "password123")
-    second = await tenancy.create_user(db, "race-second@example.test", "password123", None, created.tenant["id"], "member")
-    workspace, first_id = created.workspace, created.owner["id"]
-    await members.change_role(db, workspace, second["id"], "owner", actor_role="owner")
+    second = await tenancy.create_user(db, "race-second@example.test", "password123", None, created.tenant.id, "member")
+    workspace, first_id = created.workspace, created.owner.id
+    await members.change_role(db, workspace, second.id, "owner", actor_role="owner")
 
     outcome: list[str] = []
 
@@ -50,10 +50,10 @@ async def test_concurrent_demotions_keep_an_owner(db: Database) -> None:
     mark = "?" if db.dialect == "sqlite" else "%s"
     with other_transaction(db) as conn:
         # The other request demotes the second owner, taking the same workspace lock first.
-        conn.execute(f"UPDATE workspaces SET updated_at = updated_at WHERE id = {mark}", (workspace["id"],))
+        conn.execute(f"UPDATE workspaces SET updated_at = updated_at WHERE id = {mark}", (workspace.id,))
         conn.execute(
             f"UPDATE workspace_members SET role = 'admin' WHERE workspace_id = {mark} AND user_id = {mark}",
-            (workspace["id"], second["id"]),
+            (workspace.id, second.id),
         )
         async with trio.open_nursery() as nursery:
             nursery.start_soon(demote_first)
@@ -62,5 +62,5 @@ async def test_concurrent_demotions_keep_an_owner(db: Database) -> None:
             conn.execute("COMMIT") if db.dialect == "sqlite" else conn.commit()
 
     assert outcome == ["LAST_OWNER"]
-    roles = {m["user_id"]: m["role"] for m in await members.list_members(db, workspace["id"])}
-    assert roles == {first_id: "owner", second["id"]: "admin"}
+    roles = {m.user_id: m.role for m in await members.list_members(db, workspace.id)}
+    assert roles == {first_id: "owner", second.id: "admin"}

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from corral.actors.ref import ActorRef
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
+from corral.actors.tenancy import store as tenancy_store
 from corral.actors.tenancy.scopes import role_at_least
 from corral.actors.tenancy.workspaces import effective_role
 from corral.errors import ApiError, forbidden, validation_error
@@ -189,7 +190,7 @@ async def require_member(platform: ComputerServices, row: ComputerRecord, user_i
     tenant owners and admins (and keys without a user) act as admins everywhere."""
     if user_id is not None and user_id == row.owner_user_id:
         return
-    workspace = await platform.db.fetch_one("SELECT * FROM workspaces WHERE id = ?", (row.workspace_id,))
+    workspace = await tenancy_store.workspaces.load(platform.db, row.workspace_id)
     role = await effective_role(platform.db, workspace, user_id, tenant_role) if workspace else None
     if not role_at_least(role, "member"):
         raise forbidden("not a member of this computer")

@@ -2,10 +2,23 @@
 
 These records change rarely and hold no long-running state, so they are plain
 services over the store rather than actors; they live in the actors layer because
-they write, and the HTTP layer may only read the store directly.
+they write, and the HTTP layer may only read the store directly. Every SQL statement
+about their tables is in `store` (one module per table, frozen records); only this
+package's modules call its write functions.
 """
 
-from . import api_keys, audit, invites, mail, members, outbox, tickets, white_label, workspaces
+from . import (
+    api_keys,
+    audit,
+    invites,
+    mail,
+    members,
+    outbox,
+    store,
+    tickets,
+    white_label,
+    workspaces,
+)
 from .attribution import (
     EXTERNAL_FIELDS,
     Attribution,
@@ -23,6 +36,21 @@ from .scopes import (
     role_at_least,
     scope_allows,
 )
+from .store import (
+    ApiKeyRecord,
+    AuditRecord,
+    InviteRecord,
+    KeyWithMember,
+    MailRecord,
+    NamedInvite,
+    ProjectRecord,
+    TenantMember,
+    TenantRecord,
+    TicketRecord,
+    UserRecord,
+    WorkspaceMember,
+    WorkspaceRecord,
+)
 from .tenants import NewTenant, create_tenant, create_user, get_tenant, list_tenants, tenant_role
 
 __all__ = [
@@ -31,9 +59,22 @@ __all__ = [
     "PRODUCT_SCOPES",
     "TENANT_ROLES",
     "WORKSPACE_ROLES",
+    "ApiKeyRecord",
     "Attribution",
+    "AuditRecord",
+    "InviteRecord",
+    "KeyWithMember",
+    "MailRecord",
+    "NamedInvite",
     "NewTenant",
     "Placement",
+    "ProjectRecord",
+    "TenantMember",
+    "TenantRecord",
+    "TicketRecord",
+    "UserRecord",
+    "WorkspaceMember",
+    "WorkspaceRecord",
     "api_key_public",
     "api_keys",
     "audit",
@@ -50,6 +91,7 @@ __all__ = [
     "resolve_attribution",
     "role_at_least",
     "scope_allows",
+    "store",
     "tenant_public",
     "tenant_resolution_failed",
     "tenant_role",

@@ -6,15 +6,18 @@ so a revoked key is refused on its next request on every node.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import json
+import ipaddress
 from typing import Any
 
 from corral.errors import ApiError, forbidden, not_found, validation_error
 from corral.ids import new_uuid, random_token
-from corral.storage import Database, Row, utc_now_iso
+from corral.storage import Database, utc_now_iso
 
+from . import store
 from .scopes import PRODUCT_SCOPES, unknown_scopes
+from .store import ApiKeyRecord, KeyWithMember
 
 KEY_PREFIXES = {"user": "msk_u_", "platform": "msk_p_", "admin": "msk_a_"}
 DEFAULT_RPM = {"user": 600, "platform": 30_000, "admin": 30_000}
@@ -50,8 +53,6 @@ def validate_scopes(value: Any, ceiling: frozenset[str] | None) -> list[str]:
 
 
 def validate_allowed_ips(value: Any) -> list[str] | None:
-    import ipaddress
-
     if value is None:
         return None
     if not isinstance(value, list):
@@ -75,71 +76,65 @@ async def create_api_key(
     allowed_ips: list[str] | None = None,
     workspace_id: str | None = None,
     rate_limit_rpm: int | None = None,
-) -> tuple[Row, str]:
-    """Returns the stored row and the plaintext key, which is never stored or shown again."""
+) -> tuple[ApiKeyRecord, str]:
+    """Returns the stored key and the plaintext key, which is never stored or shown again."""
     plaintext = KEY_PREFIXES[key_type] + random_token(32)
-    row = {
-        "id": new_uuid(),
-        "tenant_id": tenant_id,
-        "user_id": user_id,
-        "name": name,
-        "key_type": key_type,
-        "key_purpose": "api",
-        "key_prefix": plaintext[:12],
-        "key_digest": digest(plaintext),
-        "scopes": json.dumps(scopes),
-        "allowed_ips": json.dumps(allowed_ips) if allowed_ips is not None else None,
-        "workspace_id": workspace_id,
-        "rate_limit_rpm": rate_limit_rpm or DEFAULT_RPM[key_type],
-        "status": "active",
-        "created_at": utc_now_iso(),
-        "revoked_at": None,
-        "last_used_at": None,
-    }
-    await db.insert("api_keys", row)
-    return row, plaintext
+    key = ApiKeyRecord(
+        id=new_uuid(),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        name=name,
+        key_type=key_type,
+        key_purpose="api",
+        key_prefix=plaintext[:12],
+        key_digest=digest(plaintext),
+        scopes=scopes,
+        allowed_ips=allowed_ips,
+        workspace_id=workspace_id,
+        rate_limit_rpm=rate_limit_rpm or DEFAULT_RPM[key_type],
+        status="active",
+        created_at=utc_now_iso(),
+        revoked_at=None,
+        last_used_at=None,
+    )
+    await store.api_keys.create(db, key)
+    return key, plaintext
 
 
-_WITH_MEMBER = (
-    "SELECT k.*, m.role AS member_role, u.email AS member_email FROM api_keys k"
-    " LEFT JOIN tenant_members m ON m.tenant_id = k.tenant_id AND m.user_id = k.user_id"
-    " LEFT JOIN users u ON u.id = k.user_id"
-)
-
-
-async def find_with_member(db: Database, token: str) -> Row | None:
+async def find_with_member(db: Database, token: str) -> KeyWithMember | None:
     """The key with its user's tenant role and e-mail (`member_role`, `member_email`),
     in one query: this runs on every key-authenticated request."""
-    return await db.fetch_one(_WITH_MEMBER + " WHERE k.key_digest = ?", (digest(token),))
+    return await store.api_keys.with_member_by_digest(db, digest(token))
 
 
-async def find_with_member_by_id(db: Database, key_id: str) -> Row | None:
+async def find_with_member_by_id(db: Database, key_id: str) -> KeyWithMember | None:
     """As `find_with_member`, by key id (an SSE ticket remembers the key that minted it)."""
-    return await db.fetch_one(_WITH_MEMBER + " WHERE k.id = ?", (key_id,))
+    return await store.api_keys.with_member_by_id(db, key_id)
 
 
-async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> list[Row]:
-    return await db.fetch_all(
-        "SELECT * FROM api_keys WHERE tenant_id = ? AND user_id IS NOT DISTINCT FROM ?"
-        " ORDER BY created_at DESC, id",
-        (tenant_id, user_id),
-    )
+async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> list[ApiKeyRecord]:
+    return await store.api_keys.list_for_user(db, tenant_id, user_id)
 
 
 async def revoke_api_key(
     db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool, workspace_id: str | None = None
-) -> Row:
+) -> ApiKeyRecord:
     """`workspace_id`: the revoking key's restriction; it reaches only keys restricted to the same workspace."""
-    row = await db.fetch_one("SELECT * FROM api_keys WHERE id = ? AND tenant_id = ?", (key_id, tenant_id))
-    if row is None or (not may_revoke_any and row["user_id"] != user_id):
+    key = await store.api_keys.find(db, tenant_id, key_id)
+    if key is None or (not may_revoke_any and key.user_id != user_id):
         raise not_found("api key not found")
-    if workspace_id is not None and row["workspace_id"] != workspace_id:
+    if workspace_id is not None and key.workspace_id != workspace_id:
         raise not_found("api key not found")
-    if row["status"] != "revoked":
+    if key.status != "revoked":
         now = utc_now_iso()
-        await db.execute("UPDATE api_keys SET status = 'revoked', revoked_at = ? WHERE id = ?", (now, key_id))
-        row = {**row, "status": "revoked", "revoked_at": now}
-    return row
+        await store.api_keys.revoke(db, key_id, now)
+        key = dataclasses.replace(key, status="revoked", revoked_at=now)
+    return key
+
+
+async def mark_used(db: Database, key_id: str) -> None:
+    """Record that the key authenticated a request now (`last_used_at`)."""
+    await store.api_keys.mark_used(db, key_id)
 
 
 def admin_key_refused() -> ApiError:

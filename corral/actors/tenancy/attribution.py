@@ -14,14 +14,12 @@ from typing import Annotated, Any
 
 from corral.errors import ApiError, validation_error
 from corral.models import Rule, model
-from corral.storage import Database, Row, Transaction
+from corral.storage import Database, Transaction
 
-from .slugs import is_slug, slugify
-from .tenants import add_workspace_member, insert_project, insert_workspace
-from .workspaces import _free_slug as free_slug
-
-_WORKSPACE_SLUG_USED = "SELECT 1 FROM workspaces WHERE tenant_id = ? AND slug = ?"
-_PROJECT_SLUG_USED = "SELECT 1 FROM projects WHERE workspace_id = ? AND slug = ?"
+from . import store
+from .slugs import is_slug
+from .store import ProjectRecord, WorkspaceRecord
+from .workspaces import free_project_slug, free_workspace_slug, open_workspace
 
 EXTERNAL_FIELDS = ("external_workspace_id", "external_user_id", "external_project_id")
 
@@ -88,62 +86,46 @@ async def resolve_attribution(
     def work(tx: Transaction) -> Attribution:
         workspace = _workspace(tx, tenant_id, fields, creator_id)
         project = _project(tx, workspace, fields)
-        return Attribution(
-            tenant_id, workspace["id"], project["id"], *(fields[name] for name in EXTERNAL_FIELDS)
-        )
+        return Attribution(tenant_id, workspace.id, project.id, *(fields[name] for name in EXTERNAL_FIELDS))
 
     return await db.transaction(work)
 
 
-def _workspace(tx: Transaction, tenant_id: str, fields: dict[str, str | None], creator_id: str | None) -> Row:
+def _workspace(tx: Transaction, tenant_id: str, fields: dict[str, str | None], creator_id: str | None) -> WorkspaceRecord:
     if fields["workspace_id"]:
-        row = tx.fetch_one("SELECT * FROM workspaces WHERE id = ? AND tenant_id = ?", (fields["workspace_id"], tenant_id))
-        if row is None:
+        workspace = store.workspaces.find_in(tx, tenant_id, fields["workspace_id"])
+        if workspace is None:
             raise validation_error({"workspace_id": "no such workspace in this tenant"})
-        return row
+        return workspace
     if fields["workspace_slug"] or fields["workspace_name"]:
         if fields["workspace_slug"]:
             slug = fields["workspace_slug"]
-            row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND slug = ?", (tenant_id, slug))
+            found = store.workspaces.by_slug(tx, tenant_id, slug)
         else:
-            row = _by_name(tx, "workspaces", "tenant_id", tenant_id, str(fields["workspace_name"]))
-            slug = row["slug"] if row else free_slug(tx, _WORKSPACE_SLUG_USED, tenant_id, slugify(str(fields["workspace_name"]), "workspace"))
-        if row is None:
-            row = insert_workspace(tx, tenant_id, fields["workspace_name"] or slug, slug)
-            if creator_id is not None:
-                add_workspace_member(tx, row["id"], creator_id, "owner", creator_id)
-            insert_project(tx, row, "Default", "default", is_default=True)
-        return row
-    row = tx.fetch_one("SELECT * FROM workspaces WHERE tenant_id = ? AND is_default = 1", (tenant_id,))
-    if row is None:
+            found = store.workspaces.by_name(tx, tenant_id, str(fields["workspace_name"]))
+            slug = found.slug if found else free_workspace_slug(tx, tenant_id, str(fields["workspace_name"]))
+        return found or open_workspace(tx, tenant_id, fields["workspace_name"] or slug, slug, creator_id)
+    default = store.workspaces.default(tx, tenant_id)
+    if default is None:
         raise tenant_resolution_failed()
-    return row
+    return default
 
 
-def _project(tx: Transaction, workspace: Row, fields: dict[str, str | None]) -> Row:
+def _project(tx: Transaction, workspace: WorkspaceRecord, fields: dict[str, str | None]) -> ProjectRecord:
     if fields["project_id"]:
-        row = tx.fetch_one("SELECT * FROM projects WHERE id = ? AND workspace_id = ?", (fields["project_id"], workspace["id"]))
-        if row is None:
+        project = store.projects.find_in(tx, workspace.id, fields["project_id"])
+        if project is None:
             raise validation_error({"project_id": "no such project in this workspace"})
-        return row
+        return project
     if fields["project_slug"] or fields["project_name"]:
         if fields["project_slug"]:
             slug = fields["project_slug"]
-            row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND slug = ?", (workspace["id"], slug))
+            found = store.projects.by_slug(tx, workspace.id, slug)
         else:
-            row = _by_name(tx, "projects", "workspace_id", workspace["id"], str(fields["project_name"]))
-            slug = row["slug"] if row else free_slug(tx, _PROJECT_SLUG_USED, workspace["id"], slugify(str(fields["project_name"]), "project"))
-        return row or insert_project(tx, workspace, fields["project_name"] or slug, slug)
-    row = tx.fetch_one("SELECT * FROM projects WHERE workspace_id = ? AND is_default = 1", (workspace["id"],))
-    if row is None:
-        row = insert_project(tx, workspace, "Default", "default", is_default=True)
-    return row
-
-
-def _by_name(tx: Transaction, table: str, scope: str, scope_id: str, name: str) -> Row | None:
-    """The oldest record named `name` (any case), so a name keeps finding a renamed-slug record."""
-    return tx.fetch_one(
-        f"SELECT * FROM {table} WHERE {scope} = ? AND lower(name) = lower(?) ORDER BY created_at, id LIMIT 1",
-        (scope_id, name),
-    )
-
+            found = store.projects.by_name(tx, workspace.id, str(fields["project_name"]))
+            slug = found.slug if found else free_project_slug(tx, workspace.id, str(fields["project_name"]))
+        return found or store.projects.create(tx, workspace, fields["project_name"] or slug, slug)
+    default = store.projects.default(tx, workspace.id)
+    if default is None:
+        default = store.projects.create(tx, workspace, "Default", "default", is_default=True)
+    return default

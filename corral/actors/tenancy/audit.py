@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from corral.ids import new_ulid
-from corral.storage import Database, Row, utc_now_iso
+from corral.storage import Database, utc_now_iso
+
+from . import store
+from .store import AuditRecord
 
 
 @dataclass
@@ -31,9 +34,10 @@ class AuditEntry:
 
 
 async def record(db: Database, entry: AuditEntry) -> str:
-    row = {"id": new_ulid(), **asdict(entry), "created_at": utc_now_iso()}
-    await db.insert("audit_events", row)
-    return str(row["id"])
+    """Write the entry's event; its id."""
+    event = AuditRecord(id=new_ulid(), **asdict(entry), created_at=utc_now_iso())
+    await store.audit.insert(db, event)
+    return event.id
 
 
 async def list_entries(
@@ -44,22 +48,15 @@ async def list_entries(
     workspace_id: str | None = None,
     before: str | None = None,
     limit: int = 100,
-) -> list[Row]:
-    """Newest first; `before` is the id cursor of the previous page's last row."""
-    clauses, params = ["tenant_id = ?"], [tenant_id]
-    for column, value in (("api_key_id", api_key_id), ("workspace_id", workspace_id)):
-        if value is not None:
-            clauses.append(f"{column} = ?")
-            params.append(value)
-    if before:
-        clauses.append("id < ?")
-        params.append(before)
-    sql = f"SELECT * FROM audit_events WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?"
-    return await db.fetch_all(sql, (*params, limit))
+) -> list[AuditRecord]:
+    """Newest first; `before` is the id cursor of the previous page's last event."""
+    return await store.audit.page(
+        db, tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=before, limit=limit
+    )
 
 
-def audit_public(row: Row) -> dict[str, Any]:
-    record = dict(row)
+def audit_public(event: AuditRecord) -> dict[str, Any]:
+    record = asdict(event)
     record["actor"] = {"type": record.pop("actor_type"), "user_id": record.pop("actor_user_id")}
     record["timestamp"] = record.pop("created_at")
     return record

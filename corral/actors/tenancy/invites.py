@@ -16,21 +16,20 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from corral.errors import ApiError, conflict, not_found
 from corral.ids import prefixed, random_token
-from corral.storage import Database, Row, Transaction, iso_in, utc_now_iso
+from corral.storage import Database, Transaction, iso_in, utc_now_iso
 
+from . import store
 from .mail import send_mail
-from .members import check_owner_rule, insert_member, join_tenant, join_workspace, member_row
+from .members import check_owner_rule, insert_member
+from .services import TenancyServices
+from .store import InviteRecord, NamedInvite, TenantRecord, WorkspaceMember, WorkspaceRecord
+from .store.invites import TENANT, WORKSPACE
 from .white_label import invite_base_url
 
-if TYPE_CHECKING:
-    from corral.actors.tenancy.services import TenancyServices
-
-WORKSPACE = "workspace"
-TENANT = "tenant"
 INVITE_NOT_FOUND = "invite not found"
 INVITE_ID = re.compile(r"^inv_[0-9a-z]{26}$")
 PRODUCT_PATHS = {WORKSPACE: "/workspace-invites/", TENANT: "/invites/"}
@@ -58,13 +57,15 @@ def email_mismatch() -> ApiError:
     return ApiError(422, "EMAIL_MISMATCH", "this invite was sent to another e-mail address; sign in as the invited user")
 
 
-def is_expired(row: Row, now: str | None = None) -> bool:
-    return str(row["expires_at"]) <= (now or utc_now_iso())
+def is_expired(invite: InviteRecord, now: str | None = None) -> bool:
+    return invite.expires_at <= (now or utc_now_iso())
 
 
 @dataclass(frozen=True)
 class IssuedInvite:
-    row: Row
+    """A new invite with its token, which is shown once and never stored."""
+
+    invite: InviteRecord
     token: str
     url: str
 
@@ -74,35 +75,35 @@ class WorkspaceInviteOutcome:
     """Either an invite was issued, or the address belonged to a tenant member who was added."""
 
     invite: IssuedInvite | None = None
-    member: Row | None = None
+    member: WorkspaceMember | None = None
 
 
 def invite_url(platform: TenancyServices, kind: str, token: str, custom_domain: str | None) -> str:
     return f"{invite_base_url(platform.settings, custom_domain)}{PRODUCT_PATHS[kind]}{token}"
 
 
-def workspace_invite_public(row: Row) -> dict[str, Any]:
+def workspace_invite_public(invite: InviteRecord) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "workspace_id": row["workspace_id"],
-        "tenant_id": row["tenant_id"],
-        "email": row["email"],
-        "role": row["role"],
-        "invited_by": row["invited_by"],
-        "expires_at": row["expires_at"],
-        "accepted_at": row["accepted_at"],
-        "inserted_at": row["inserted_at"],
+        "id": invite.id,
+        "workspace_id": invite.workspace_id,
+        "tenant_id": invite.tenant_id,
+        "email": invite.email,
+        "role": invite.role,
+        "invited_by": invite.invited_by,
+        "expires_at": invite.expires_at,
+        "accepted_at": invite.accepted_at,
+        "inserted_at": invite.inserted_at,
     }
 
 
-def tenant_invite_public(row: Row) -> dict[str, Any]:
+def tenant_invite_public(invite: InviteRecord) -> dict[str, Any]:
     return {
-        "invite_id": row["id"],
-        "email": row["email"],
-        "role": row["role"],
-        "expires_at": row["expires_at"],
-        "invited_by": row["invited_by"],
-        "inserted_at": row["inserted_at"],
+        "invite_id": invite.id,
+        "email": invite.email,
+        "role": invite.role,
+        "expires_at": invite.expires_at,
+        "invited_by": invite.invited_by,
+        "inserted_at": invite.inserted_at,
     }
 
 
@@ -111,108 +112,97 @@ def tenant_invite_public(row: Row) -> dict[str, Any]:
 
 def _insert_invite(
     tx: Transaction, platform: TenancyServices, *, kind: str, tenant_id: str, workspace_id: str | None, email: str, role: str, invited_by: str | None
-) -> tuple[Row, str]:
+) -> tuple[InviteRecord, str]:
     """Supersede the address's pending invite to the same place, then insert a new one."""
     now = utc_now_iso()
-    place = "workspace_id = ?" if kind == WORKSPACE else "tenant_id = ?"
-    tx.execute(
-        f"UPDATE invites SET revoked_at = ? WHERE kind = ? AND {place} AND email_lower = ?"
-        " AND accepted_at IS NULL AND revoked_at IS NULL",
-        (now, kind, workspace_id if kind == WORKSPACE else tenant_id, email.lower()),
-    )
+    store.invites.supersede(tx, kind, workspace_id if kind == WORKSPACE else tenant_id, email, now)
     token = random_token(32)
-    row: Row = {
-        "id": prefixed("inv"),
-        "kind": kind,
-        "tenant_id": tenant_id,
-        "workspace_id": workspace_id,
-        "email": email,
-        "email_lower": email.lower(),
-        "role": role,
-        "token_digest": token_digest(token),
-        "invited_by": invited_by,
-        "expires_at": iso_in(platform.settings.invite_ttl_seconds),
-        "accepted_at": None,
-        "accepted_by": None,
-        "revoked_at": None,
-        "inserted_at": now,
-    }
-    tx.insert("invites", row)
-    return row, token
-
-
-def _tenant_member_by_email(tx: Transaction, tenant_id: str, email: str) -> Row | None:
-    return tx.fetch_one(
-        "SELECT u.id FROM users u JOIN tenant_members m ON m.user_id = u.id AND m.tenant_id = ? WHERE u.email_lower = ?",
-        (tenant_id, email.lower()),
+    invite = InviteRecord(
+        id=prefixed("inv"),
+        kind=kind,
+        tenant_id=tenant_id,
+        workspace_id=workspace_id,
+        email=email,
+        email_lower=email.lower(),
+        role=role,
+        token_digest=token_digest(token),
+        invited_by=invited_by,
+        expires_at=iso_in(platform.settings.invite_ttl_seconds),
+        accepted_at=None,
+        accepted_by=None,
+        revoked_at=None,
+        inserted_at=now,
     )
+    store.invites.create(tx, invite)
+    return invite, token
 
 
 async def _inviter_name(db: Database, user_id: str | None) -> str | None:
     if user_id is None:
         return None
-    row = await db.fetch_one("SELECT email, name FROM users WHERE id = ?", (user_id,))
-    return None if row is None else str(row["name"] or row["email"])
+    user = await store.users.load(db, user_id)
+    return None if user is None else str(user.name or user.email)
 
 
 async def invite_to_workspace(
-    platform: TenancyServices, workspace: Row, email: str, role: str, *, actor_role: str, actor_id: str | None
+    platform: TenancyServices, workspace: WorkspaceRecord, email: str, role: str, *, actor_role: str, actor_id: str | None
 ) -> WorkspaceInviteOutcome:
     """Invite an address to a workspace; an address of a tenant member is added at once
     (no e-mail), `409 ALREADY_MEMBER` when already in the workspace."""
     check_owner_rule(actor_role, role)
 
-    def work(tx: Transaction) -> tuple[Row | None, Row | None, str]:
-        user = _tenant_member_by_email(tx, workspace["tenant_id"], email)
+    def work(tx: Transaction) -> WorkspaceInviteOutcome | tuple[InviteRecord, str]:
+        user = store.users.member_by_email(tx, workspace.tenant_id, email)
         if user is not None:
-            return None, insert_member(tx, workspace, user["id"], role, actor_id), ""
-        row, token = _insert_invite(
-            tx, platform, kind=WORKSPACE, tenant_id=workspace["tenant_id"], workspace_id=workspace["id"],
+            return WorkspaceInviteOutcome(member=insert_member(tx, workspace, user.id, role, actor_id))
+        return _insert_invite(
+            tx, platform, kind=WORKSPACE, tenant_id=workspace.tenant_id, workspace_id=workspace.id,
             email=email, role=role, invited_by=actor_id,
         )
-        return row, None, token
 
-    row, member, token = await platform.db.transaction(work)
-    if member is not None:
-        return WorkspaceInviteOutcome(member=member)
-    assert row is not None
-    tenant = await platform.db.fetch_one("SELECT name, custom_domain FROM tenants WHERE id = ?", (workspace["tenant_id"],))
+    done = await platform.db.transaction(work)
+    if isinstance(done, WorkspaceInviteOutcome):
+        return done
+    invite, token = done
+    tenant = await store.tenants.load(platform.db, workspace.tenant_id)
     assert tenant is not None
-    url = invite_url(platform, WORKSPACE, token, tenant["custom_domain"])
+    url = invite_url(platform, WORKSPACE, token, tenant.custom_domain)
     inviter = await _inviter_name(platform.db, actor_id)
     await send_mail(
         platform,
         email,
-        f"You are invited to the {workspace['name']} workspace of {tenant['name']}",
+        f"You are invited to the {workspace.name} workspace of {tenant.name}",
         _mail_body(
-            f"{inviter or 'A team mate'} invited you to join the {workspace['name']} workspace of {tenant['name']}"
+            f"{inviter or 'A team mate'} invited you to join the {workspace.name} workspace of {tenant.name}"
             f" as {role}.",
             url,
-            row["expires_at"],
+            invite.expires_at,
         ),
     )
-    return WorkspaceInviteOutcome(invite=IssuedInvite(row, token, url))
+    return WorkspaceInviteOutcome(invite=IssuedInvite(invite, token, url))
 
 
-async def invite_to_tenant(platform: TenancyServices, tenant: Row, email: str, role: str, *, actor_role: str, actor_id: str | None) -> IssuedInvite:
+async def invite_to_tenant(
+    platform: TenancyServices, tenant: TenantRecord, email: str, role: str, *, actor_role: str, actor_id: str | None
+) -> IssuedInvite:
     """Invite an address to the org; `409 ALREADY_MEMBER` when it belongs to a member."""
     check_owner_rule(actor_role, role)
 
-    def work(tx: Transaction) -> tuple[Row, str]:
-        if _tenant_member_by_email(tx, tenant["id"], email) is not None:
+    def work(tx: Transaction) -> tuple[InviteRecord, str]:
+        if store.users.member_by_email(tx, tenant.id, email) is not None:
             raise ApiError(409, "ALREADY_MEMBER", "the user is already a member of this organization")
-        return _insert_invite(tx, platform, kind=TENANT, tenant_id=tenant["id"], workspace_id=None, email=email, role=role, invited_by=actor_id)
+        return _insert_invite(tx, platform, kind=TENANT, tenant_id=tenant.id, workspace_id=None, email=email, role=role, invited_by=actor_id)
 
-    row, token = await platform.db.transaction(work)
-    url = invite_url(platform, TENANT, token, tenant["custom_domain"])
+    invite, token = await platform.db.transaction(work)
+    url = invite_url(platform, TENANT, token, tenant.custom_domain)
     inviter = await _inviter_name(platform.db, actor_id)
     await send_mail(
         platform,
         email,
-        f"You are invited to join {tenant['name']}",
-        _mail_body(f"{inviter or 'A team mate'} invited you to join {tenant['name']} as {role}.", url, row["expires_at"]),
+        f"You are invited to join {tenant.name}",
+        _mail_body(f"{inviter or 'A team mate'} invited you to join {tenant.name} as {role}.", url, invite.expires_at),
     )
-    return IssuedInvite(row, token, url)
+    return IssuedInvite(invite, token, url)
 
 
 def _mail_body(sentence: str, url: str, expires_at: str) -> str:
@@ -227,29 +217,26 @@ def _mail_body(sentence: str, url: str, expires_at: str) -> str:
 # --- listing and revoking --------------------------------------------------------------
 
 
-async def list_pending(db: Database, *, kind: str, tenant_id: str, workspace_id: str | None = None) -> list[Row]:
+async def list_pending(db: Database, *, kind: str, tenant_id: str, workspace_id: str | None = None) -> list[InviteRecord]:
     """Invites neither accepted, revoked nor expired, oldest first."""
-    place, value = ("workspace_id = ?", workspace_id) if kind == WORKSPACE else ("tenant_id = ?", tenant_id)
-    return await db.fetch_all(
-        f"SELECT * FROM invites WHERE kind = ? AND tenant_id = ? AND {place}"
-        " AND accepted_at IS NULL AND revoked_at IS NULL AND expires_at > ? ORDER BY inserted_at, id",
-        (kind, tenant_id, value, utc_now_iso()),
-    )
+    return await store.invites.pending(db, kind, tenant_id, workspace_id if kind == WORKSPACE else tenant_id)
 
 
-async def revoke(db: Database, *, kind: str, tenant_id: str, invite_id: str, actor_role: str, workspace_id: str | None = None) -> Row:
+async def revoke(
+    db: Database, *, kind: str, tenant_id: str, invite_id: str, actor_role: str, workspace_id: str | None = None
+) -> InviteRecord:
     """Revoke a pending invite (idempotent); `409 ALREADY_ACCEPTED` once accepted."""
 
-    def work(tx: Transaction) -> Row:
-        row = tx.fetch_one("SELECT * FROM invites WHERE id = ? AND kind = ? AND tenant_id = ?", (invite_id, kind, tenant_id))
-        if row is None or (kind == WORKSPACE and row["workspace_id"] != workspace_id):
+    def work(tx: Transaction) -> InviteRecord:
+        invite = store.invites.find(tx, kind, tenant_id, invite_id)
+        if invite is None or (kind == WORKSPACE and invite.workspace_id != workspace_id):
             raise not_found(INVITE_NOT_FOUND)
-        if row["accepted_at"] is not None:
+        if invite.accepted_at is not None:
             raise already_accepted()
-        check_owner_rule(actor_role, row["role"])
-        if row["revoked_at"] is None:
-            tx.execute("UPDATE invites SET revoked_at = ? WHERE id = ? AND accepted_at IS NULL", (utc_now_iso(), invite_id))
-        found = tx.fetch_one("SELECT * FROM invites WHERE id = ?", (invite_id,))
+        check_owner_rule(actor_role, invite.role)
+        if invite.revoked_at is None:
+            store.invites.revoke(tx, invite_id, utc_now_iso())
+        found = store.invites.load(tx, invite_id)
         assert found is not None
         return found
 
@@ -258,51 +245,46 @@ async def revoke(db: Database, *, kind: str, tenant_id: str, invite_id: str, act
 
 # --- the invitee's side ----------------------------------------------------------------
 
-_BY_TOKEN = (
-    "SELECT i.*, t.name AS tenant_name, w.name AS workspace_name FROM invites i"
-    " JOIN tenants t ON t.id = i.tenant_id LEFT JOIN workspaces w ON w.id = i.workspace_id"
-    " WHERE i.token_digest = ? AND i.kind = ?"
-)
+
+def _digest_of(token: str) -> str | None:
+    """The digest a token is looked up by; None for a token no invite can have."""
+    return token_digest(token) if token and len(token) <= MAX_TOKEN_LENGTH else None
 
 
-async def find_by_token(db: Database, kind: str, token: str) -> Row | None:
-    if not token or len(token) > MAX_TOKEN_LENGTH:
-        return None
-    return await db.fetch_one(_BY_TOKEN, (token_digest(token), kind))
+async def find_by_token(db: Database, kind: str, token: str) -> NamedInvite | None:
+    digest = _digest_of(token)
+    return None if digest is None else await store.invites.by_token(db, kind, digest)
 
 
-async def lookup(db: Database, kind: str, token: str) -> Row:
+async def lookup(db: Database, kind: str, token: str) -> NamedInvite:
     """The invite behind a token, expired or accepted ones included: `INVALID_TOKEN` when
     there is none, `REVOKED` when it was revoked."""
-    row = await find_by_token(db, kind, token)
-    if row is None:
+    invite = await find_by_token(db, kind, token)
+    if invite is None:
         raise invalid_token()
-    if row["revoked_at"] is not None:
+    if invite.revoked_at is not None:
         raise revoked()
-    return row
+    return invite
 
 
-def _claim(tx: Transaction, kind: str, token: str, user_id: str, email: str | None) -> Row:
+def _claim(tx: Transaction, kind: str, token: str, user_id: str, email: str | None) -> NamedInvite:
     """Check the invite can be accepted by this caller and mark it accepted."""
-    row = tx.fetch_one(_BY_TOKEN, (token_digest(token), kind)) if token and len(token) <= MAX_TOKEN_LENGTH else None
-    if row is None:
+    digest = _digest_of(token)
+    invite = None if digest is None else store.invites.by_token_in(tx, kind, digest)
+    if invite is None:
         raise invalid_token()
-    if row["revoked_at"] is not None:
+    if invite.revoked_at is not None:
         raise revoked()
-    if row["accepted_at"] is not None:
+    if invite.accepted_at is not None:
         raise already_accepted()
     now = utc_now_iso()
-    if is_expired(row, now):
+    if is_expired(invite, now):
         raise invalid_token()
-    if email is None or email.lower() != row["email_lower"]:
+    if email is None or email.lower() != invite.email_lower:
         raise email_mismatch()
-    claimed = tx.execute(
-        "UPDATE invites SET accepted_at = ?, accepted_by = ? WHERE id = ? AND accepted_at IS NULL AND revoked_at IS NULL",
-        (now, user_id, row["id"]),
-    )
-    if claimed != 1:  # accepted or revoked by a concurrent request since the read
+    if not store.invites.claim(tx, invite.id, user_id, now):  # accepted or revoked by a concurrent request since the read
         raise already_accepted()
-    return row
+    return invite
 
 
 async def accept_workspace_invite(db: Database, token: str, *, user_id: str, email: str | None) -> dict[str, Any]:
@@ -310,12 +292,13 @@ async def accept_workspace_invite(db: Database, token: str, *, user_id: str, ema
     A caller already in the workspace keeps the role they have."""
 
     def work(tx: Transaction) -> dict[str, Any]:
-        row = _claim(tx, WORKSPACE, token, user_id, email)
-        join_tenant(tx, row["tenant_id"], user_id, "member")
-        join_workspace(tx, row["workspace_id"], user_id, row["role"], row["invited_by"])
-        member = member_row(tx, row["workspace_id"], user_id)
+        invite = _claim(tx, WORKSPACE, token, user_id, email)
+        assert invite.workspace_id is not None
+        store.tenant_members.join(tx, invite.tenant_id, user_id, "member")
+        store.workspace_members.join(tx, invite.workspace_id, user_id, invite.role, invite.invited_by)
+        member = store.workspace_members.find(tx, invite.workspace_id, user_id)
         assert member is not None
-        return {"accepted": True, "workspace_id": row["workspace_id"], "tenant_id": row["tenant_id"], "role": member["role"]}
+        return {"accepted": True, "workspace_id": invite.workspace_id, "tenant_id": invite.tenant_id, "role": member.role}
 
     return await db.transaction(work)
 
@@ -326,12 +309,12 @@ async def accept_tenant_invite(db: Database, token: str, *, user_id: str, email:
     tenant keeps what they have."""
 
     def work(tx: Transaction) -> dict[str, Any]:
-        row = _claim(tx, TENANT, token, user_id, email)
-        if join_tenant(tx, row["tenant_id"], user_id, row["role"]):
-            default = tx.fetch_one("SELECT id FROM workspaces WHERE tenant_id = ? AND is_default = 1", (row["tenant_id"],))
+        invite = _claim(tx, TENANT, token, user_id, email)
+        if store.tenant_members.join(tx, invite.tenant_id, user_id, invite.role):
+            default = store.workspaces.default(tx, invite.tenant_id)
             if default is not None:
-                workspace_role = row["role"] if row["role"] in ("owner", "admin") else "member"
-                join_workspace(tx, default["id"], user_id, workspace_role, row["invited_by"])
-        return {"accepted": True, "tenant_id": row["tenant_id"], "tenant": {"id": row["tenant_id"], "name": row["tenant_name"]}}
+                workspace_role = invite.role if invite.role in ("owner", "admin") else "member"
+                store.workspace_members.join(tx, default.id, user_id, workspace_role, invite.invited_by)
+        return {"accepted": True, "tenant_id": invite.tenant_id, "tenant": {"id": invite.tenant_id, "name": invite.tenant_name}}
 
     return await db.transaction(work)

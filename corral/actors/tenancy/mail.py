@@ -21,7 +21,6 @@ import ssl
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import trio
@@ -29,9 +28,7 @@ import trio
 from corral.config import Settings
 
 from . import outbox
-
-if TYPE_CHECKING:
-    from corral.actors.tenancy.services import TenancyServices
+from .services import TenancyServices
 
 log = logging.getLogger("corral.mail")
 

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from corral.ids import new_ulid
-from corral.storage import Database, Row, utc_now_iso
+from corral.storage import Database, utc_now_iso
+
+from . import store
+from .store import MailRecord
 
 
 async def queue_mail(db: Database, to: str, subject: str, body: str) -> str:
-    mail_id = new_ulid()
-    await db.execute(
-        "INSERT INTO outbox (id, recipient, subject, body, created_at) VALUES (?, ?, ?, ?, ?)",
-        (mail_id, to, subject, body, utc_now_iso()),
-    )
-    return mail_id
+    """Put the message in the outbox; its id."""
+    mail = MailRecord(id=new_ulid(), recipient=to, subject=subject, body=body, created_at=utc_now_iso())
+    await store.outbox.insert(db, mail)
+    return mail.id
 
 
-async def list_mail(db: Database, limit: int = 200) -> list[Row]:
-    rows = await db.fetch_all("SELECT * FROM outbox ORDER BY id DESC LIMIT ?", (limit,))
-    return [
-        {"id": r["id"], "to": r["recipient"], "subject": r["subject"], "body": r["body"], "created_at": r["created_at"]}
-        for r in rows
-    ]
+def mail_public(mail: MailRecord) -> dict[str, Any]:
+    return {"id": mail.id, "to": mail.recipient, "subject": mail.subject, "body": mail.body, "created_at": mail.created_at}
+
+
+async def list_mail(db: Database, limit: int = 200) -> list[dict[str, Any]]:
+    """The newest messages first, in their public shape."""
+    return [mail_public(mail) for mail in await store.outbox.newest(db, limit)]

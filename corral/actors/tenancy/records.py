@@ -2,65 +2,64 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from corral.storage import Row
+from .store import ApiKeyRecord, ProjectRecord, TenantRecord, UserRecord, WorkspaceRecord
 
 
-def tenant_public(row: Row) -> dict[str, Any]:
-    return {"id": row["id"], "name": row["name"], "created_at": row["created_at"]}
+def tenant_public(tenant: TenantRecord) -> dict[str, Any]:
+    return {"id": tenant.id, "name": tenant.name, "created_at": tenant.created_at}
 
 
-def user_public(row: Row) -> dict[str, Any]:
-    return {"id": row["id"], "email": row["email"], "name": row["name"]}
+def user_public(user: UserRecord) -> dict[str, Any]:
+    return {"id": user.id, "email": user.email, "name": user.name}
 
 
-def workspace_public(row: Row, role: str | None = None) -> dict[str, Any]:
+def workspace_public(workspace: WorkspaceRecord, role: str | None = None) -> dict[str, Any]:
     record = {
-        "id": row["id"],
-        "tenant_id": row["tenant_id"],
-        "name": row["name"],
-        "slug": row["slug"],
-        "is_default": bool(row["is_default"]),
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
+        "id": workspace.id,
+        "tenant_id": workspace.tenant_id,
+        "name": workspace.name,
+        "slug": workspace.slug,
+        "is_default": bool(workspace.is_default),
+        "created_at": workspace.created_at,
+        "updated_at": workspace.updated_at,
     }
     if role is not None:
         record["role"] = role
     return record
 
 
-def project_public(row: Row) -> dict[str, Any]:
+def project_public(project: ProjectRecord) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "tenant_id": row["tenant_id"],
-        "workspace_id": row["workspace_id"],
-        "name": row["name"],
-        "slug": row["slug"],
-        "is_default": bool(row["is_default"]),
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
+        "id": project.id,
+        "tenant_id": project.tenant_id,
+        "workspace_id": project.workspace_id,
+        "name": project.name,
+        "slug": project.slug,
+        "is_default": bool(project.is_default),
+        "created_at": project.created_at,
+        "updated_at": project.updated_at,
     }
 
 
-def api_key_public(row: Row, plaintext: str | None = None) -> dict[str, Any]:
+def api_key_public(key: ApiKeyRecord, plaintext: str | None = None) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "id": row["id"],
-        "tenant_id": row["tenant_id"],
-        "user_id": row["user_id"],
-        "name": row["name"],
-        "key_prefix": row["key_prefix"],
-        "key_type": row["key_type"],
-        "key_purpose": row["key_purpose"],
-        "scopes": json.loads(row["scopes"]),
-        "allowed_ips": json.loads(row["allowed_ips"]) if row["allowed_ips"] else None,
-        "workspace_id": row["workspace_id"],
-        "rate_limit_rpm": row["rate_limit_rpm"],
-        "status": row["status"],
-        "created_at": row["created_at"],
-        "revoked_at": row["revoked_at"],
-        "last_used_at": row["last_used_at"],
+        "id": key.id,
+        "tenant_id": key.tenant_id,
+        "user_id": key.user_id,
+        "name": key.name,
+        "key_prefix": key.key_prefix,
+        "key_type": key.key_type,
+        "key_purpose": key.key_purpose,
+        "scopes": list(key.scopes),
+        "allowed_ips": None if key.allowed_ips is None else list(key.allowed_ips),
+        "workspace_id": key.workspace_id,
+        "rate_limit_rpm": key.rate_limit_rpm,
+        "status": key.status,
+        "created_at": key.created_at,
+        "revoked_at": key.revoked_at,
+        "last_used_at": key.last_used_at,
     }
     if plaintext is not None:
         record["key"] = plaintext

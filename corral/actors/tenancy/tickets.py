@@ -7,17 +7,21 @@ used at most once even when two nodes race for it.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 
 from corral.ids import random_token
 from corral.storage import Database, iso_in, utc_now_iso
+
+from . import store
+from .store import TicketRecord
 
 TICKET_PREFIX = "sset_"
 
 
 @dataclass(frozen=True)
 class TicketGrant:
+    """What a used ticket lets its holder do: what the minting credential could."""
+
     tenant_id: str
     user_id: str | None
     api_key_id: str | None
@@ -40,44 +44,37 @@ async def mint_ticket(
     purpose: str = "sse",
 ) -> str:
     ticket = TICKET_PREFIX + random_token(24)
-    await db.execute(
-        "INSERT INTO sse_tickets (digest, tenant_id, user_id, api_key_id, scopes, purpose, expires_at, used_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
-        (
-            _digest(ticket),
-            tenant_id,
-            user_id,
-            api_key_id,
-            json.dumps(None if scopes is None else sorted(scopes)),
-            purpose,
-            iso_in(ttl_seconds),
-        ),
+    record = TicketRecord(
+        digest=_digest(ticket),
+        tenant_id=tenant_id,
+        user_id=user_id,
+        api_key_id=api_key_id,
+        scopes=None if scopes is None else sorted(scopes),
+        purpose=purpose,
+        expires_at=iso_in(ttl_seconds),
+        used_at=None,
     )
+    await store.tickets.create(db, record)
     return ticket
 
 
 async def consume_ticket(db: Database, ticket: str) -> TicketGrant | None:
     """The grant of an unused, unexpired ticket, marking it used; None otherwise."""
     digest = _digest(ticket)
-    now = utc_now_iso()
-    changed = await db.execute(
-        "UPDATE sse_tickets SET used_at = ? WHERE digest = ? AND used_at IS NULL AND expires_at > ?",
-        (now, digest, now),
-    )
-    if changed != 1:
+    if not await store.tickets.use(db, digest, utc_now_iso()):
         return None
-    row = await db.fetch_one("SELECT * FROM sse_tickets WHERE digest = ?", (digest,))
-    if row is None:
+    record = await store.tickets.load(db, digest)
+    if record is None:
         return None
-    scopes = json.loads(row["scopes"])
     return TicketGrant(
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
-        api_key_id=row["api_key_id"],
-        scopes=None if scopes is None else frozenset(scopes),
-        purpose=row["purpose"],
+        tenant_id=record.tenant_id,
+        user_id=record.user_id,
+        api_key_id=record.api_key_id,
+        scopes=None if record.scopes is None else frozenset(record.scopes),
+        purpose=record.purpose,
     )
 
 
 async def prune_tickets(db: Database) -> int:
-    return await db.execute("DELETE FROM sse_tickets WHERE expires_at < ?", (iso_in(-3600),))
+    """Delete the tickets that expired over an hour ago; how many."""
+    return await store.tickets.prune(db, iso_in(-3600))

@@ -12,7 +12,10 @@ import re
 
 from corral.config import Settings
 from corral.errors import conflict, not_found, validation_error
-from corral.storage import Database, Row, Transaction, utc_now_iso
+from corral.storage import Database, Transaction
+
+from . import store
+from .store import TenantRecord
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 MAX_DOMAIN_LENGTH = 253
@@ -45,19 +48,15 @@ def invite_base_url(settings: Settings, custom_domain: str | None) -> str:
     return f"https://{domain}"
 
 
-async def set_custom_domain(db: Database, tenant_id: str, domain: str | None) -> Row:
+async def set_custom_domain(db: Database, tenant_id: str, domain: str | None) -> TenantRecord:
     """Set (or with `None` clear) a tenant's custom domain; `409 DOMAIN_TAKEN` when another
     tenant has it."""
 
-    def work(tx: Transaction) -> Row:
-        if tx.fetch_one("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)) is None:
+    def work(tx: Transaction) -> TenantRecord:
+        if not store.tenants.exists(tx, tenant_id):
             raise not_found("tenant not found")
-        if domain is not None and tx.fetch_one("SELECT 1 FROM tenants WHERE custom_domain = ? AND id <> ?", (domain, tenant_id)):
+        if domain is not None and store.tenants.domain_used_by_other(tx, domain, tenant_id):
             raise conflict("DOMAIN_TAKEN", "has already been taken")
-        tx.execute("UPDATE tenants SET custom_domain = ?, updated_at = ? WHERE id = ?", (domain, utc_now_iso(), tenant_id))
-        row = tx.fetch_one("SELECT * FROM tenants WHERE id = ?", (tenant_id,))
-        assert row is not None
-        return row
+        return store.tenants.set_custom_domain(tx, tenant_id, domain)
 
     return await db.transaction(work)
-

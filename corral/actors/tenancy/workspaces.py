@@ -7,11 +7,12 @@ everyone else needs a workspace membership. Viewers read only.
 from __future__ import annotations
 
 from corral.errors import ApiError, conflict, forbidden, not_found
-from corral.storage import Database, Row, Transaction, utc_now_iso
+from corral.storage import Database, Transaction
 
+from . import store
 from .scopes import role_at_least
-from .slugs import slugify
-from .tenants import add_workspace_member, insert_project, insert_workspace
+from .slugs import free_slug, slugify
+from .store import ProjectRecord, WorkspaceRecord
 
 WORKSPACE_NOT_FOUND = "workspace not found"
 PROJECT_NOT_FOUND = "project not found"
@@ -21,27 +22,26 @@ def slug_taken(noun: str) -> ApiError:
     return conflict("SLUG_TAKEN", f"a {noun} with this slug already exists")
 
 
-async def effective_role(db: Database, workspace: Row, user_id: str | None, tenant_role: str | None) -> str | None:
+async def effective_role(
+    db: Database, workspace: WorkspaceRecord, user_id: str | None, tenant_role: str | None
+) -> str | None:
     """The caller's role in a workspace, counting tenant-wide ownership and administration."""
     if tenant_role in ("owner", "admin"):
         return tenant_role
     if user_id is None:
         return None
-    value = await db.fetch_value(
-        "SELECT role FROM workspace_members WHERE workspace_id = ? AND user_id = ?", (workspace["id"], user_id)
-    )
-    return None if value is None else str(value)
+    return await store.workspace_members.role(db, workspace.id, user_id)
 
 
-async def get_workspace(db: Database, tenant_id: str, workspace_id: str) -> Row:
-    row = await db.fetch_one("SELECT * FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id))
-    if row is None:
+async def get_workspace(db: Database, tenant_id: str, workspace_id: str) -> WorkspaceRecord:
+    workspace = await store.workspaces.find(db, tenant_id, workspace_id)
+    if workspace is None:
         raise not_found(WORKSPACE_NOT_FOUND)
-    return row
+    return workspace
 
 
 async def require_role(
-    db: Database, workspace: Row, user_id: str | None, tenant_role: str | None, minimum: str
+    db: Database, workspace: WorkspaceRecord, user_id: str | None, tenant_role: str | None, minimum: str
 ) -> str:
     """The caller's role, or 404 when they cannot see the workspace, 403 when it is too low."""
     role = await effective_role(db, workspace, user_id, tenant_role)
@@ -52,113 +52,99 @@ async def require_role(
     return role
 
 
-async def list_workspaces(db: Database, tenant_id: str, user_id: str | None, tenant_role: str | None) -> list[tuple[Row, str]]:
+async def list_workspaces(
+    db: Database, tenant_id: str, user_id: str | None, tenant_role: str | None
+) -> list[tuple[WorkspaceRecord, str]]:
+    """The workspaces the caller sees, with their role in each."""
     if tenant_role in ("owner", "admin"):
-        rows = await db.fetch_all("SELECT * FROM workspaces WHERE tenant_id = ? ORDER BY created_at, id", (tenant_id,))
-        return [(row, str(tenant_role)) for row in rows]
-    rows = await db.fetch_all(
-        "SELECT w.*, m.role AS member_role FROM workspaces w JOIN workspace_members m ON m.workspace_id = w.id"
-        " WHERE w.tenant_id = ? AND m.user_id = ? ORDER BY w.created_at, w.id",
-        (tenant_id, user_id),
-    )
-    return [(row, row["member_role"]) for row in rows]
+        return [(workspace, str(tenant_role)) for workspace in await store.workspaces.list_for_tenant(db, tenant_id)]
+    return await store.workspaces.list_for_member(db, tenant_id, user_id)
 
 
-async def create_workspace(db: Database, tenant_id: str, name: str, slug: str | None, creator_id: str | None) -> Row:
-    def work(tx: Transaction) -> Row:
-        chosen = slug or _free_slug(tx, "SELECT 1 FROM workspaces WHERE tenant_id = ? AND slug = ?", tenant_id, slugify(name, "workspace"))
-        if tx.fetch_one("SELECT 1 FROM workspaces WHERE tenant_id = ? AND slug = ?", (tenant_id, chosen)):
+def open_workspace(tx: Transaction, tenant_id: str, name: str, slug: str, creator_id: str | None) -> WorkspaceRecord:
+    """A new workspace with its default project; its creator (when a user) owns it."""
+    workspace = store.workspaces.create(tx, tenant_id, name, slug)
+    if creator_id is not None:
+        store.workspace_members.add(tx, workspace.id, creator_id, "owner", creator_id)
+    store.projects.create(tx, workspace, "Default", "default", is_default=True)
+    return workspace
+
+
+def free_workspace_slug(tx: Transaction, tenant_id: str, name: str) -> str:
+    """A slug made from `name` that no workspace of the tenant has."""
+    return free_slug(slugify(name, "workspace"), lambda slug: store.workspaces.slug_used(tx, tenant_id, slug))
+
+
+def free_project_slug(tx: Transaction, workspace_id: str, name: str) -> str:
+    """A slug made from `name` that no project of the workspace has."""
+    return free_slug(slugify(name, "project"), lambda slug: store.projects.slug_used(tx, workspace_id, slug))
+
+
+async def create_workspace(db: Database, tenant_id: str, name: str, slug: str | None, creator_id: str | None) -> WorkspaceRecord:
+    def work(tx: Transaction) -> WorkspaceRecord:
+        chosen = slug or free_workspace_slug(tx, tenant_id, name)
+        if store.workspaces.slug_used(tx, tenant_id, chosen):
             raise slug_taken("workspace")
-        workspace = insert_workspace(tx, tenant_id, name, chosen)
-        if creator_id is not None:
-            add_workspace_member(tx, workspace["id"], creator_id, "owner", creator_id)
-        insert_project(tx, workspace, "Default", "default", is_default=True)
-        return workspace
+        return open_workspace(tx, tenant_id, name, chosen, creator_id)
 
     return await db.transaction(work)
 
 
-def _free_slug(tx: Transaction, exists_sql: str, scope_id: str, base: str) -> str:
-    candidate, n = base, 1
-    while tx.fetch_one(exists_sql, (scope_id, candidate)):
-        n += 1
-        candidate = f"{base[:58]}-{n}"
-    return candidate
-
-
-async def update_workspace(db: Database, workspace: Row, name: str | None, slug: str | None) -> Row:
-    def work(tx: Transaction) -> Row:
-        if slug is not None and slug != workspace["slug"]:
-            if workspace["is_default"]:
+async def update_workspace(db: Database, workspace: WorkspaceRecord, name: str | None, slug: str | None) -> WorkspaceRecord:
+    def work(tx: Transaction) -> WorkspaceRecord:
+        if slug is not None and slug != workspace.slug:
+            if workspace.is_default:
                 raise conflict("DEFAULT_WORKSPACE", "the default workspace keeps the slug default")
-            if tx.fetch_one("SELECT 1 FROM workspaces WHERE tenant_id = ? AND slug = ?", (workspace["tenant_id"], slug)):
+            if store.workspaces.slug_used(tx, workspace.tenant_id, slug):
                 raise slug_taken("workspace")
-        tx.execute(
-            "UPDATE workspaces SET name = ?, slug = ?, updated_at = ? WHERE id = ?",
-            (name or workspace["name"], slug or workspace["slug"], utc_now_iso(), workspace["id"]),
-        )
-        row = tx.fetch_one("SELECT * FROM workspaces WHERE id = ?", (workspace["id"],))
-        assert row is not None
-        return row
+        return store.workspaces.rename(tx, workspace.id, name or workspace.name, slug or workspace.slug)
 
     return await db.transaction(work)
 
 
-async def delete_workspace(db: Database, workspace: Row) -> None:
-    if workspace["is_default"]:
+async def delete_workspace(db: Database, workspace: WorkspaceRecord) -> None:
+    if workspace.is_default:
         raise conflict("DEFAULT_WORKSPACE", "the default workspace cannot be deleted")
-    await db.execute("DELETE FROM workspaces WHERE id = ?", (workspace["id"],))
+    await store.workspaces.delete(db, workspace.id)
 
 
 # --- projects ------------------------------------------------------------------------
 
 
-async def get_project(db: Database, tenant_id: str, project_id: str) -> Row:
-    row = await db.fetch_one("SELECT * FROM projects WHERE id = ? AND tenant_id = ?", (project_id, tenant_id))
-    if row is None:
+async def get_project(db: Database, tenant_id: str, project_id: str) -> ProjectRecord:
+    project = await store.projects.find(db, tenant_id, project_id)
+    if project is None:
         raise not_found(PROJECT_NOT_FOUND)
-    return row
+    return project
 
 
-async def list_projects(db: Database, tenant_id: str, workspace_ids: list[str]) -> list[Row]:
-    if not workspace_ids:
-        return []
-    marks = ", ".join("?" for _ in workspace_ids)
-    return await db.fetch_all(
-        f"SELECT * FROM projects WHERE tenant_id = ? AND workspace_id IN ({marks}) ORDER BY created_at, id",
-        (tenant_id, *workspace_ids),
-    )
+async def list_projects(db: Database, tenant_id: str, workspace_ids: list[str]) -> list[ProjectRecord]:
+    return await store.projects.list_in(db, tenant_id, workspace_ids)
 
 
-async def create_project(db: Database, workspace: Row, name: str, slug: str | None) -> Row:
-    def work(tx: Transaction) -> Row:
-        chosen = slug or _free_slug(tx, "SELECT 1 FROM projects WHERE workspace_id = ? AND slug = ?", workspace["id"], slugify(name, "project"))
-        if tx.fetch_one("SELECT 1 FROM projects WHERE workspace_id = ? AND slug = ?", (workspace["id"], chosen)):
+async def create_project(db: Database, workspace: WorkspaceRecord, name: str, slug: str | None) -> ProjectRecord:
+    def work(tx: Transaction) -> ProjectRecord:
+        chosen = slug or free_project_slug(tx, workspace.id, name)
+        if store.projects.slug_used(tx, workspace.id, chosen):
             raise slug_taken("project")
-        return insert_project(tx, workspace, name, chosen)
+        return store.projects.create(tx, workspace, name, chosen)
 
     return await db.transaction(work)
 
 
-async def update_project(db: Database, project: Row, name: str | None, slug: str | None) -> Row:
-    def work(tx: Transaction) -> Row:
-        if slug is not None and slug != project["slug"]:
-            if project["is_default"]:
+async def update_project(db: Database, project: ProjectRecord, name: str | None, slug: str | None) -> ProjectRecord:
+    def work(tx: Transaction) -> ProjectRecord:
+        if slug is not None and slug != project.slug:
+            if project.is_default:
                 raise conflict("DEFAULT_PROJECT", "the default project keeps the slug default")
-            if tx.fetch_one("SELECT 1 FROM projects WHERE workspace_id = ? AND slug = ?", (project["workspace_id"], slug)):
+            if store.projects.slug_used(tx, project.workspace_id, slug):
                 raise slug_taken("project")
-        tx.execute(
-            "UPDATE projects SET name = ?, slug = ?, updated_at = ? WHERE id = ?",
-            (name or project["name"], slug or project["slug"], utc_now_iso(), project["id"]),
-        )
-        row = tx.fetch_one("SELECT * FROM projects WHERE id = ?", (project["id"],))
-        assert row is not None
-        return row
+        return store.projects.rename(tx, project.id, name or project.name, slug or project.slug)
 
     return await db.transaction(work)
 
 
-async def delete_project(db: Database, project: Row) -> None:
-    if project["is_default"]:
+async def delete_project(db: Database, project: ProjectRecord) -> None:
+    if project.is_default:
         raise conflict("DEFAULT_PROJECT", "the default project cannot be deleted")
-    await db.execute("DELETE FROM projects WHERE id = ?", (project["id"],))
+    await store.projects.delete(db, project.id)

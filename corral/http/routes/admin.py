@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from corral.actors import billing, tenancy
-from corral.actors.tenancy import api_keys
+from corral.actors.tenancy import api_keys, store
 from corral.errors import not_found, validation_error
 from corral.models import Rule, model
 
@@ -70,16 +70,16 @@ class CreateKey:
 async def create_tenant(ctx: RequestContext) -> Reply:
     body = await ctx.body(CreateTenant)
     created = await tenancy.create_tenant(ctx.db, body.name, body.owner_email, body.owner_password)
-    ctx.audit.update(tenant_id=created.tenant["id"], resource_type="tenant", resource_id=created.tenant["id"])
+    ctx.audit.update(tenant_id=created.tenant.id, resource_type="tenant", resource_id=created.tenant.id)
     credits = body.credits
     if credits is None:  # docs/api.md: a tenant created without `credits` gets the default grant
         credits = ctx.platform.settings.default_tenant_credits
     if credits:
-        await billing.grant_credits(ctx.platform, created.tenant["id"], credits, "initial credits")
-    key_row, plaintext = await api_keys.create_api_key(
+        await billing.grant_credits(ctx.platform, created.tenant.id, credits, "initial credits")
+    key, plaintext = await api_keys.create_api_key(
         ctx.db,
-        tenant_id=created.tenant["id"],
-        user_id=created.owner["id"],
+        tenant_id=created.tenant.id,
+        user_id=created.owner.id,
         name="owner key",
         key_type="user",
         scopes=list(tenancy.PRODUCT_SCOPES),
@@ -87,10 +87,10 @@ async def create_tenant(ctx: RequestContext) -> Reply:
     return data(
         {
             "tenant": tenancy.tenant_public(created.tenant),
-            "owner": {"id": created.owner["id"], "email": created.owner["email"]},
+            "owner": {"id": created.owner.id, "email": created.owner.email},
             "workspace": tenancy.workspace_public(created.workspace),
             "project": tenancy.project_public(created.project),
-            "api_key": tenancy.api_key_public(key_row, plaintext),
+            "api_key": tenancy.api_key_public(key, plaintext),
         },
         201,
     )
@@ -98,7 +98,7 @@ async def create_tenant(ctx: RequestContext) -> Reply:
 
 @router.get("/admin/tenants", summary="List every tenant", auth="admin")
 async def list_tenants(ctx: RequestContext) -> Reply:
-    return data([tenancy.tenant_public(row) for row in await tenancy.list_tenants(ctx.db)])
+    return data([tenancy.tenant_public(tenant) for tenant in await tenancy.list_tenants(ctx.db)])
 
 
 @router.post(
@@ -112,7 +112,7 @@ async def list_tenants(ctx: RequestContext) -> Reply:
 async def create_user(ctx: RequestContext) -> Reply:
     body = await ctx.body(CreateUser)
     user = await tenancy.create_user(ctx.db, body.email, body.password, body.name, body.tenant_id, body.role)
-    ctx.audit.update(tenant_id=body.tenant_id, resource_type="user", resource_id=user["id"])
+    ctx.audit.update(tenant_id=body.tenant_id, resource_type="user", resource_id=user.id)
     return data({"user": tenancy.user_public(user)}, 201)
 
 
@@ -131,13 +131,11 @@ async def create_key(ctx: RequestContext) -> Reply:
         raise not_found("tenant not found")
     if user_id is not None and await tenancy.tenant_role(ctx.db, tenant_id, user_id) is None:
         raise validation_error({"user_id": "not a member of this tenant"})
-    if workspace_id is not None and not await ctx.db.fetch_one(
-        "SELECT 1 FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id)
-    ):
+    if workspace_id is not None and not await store.workspaces.exists(ctx.db, tenant_id, workspace_id):
         raise validation_error({"workspace_id": "no such workspace in this tenant"})
     scopes = api_keys.validate_scopes(body.scopes, None)
     allowed_ips = api_keys.validate_allowed_ips(body.allowed_ips)
-    row, plaintext = await api_keys.create_api_key(
+    key, plaintext = await api_keys.create_api_key(
         ctx.db,
         tenant_id=tenant_id,
         user_id=user_id,
@@ -147,8 +145,8 @@ async def create_key(ctx: RequestContext) -> Reply:
         allowed_ips=allowed_ips,
         workspace_id=workspace_id,
     )
-    ctx.audit.update(tenant_id=tenant_id, resource_type="api_key", resource_id=row["id"])
-    return data(tenancy.api_key_public(row, plaintext), 201)
+    ctx.audit.update(tenant_id=tenant_id, resource_type="api_key", resource_id=key.id)
+    return data(tenancy.api_key_public(key, plaintext), 201)
 
 
 @router.get("/admin/outbox", summary="Every e-mail the platform sent or would send, newest first", auth="admin")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from corral.actors import tenancy
-from corral.actors.tenancy import api_keys
+from corral.actors.tenancy import api_keys, store
 from corral.errors import forbidden, validation_error
 from corral.models import Rule, model
 
@@ -57,10 +57,10 @@ async def create_key(ctx: RequestContext) -> Reply:
         if key_type != "platform":
             raise validation_error({"workspace_id": "only platform keys are restricted to a workspace"})
         require_uuid(workspace_id, "workspace id")
-        if not await ctx.db.fetch_one("SELECT 1 FROM workspaces WHERE id = ? AND tenant_id = ?", (workspace_id, tenant_id)):
+        if not await store.workspaces.exists(ctx.db, tenant_id, workspace_id):
             raise validation_error({"workspace_id": "no such workspace in this tenant"})
     scopes = api_keys.validate_scopes(body.scopes, principal.scopes)
-    row, plaintext = await api_keys.create_api_key(
+    key, plaintext = await api_keys.create_api_key(
         ctx.db,
         tenant_id=tenant_id,
         user_id=principal.user_id,
@@ -70,17 +70,17 @@ async def create_key(ctx: RequestContext) -> Reply:
         workspace_id=workspace_id,
         rate_limit_rpm=rpm,
     )
-    ctx.audit.update(resource_type="api_key", resource_id=row["id"], workspace_id=workspace_id)
-    return data(tenancy.api_key_public(row, plaintext), 201)
+    ctx.audit.update(resource_type="api_key", resource_id=key.id, workspace_id=workspace_id)
+    return data(tenancy.api_key_public(key, plaintext), 201)
 
 
 @router.get("/api-keys", summary="The caller's keys (never their plaintext)", scope="keys:read")
 async def list_keys(ctx: RequestContext) -> Reply:
     principal = ctx.principal
-    rows = await api_keys.list_user_keys(ctx.db, ctx.tenant_id, principal.user_id)
+    keys = await api_keys.list_user_keys(ctx.db, ctx.tenant_id, principal.user_id)
     if principal.workspace_id is not None:
-        rows = [row for row in rows if row["workspace_id"] == principal.workspace_id]
-    return data([tenancy.api_key_public(row) for row in rows])
+        keys = [key for key in keys if key.workspace_id == principal.workspace_id]
+    return data([tenancy.api_key_public(key) for key in keys])
 
 
 @router.delete(
@@ -92,8 +92,8 @@ async def list_keys(ctx: RequestContext) -> Reply:
 async def revoke_key(ctx: RequestContext, id: str) -> Reply:
     key_id = require_uuid(id, "api key id")
     principal = ctx.principal
-    row = await api_keys.revoke_api_key(
+    key = await api_keys.revoke_api_key(
         ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin, principal.workspace_id
     )
     ctx.audit.update(resource_type="api_key", resource_id=key_id)
-    return data(tenancy.api_key_public(row))
+    return data(tenancy.api_key_public(key))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from corral.actors.tenancy import tickets, verify_password
+from corral.actors.tenancy import UserRecord, store, tickets, verify_password
 from corral.errors import ApiError, unauthorized
 from corral.ids import is_uuid
 from corral.models import Rule, model
@@ -36,20 +36,20 @@ def _bad_credentials() -> ApiError:
     return ApiError(401, "UNAUTHORIZED", "invalid email or password")
 
 
-def _session(ctx: RequestContext, user: dict[str, Any], tenant_id: str | None) -> dict[str, Any]:
+def _session(ctx: RequestContext, user: UserRecord, tenant_id: str | None) -> dict[str, Any]:
     """Tokens for the user in `tenant_id`; `None` for a user in no tenant yet (the session
     can accept invites and nothing else; its tokens carry an empty tenant claim)."""
     settings = ctx.platform.settings
     secret = ctx.platform.jwt_secret
     return {
-        "token": tokens.mint(secret, user_id=user["id"], tenant_id=tenant_id or "", token_type="access", ttl=settings.access_token_ttl),
+        "token": tokens.mint(secret, user_id=user.id, tenant_id=tenant_id or "", token_type="access", ttl=settings.access_token_ttl),
         "refresh_token": tokens.mint(
-            secret, user_id=user["id"], tenant_id=tenant_id or "", token_type="refresh", ttl=settings.refresh_token_ttl
+            secret, user_id=user.id, tenant_id=tenant_id or "", token_type="refresh", ttl=settings.refresh_token_ttl
         ),
         "token_type": "Bearer",
         "expires_in": settings.access_token_ttl,
         "tenant_id": tenant_id,
-        "user": {"id": user["id"], "email": user["email"]},
+        "user": {"id": user.id, "email": user.email},
     }
 
 
@@ -64,24 +64,21 @@ async def login(ctx: RequestContext) -> Reply:
     email, password, tenant_id = body.email, body.password, body.tenant_id
     if not isinstance(email, str) or not isinstance(password, str):
         raise _bad_credentials()
-    user = await ctx.db.fetch_one("SELECT * FROM users WHERE email_lower = ?", (email.strip().lower(),))
-    if not await verify_password(user["password_hash"] if user else None, password) or user is None:
+    user = await store.users.by_email(ctx.db, email.strip())
+    if not await verify_password(user.password_hash if user else None, password) or user is None:
         raise _bad_credentials()
     if tenant_id is not None:
         if not isinstance(tenant_id, str) or not is_uuid(tenant_id):
             raise _bad_credentials()
-        membership = await ctx.db.fetch_one(
-            "SELECT tenant_id FROM tenant_members WHERE user_id = ? AND tenant_id = ?", (user["id"], tenant_id)
-        )
+        member = await store.tenant_members.role(ctx.db, tenant_id, user.id) is not None
+        chosen = tenant_id if member else None
     else:
-        membership = await ctx.db.fetch_one(
-            "SELECT tenant_id FROM tenant_members WHERE user_id = ? ORDER BY joined_at, tenant_id LIMIT 1", (user["id"],)
-        )
-    if membership is None and tenant_id is None:
+        chosen = await store.tenant_members.first_tenant(ctx.db, user.id)
+    if chosen is None and tenant_id is None:
         return Reply(_session(ctx, user, None))  # in no tenant yet: a session to accept invites with
-    if membership is None:
+    if chosen is None:
         raise ApiError(422, "TENANT_RESOLUTION_FAILED", "tenant cannot be determined for the caller")
-    return Reply(_session(ctx, user, membership["tenant_id"]))
+    return Reply(_session(ctx, user, chosen))
 
 
 @router.post(
@@ -99,10 +96,7 @@ async def refresh(ctx: RequestContext) -> Reply:
         raise unauthorized("not a refresh token")
     if not claims.tenant_id:
         return Reply(await _refresh_tenantless(ctx, claims.user_id))
-    user = await ctx.db.fetch_one(
-        "SELECT u.* FROM users u JOIN tenant_members m ON m.user_id = u.id WHERE u.id = ? AND m.tenant_id = ?",
-        (claims.user_id, claims.tenant_id),
-    )
+    user = await store.users.member_of(ctx.db, claims.user_id, claims.tenant_id)
     if user is None:
         raise unauthorized("the session's user is no longer a member of its tenant")
     return Reply(_session(ctx, user, claims.tenant_id))
@@ -111,13 +105,10 @@ async def refresh(ctx: RequestContext) -> Reply:
 async def _refresh_tenantless(ctx: RequestContext, user_id: str) -> dict[str, Any]:
     """A session without a tenant moves into the user's oldest tenant once they have one
     (after accepting an invite), as a new login would."""
-    user = await ctx.db.fetch_one("SELECT * FROM users WHERE id = ?", (user_id,))
+    user = await store.users.load(ctx.db, user_id)
     if user is None:
         raise unauthorized("the session's user no longer exists")
-    membership = await ctx.db.fetch_one(
-        "SELECT tenant_id FROM tenant_members WHERE user_id = ? ORDER BY joined_at, tenant_id LIMIT 1", (user_id,)
-    )
-    return _session(ctx, user, membership["tenant_id"] if membership else None)
+    return _session(ctx, user, await store.tenant_members.first_tenant(ctx.db, user_id))
 
 
 @router.post("/auth/sse-ticket", summary="Mint a single-use SSE ticket valid for 60 seconds")

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 from quart import Response
 
+from corral.actors.tenancy import NamedInvite
 from corral.actors.tenancy import invites as inv
-from corral.storage import Row
 
 from ..context import RequestContext
 from ..routing import Router
@@ -80,20 +80,20 @@ def _page(title: str, paragraphs: list[str], status: int, accept: dict[str, str]
     return response
 
 
-def _invite_page(row: Row | None, kind: str, token: str) -> Response:
-    if row is None:
+def _invite_page(invite: NamedInvite | None, kind: str, token: str) -> Response:
+    if invite is None:
         return _page("Invite not found", ["This invite link is not valid. Ask for a new invite."], 404)
-    if row["revoked_at"] is not None:
+    if invite.revoked_at is not None:
         return _page("Invite revoked", ["This invite was revoked. Ask for a new invite."], 410)
-    place = f"the {row['workspace_name']} workspace of {row['tenant_name']}" if kind == inv.WORKSPACE else str(row["tenant_name"])
+    place = f"the {invite.workspace_name} workspace of {invite.tenant_name}" if kind == inv.WORKSPACE else str(invite.tenant_name)
     title = f"Join {place}"
-    if row["accepted_at"] is not None:
+    if invite.accepted_at is not None:
         return _page(title, ["This invite has been accepted already."], 200)
-    if inv.is_expired(row):
+    if inv.is_expired(invite):
         return _page(title, ["This invite has expired. Ask for a new invite."], 410)
     lines = [
-        f"You are invited to join {place} as {row['role']}.",
-        f"Sign in as {row['email']} to accept. The invite expires at {row['expires_at']} (UTC).",
+        f"You are invited to join {place} as {invite.role}.",
+        f"Sign in as {invite.email} to accept. The invite expires at {invite.expires_at} (UTC).",
     ]
     accept_path = f"/api/v1{inv.PRODUCT_PATHS[kind]}{token}/accept"
     return _page(title, lines, 200, {"accept": accept_path, "place": place})

@@ -8,10 +8,10 @@ token lookups are public; accepting needs the invited user's own credential.
 
 from __future__ import annotations
 
+from corral.actors.tenancy import TenantRecord, store
 from corral.actors.tenancy import invites as inv
 from corral.actors.tenancy.members import membership_public
 from corral.errors import forbidden, invalid_id, not_found
-from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
@@ -52,19 +52,19 @@ async def create_workspace_invite(ctx: RequestContext, id: str) -> Reply:
     email, new_role = body.email, body.role
     outcome = await inv.invite_to_workspace(ctx.platform, workspace, email, new_role, actor_role=role, actor_id=ctx.principal.user_id)
     if outcome.member is not None:
-        ctx.audit.update(resource_type="workspace_member", resource_id=outcome.member["user_id"])
+        ctx.audit.update(resource_type="workspace_member", resource_id=outcome.member.user_id)
         return raw({"type": "added", "data": membership_public(outcome.member)}, 200)
     assert outcome.invite is not None
-    ctx.audit.update(resource_type="invite", resource_id=outcome.invite.row["id"])
-    record = {**inv.workspace_invite_public(outcome.invite.row), "invite_url": outcome.invite.url}
+    ctx.audit.update(resource_type="invite", resource_id=outcome.invite.invite.id)
+    record = {**inv.workspace_invite_public(outcome.invite.invite), "invite_url": outcome.invite.url}
     return raw({"type": "invited", "data": record}, 201)
 
 
 @router.get("/workspaces/{id}/invites", summary="Pending invites of a workspace (admin)", scope="org:read")
 async def list_workspace_invites(ctx: RequestContext, id: str) -> Reply:
     workspace, _ = await workspace_for(ctx, id, "admin")
-    rows = await inv.list_pending(ctx.db, kind=inv.WORKSPACE, tenant_id=workspace["tenant_id"], workspace_id=workspace["id"])
-    return data([inv.workspace_invite_public(row) for row in rows])
+    invites = await inv.list_pending(ctx.db, kind=inv.WORKSPACE, tenant_id=workspace.tenant_id, workspace_id=workspace.id)
+    return data([inv.workspace_invite_public(invite) for invite in invites])
 
 
 @router.delete(
@@ -76,22 +76,22 @@ async def list_workspace_invites(ctx: RequestContext, id: str) -> Reply:
 async def revoke_workspace_invite(ctx: RequestContext, id: str, invite_id: str) -> Reply:
     workspace, role = await workspace_for(ctx, id, "admin")
     ctx.audit.update(resource_type="invite", resource_id=_invite_id(invite_id))
-    row = await inv.revoke(
-        ctx.db, kind=inv.WORKSPACE, tenant_id=workspace["tenant_id"], workspace_id=workspace["id"], invite_id=invite_id, actor_role=role
+    invite = await inv.revoke(
+        ctx.db, kind=inv.WORKSPACE, tenant_id=workspace.tenant_id, workspace_id=workspace.id, invite_id=invite_id, actor_role=role
     )
-    return raw({"invite_id": row["id"], "revoked": True})
+    return raw({"invite_id": invite.id, "revoked": True})
 
 
 @router.get("/workspace-invites/{token}", summary="A workspace invite by its token", auth="public")
 async def lookup_workspace_invite(ctx: RequestContext, token: str) -> Reply:
-    row = await inv.lookup(ctx.db, inv.WORKSPACE, token)
+    invite = await inv.lookup(ctx.db, inv.WORKSPACE, token)
     return data(
         {
-            "workspace_name": row["workspace_name"],
-            "role": row["role"],
-            "expires_at": row["expires_at"],
-            "expired": inv.is_expired(row),
-            "accepted": row["accepted_at"] is not None,
+            "workspace_name": invite.workspace_name,
+            "role": invite.role,
+            "expires_at": invite.expires_at,
+            "expired": inv.is_expired(invite),
+            "accepted": invite.accepted_at is not None,
         }
     )
 
@@ -112,13 +112,13 @@ async def _audit_invite(ctx: RequestContext, kind: str, token: str) -> None:
     """Record the attempt in the inviting tenant's audit log."""
     found = await inv.find_by_token(ctx.db, kind, token)
     if found is not None:
-        ctx.audit.update(tenant_id=found["tenant_id"], workspace_id=found["workspace_id"], resource_type="invite", resource_id=found["id"])
+        ctx.audit.update(tenant_id=found.tenant_id, workspace_id=found.workspace_id, resource_type="invite", resource_id=found.id)
 
 
 # --- org invites -----------------------------------------------------------------------
 
 
-async def _tenant_for_admin(ctx: RequestContext, tenant_id: str) -> tuple[Row, str]:
+async def _tenant_for_admin(ctx: RequestContext, tenant_id: str) -> tuple[TenantRecord, str]:
     """The caller's own tenant (another id is 404), for a JWT session of an admin or owner."""
     wanted = require_uuid(tenant_id, "tenant id")
     principal = ctx.principal
@@ -128,7 +128,7 @@ async def _tenant_for_admin(ctx: RequestContext, tenant_id: str) -> tuple[Row, s
         raise forbidden("tenant administration needs a JWT session from POST /auth/login; API keys are not accepted here")
     if not principal.is_tenant_admin or principal.tenant_role is None:
         raise forbidden("requires the admin or owner role in this organization")
-    tenant = await ctx.db.fetch_one("SELECT * FROM tenants WHERE id = ?", (wanted,))
+    tenant = await store.tenants.load(ctx.db, wanted)
     if tenant is None:
         raise not_found("tenant not found")
     return tenant, principal.tenant_role
@@ -147,16 +147,19 @@ async def create_tenant_invite(ctx: RequestContext, id: str) -> Reply:
     body = await ctx.body(InviteToTenant)
     email, new_role = body.email, body.role
     issued = await inv.invite_to_tenant(ctx.platform, tenant, email, new_role, actor_role=role, actor_id=ctx.principal.user_id)
-    ctx.audit.update(resource_type="invite", resource_id=issued.row["id"])
-    row = issued.row
-    return data({"invite_id": row["id"], "email": row["email"], "role": row["role"], "expires_at": row["expires_at"], "invite_url": issued.url}, 201)
+    invite = issued.invite
+    ctx.audit.update(resource_type="invite", resource_id=invite.id)
+    return data(
+        {"invite_id": invite.id, "email": invite.email, "role": invite.role, "expires_at": invite.expires_at, "invite_url": issued.url},
+        201,
+    )
 
 
 @router.get("/tenants/{id}/invites", summary="Pending org invites (JWT session of an admin or owner)", scope="org:read")
 async def list_tenant_invites(ctx: RequestContext, id: str) -> Reply:
     tenant, _ = await _tenant_for_admin(ctx, id)
-    rows = await inv.list_pending(ctx.db, kind=inv.TENANT, tenant_id=tenant["id"])
-    return data([inv.tenant_invite_public(row) for row in rows])
+    invites = await inv.list_pending(ctx.db, kind=inv.TENANT, tenant_id=tenant.id)
+    return data([inv.tenant_invite_public(invite) for invite in invites])
 
 
 @router.delete(
@@ -168,21 +171,21 @@ async def list_tenant_invites(ctx: RequestContext, id: str) -> Reply:
 async def revoke_tenant_invite(ctx: RequestContext, id: str, invite_id: str) -> Reply:
     tenant, role = await _tenant_for_admin(ctx, id)
     ctx.audit.update(resource_type="invite", resource_id=_invite_id(invite_id))
-    row = await inv.revoke(ctx.db, kind=inv.TENANT, tenant_id=tenant["id"], invite_id=invite_id, actor_role=role)
-    return raw({"invite_id": row["id"], "revoked": True})
+    invite = await inv.revoke(ctx.db, kind=inv.TENANT, tenant_id=tenant.id, invite_id=invite_id, actor_role=role)
+    return raw({"invite_id": invite.id, "revoked": True})
 
 
 @router.get("/invites/{token}", summary="An org invite by its token", auth="public")
 async def lookup_tenant_invite(ctx: RequestContext, token: str) -> Reply:
-    row = await inv.lookup(ctx.db, inv.TENANT, token)
+    invite = await inv.lookup(ctx.db, inv.TENANT, token)
     return data(
         {
-            "email": row["email"],
-            "tenant_name": row["tenant_name"],
-            "role": row["role"],
-            "expires_at": row["expires_at"],
-            "expired": inv.is_expired(row),
-            "accepted": row["accepted_at"] is not None,
+            "email": invite.email,
+            "tenant_name": invite.tenant_name,
+            "role": invite.role,
+            "expires_at": invite.expires_at,
+            "expired": inv.is_expired(invite),
+            "accepted": invite.accepted_at is not None,
         }
     )
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from corral.actors.tenancy import TENANT_ROLES, WORKSPACE_ROLES
+from corral.actors.tenancy import TENANT_ROLES, WORKSPACE_ROLES, WorkspaceRecord
 from corral.actors.tenancy import members as ms
 from corral.actors.tenancy import workspaces as ws
 from corral.models import Rule, model
-from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data, raw
@@ -23,13 +22,13 @@ router = Router("members")
 MAX_EMAIL_LENGTH = 254
 
 
-async def workspace_for(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[Row, str]:
+async def workspace_for(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[WorkspaceRecord, str]:
     """The workspace and the caller's role in it: 404 when they cannot see it (or their key
     is restricted to another workspace), 403 when their role is below `minimum`."""
     principal = ctx.principal
     workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, require_uuid(workspace_id, "workspace id"))
-    ctx.audit.update(workspace_id=workspace["id"])
-    if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
+    ctx.audit.update(workspace_id=workspace.id)
+    if principal.workspace_id is not None and principal.workspace_id != workspace.id:
         raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
     role = await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
     return workspace, role
@@ -73,7 +72,7 @@ class InviteToTenant:
 @router.get("/workspaces/{id}/members", summary="Members of a workspace (viewer or above)", scope="org:read")
 async def list_members(ctx: RequestContext, id: str) -> Reply:
     workspace, _ = await workspace_for(ctx, id, "viewer")
-    return data([ms.member_public(row) for row in await ms.list_members(ctx.db, workspace["id"])])
+    return data([ms.member_public(member) for member in await ms.list_members(ctx.db, workspace.id)])
 
 
 @router.post(
@@ -89,8 +88,8 @@ async def add_member(ctx: RequestContext, id: str) -> Reply:
     body = await ctx.body(AddMember)
     user_id, new_role = body.user_id, body.role
     ctx.audit.update(resource_type="workspace_member", resource_id=user_id)
-    row = await ms.add_member(ctx.db, workspace, user_id.lower(), new_role, actor_role=role, actor_id=ctx.principal.user_id)
-    return data(ms.membership_public(row), 201)
+    member = await ms.add_member(ctx.db, workspace, user_id.lower(), new_role, actor_role=role, actor_id=ctx.principal.user_id)
+    return data(ms.membership_public(member), 201)
 
 
 @router.patch(
@@ -105,8 +104,8 @@ async def change_role(ctx: RequestContext, id: str, user_id: str) -> Reply:
     member_id = require_uuid(user_id, "user id")
     new_role = (await ctx.body(ChangeRole)).role
     ctx.audit.update(resource_type="workspace_member", resource_id=member_id)
-    row = await ms.change_role(ctx.db, workspace, member_id, new_role, actor_role=role)
-    return data(ms.membership_public(row))
+    member = await ms.change_role(ctx.db, workspace, member_id, new_role, actor_role=role)
+    return data(ms.membership_public(member))
 
 
 @router.delete(

@@ -38,33 +38,33 @@ async def _tenant_scope(ctx: RequestContext, *, write: bool) -> previews.Scope:
             raise forbidden("this key is restricted to one workspace")
         if not principal.is_tenant_admin:
             raise forbidden("the tenant's preview domain is set by tenant owners and admins")
-    return previews.Scope("tenant", tenant["id"], tenant["id"])
+    return previews.Scope("tenant", tenant.id, tenant.id)
 
 
 async def _workspace_scope(ctx: RequestContext, id: str, minimum: str) -> previews.Scope:
     principal = ctx.principal
     workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, require_uuid(id, "workspace id"))
-    ctx.audit.update(workspace_id=workspace["id"], resource_type="workspace", resource_id=workspace["id"])
-    if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
+    ctx.audit.update(workspace_id=workspace.id, resource_type="workspace", resource_id=workspace.id)
+    if principal.workspace_id is not None and principal.workspace_id != workspace.id:
         raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
     await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
-    return previews.Scope("workspace", workspace["id"], ctx.tenant_id, (("tenant", ctx.tenant_id),))
+    return previews.Scope("workspace", workspace.id, ctx.tenant_id, (("tenant", ctx.tenant_id),))
 
 
 async def _project_scope(ctx: RequestContext, id: str, minimum: str) -> previews.Scope:
     principal = ctx.principal
     project = await ws.get_project(ctx.db, ctx.tenant_id, require_uuid(id, "project id"))
-    ctx.audit.update(workspace_id=project["workspace_id"], project_id=project["id"], resource_type="project", resource_id=project["id"])
-    workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, project["workspace_id"])
+    ctx.audit.update(workspace_id=project.workspace_id, project_id=project.id, resource_type="project", resource_id=project.id)
+    workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, project.workspace_id)
     try:
-        if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
+        if principal.workspace_id is not None and principal.workspace_id != workspace.id:
             raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
         await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
     except ApiError as error:
         if error.status == 404:
             raise ws.not_found(ws.PROJECT_NOT_FOUND) from None
         raise
-    return previews.Scope("project", project["id"], ctx.tenant_id, (("workspace", workspace["id"]), ("tenant", ctx.tenant_id)))
+    return previews.Scope("project", project.id, ctx.tenant_id, (("workspace", workspace.id), ("tenant", ctx.tenant_id)))
 
 
 async def _show(ctx: RequestContext, scope: previews.Scope) -> Reply:

@@ -15,9 +15,9 @@ router = Router("tenant")
 
 @router.get("/tenant", summary="The caller's tenant, with the caller's role in it", scope="org:read")
 async def current_tenant(ctx: RequestContext) -> Reply:
-    row = await tenancy.get_tenant(ctx.db, ctx.tenant_id)
-    assert row is not None
-    return data({**tenancy.tenant_public(row), "role": ctx.principal.tenant_role})
+    tenant = await tenancy.get_tenant(ctx.db, ctx.tenant_id)
+    assert tenant is not None
+    return data({**tenancy.tenant_public(tenant), "role": ctx.principal.tenant_role})
 
 
 @router.get(
@@ -47,9 +47,9 @@ async def audit_log(ctx: RequestContext) -> Reply:
             raise not_found("workspace not found")
         workspace_id = principal.workspace_id
     limit = ctx.query_int("limit", 100, maximum=1000)
-    rows = await audit.list_entries(
+    events = await audit.list_entries(
         ctx.db, tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1
     )
-    page = rows[:limit]
-    next_cursor = page[-1]["id"] if len(rows) > limit else None
-    return data([audit.audit_public(row) for row in page], next_cursor=next_cursor)
+    page = events[:limit]
+    next_cursor = page[-1].id if len(events) > limit else None
+    return data([audit.audit_public(event) for event in page], next_cursor=next_cursor)

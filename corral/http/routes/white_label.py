@@ -32,5 +32,5 @@ async def set_custom_domain(ctx: RequestContext, id: str) -> Reply:
     value = (await ctx.body(CustomDomain)).custom_domain
     domain = None if value is None else white_label.normalise_domain(value, ctx.platform.settings.public_domain)
     ctx.audit.update(tenant_id=tenant_id, resource_type="tenant", resource_id=tenant_id)
-    row = await white_label.set_custom_domain(ctx.db, tenant_id, domain)
-    return data({"id": row["id"], "name": row["name"], "created_at": row["created_at"], "custom_domain": row["custom_domain"]})
+    tenant = await white_label.set_custom_domain(ctx.db, tenant_id, domain)
+    return data({"id": tenant.id, "name": tenant.name, "created_at": tenant.created_at, "custom_domain": tenant.custom_domain})

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from corral.actors import tenancy
+from corral.actors.tenancy import ProjectRecord, WorkspaceRecord, store
 from corral.actors.tenancy import workspaces as ws
 from corral.actors.tenancy.slugs import is_slug
 from corral.models import Rule, model
-from corral.storage import Row
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
@@ -45,11 +45,11 @@ class NewProject(NewWorkspace):
     workspace_id: Annotated[str | None, Rule(format="uuid", description="default: the key's workspace, else the tenant's default")] = None
 
 
-async def _workspace(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[Row, str]:
+async def _workspace(ctx: RequestContext, workspace_id: str, minimum: str) -> tuple[WorkspaceRecord, str]:
     principal = ctx.principal
     workspace = await ws.get_workspace(ctx.db, ctx.tenant_id, require_uuid(workspace_id, "workspace id"))
-    ctx.audit.update(workspace_id=workspace["id"])  # refused attempts are audited against it too
-    if principal.workspace_id is not None and principal.workspace_id != workspace["id"]:
+    ctx.audit.update(workspace_id=workspace.id)  # refused attempts are audited against it too
+    if principal.workspace_id is not None and principal.workspace_id != workspace.id:
         raise ws.not_found(ws.WORKSPACE_NOT_FOUND)
     role = await ws.require_role(ctx.db, workspace, principal.user_id, principal.tenant_role, minimum)
     return workspace, role
@@ -60,8 +60,8 @@ async def list_workspaces(ctx: RequestContext) -> Reply:
     principal = ctx.principal
     pairs = await ws.list_workspaces(ctx.db, ctx.tenant_id, principal.user_id, principal.tenant_role)
     if principal.workspace_id is not None:
-        pairs = [(row, role) for row, role in pairs if row["id"] == principal.workspace_id]
-    return data([tenancy.workspace_public(row, role) for row, role in pairs])
+        pairs = [(workspace, role) for workspace, role in pairs if workspace.id == principal.workspace_id]
+    return data([tenancy.workspace_public(workspace, role) for workspace, role in pairs])
 
 
 @router.post(
@@ -79,7 +79,7 @@ async def create_workspace(ctx: RequestContext) -> Reply:
     if principal.workspace_id is not None:
         raise ws.forbidden("this key is restricted to one workspace")
     workspace = await ws.create_workspace(ctx.db, ctx.tenant_id, name, slug, principal.user_id)
-    ctx.audit.update(workspace_id=workspace["id"], resource_type="workspace", resource_id=workspace["id"])
+    ctx.audit.update(workspace_id=workspace.id, resource_type="workspace", resource_id=workspace.id)
     return data(tenancy.workspace_public(workspace, "owner" if principal.user_id else principal.tenant_role), 201)
 
 
@@ -100,7 +100,7 @@ async def update_workspace(ctx: RequestContext, id: str) -> Reply:
     workspace, role = await _workspace(ctx, id, "admin")
     body = await ctx.body(Rename)
     name, slug = body.name, body.slug
-    ctx.audit.update(resource_type="workspace", resource_id=workspace["id"])
+    ctx.audit.update(resource_type="workspace", resource_id=workspace.id)
     return data(tenancy.workspace_public(await ws.update_workspace(ctx.db, workspace, name, slug), role))
 
 
@@ -112,15 +112,15 @@ async def update_workspace(ctx: RequestContext, id: str) -> Reply:
 )
 async def delete_workspace(ctx: RequestContext, id: str) -> Reply:
     workspace, _ = await _workspace(ctx, id, "owner")
-    ctx.audit.update(resource_type="workspace", resource_id=workspace["id"])
+    ctx.audit.update(resource_type="workspace", resource_id=workspace.id)
     await ws.delete_workspace(ctx.db, workspace)
-    return data({"id": workspace["id"], "deleted": True})
+    return data({"id": workspace.id, "deleted": True})
 
 
 @router.get("/workspaces/{id}/projects", summary="Projects of a workspace", scope="org:read")
 async def list_workspace_projects(ctx: RequestContext, id: str) -> Reply:
     workspace, _ = await _workspace(ctx, id, "viewer")
-    return data([tenancy.project_public(row) for row in await ws.list_projects(ctx.db, ctx.tenant_id, [workspace["id"]])])
+    return data([tenancy.project_public(project) for project in await ws.list_projects(ctx.db, ctx.tenant_id, [workspace.id])])
 
 
 @router.get(
@@ -134,11 +134,11 @@ async def list_projects(ctx: RequestContext) -> Reply:
     wanted = ctx.query("workspace_id")
     if wanted is not None:
         workspace, _ = await _workspace(ctx, wanted, "viewer")
-        ids = [workspace["id"]]
+        ids = [workspace.id]
     else:
         pairs = await ws.list_workspaces(ctx.db, ctx.tenant_id, principal.user_id, principal.tenant_role)
-        ids = [row["id"] for row, _ in pairs if principal.workspace_id in (None, row["id"])]
-    return data([tenancy.project_public(row) for row in await ws.list_projects(ctx.db, ctx.tenant_id, ids)])
+        ids = [seen.id for seen, _ in pairs if principal.workspace_id in (None, seen.id)]
+    return data([tenancy.project_public(project) for project in await ws.list_projects(ctx.db, ctx.tenant_id, ids)])
 
 
 @router.post(
@@ -154,20 +154,18 @@ async def create_project(ctx: RequestContext) -> Reply:
     name, slug = body.name, body.slug
     workspace_id = body.workspace_id or ctx.principal.workspace_id  # a restricted key's own workspace
     if workspace_id is None:
-        workspace_id = await ctx.db.fetch_value(
-            "SELECT id FROM workspaces WHERE tenant_id = ? AND is_default = 1", (ctx.tenant_id,)
-        )
+        workspace_id = await store.workspaces.default_id(ctx.db, ctx.tenant_id)
     workspace, _ = await _workspace(ctx, str(workspace_id), "member")
     project = await ws.create_project(ctx.db, workspace, name, slug)
-    ctx.audit.update(project_id=project["id"], resource_type="project", resource_id=project["id"])
+    ctx.audit.update(project_id=project.id, resource_type="project", resource_id=project.id)
     return data(tenancy.project_public(project), 201)
 
 
-async def _project(ctx: RequestContext, project_id: str, minimum: str) -> Row:
+async def _project(ctx: RequestContext, project_id: str, minimum: str) -> ProjectRecord:
     project = await ws.get_project(ctx.db, ctx.tenant_id, require_uuid(project_id, "project id"))
-    ctx.audit.update(project_id=project["id"])
+    ctx.audit.update(project_id=project.id)
     try:
-        await _workspace(ctx, project["workspace_id"], minimum)
+        await _workspace(ctx, project.workspace_id, minimum)
     except ws.ApiError as error:
         if error.status == 404:
             raise ws.not_found(ws.PROJECT_NOT_FOUND) from None
@@ -191,7 +189,7 @@ async def update_project(ctx: RequestContext, id: str) -> Reply:
     project = await _project(ctx, id, "member")
     body = await ctx.body(Rename)
     name, slug = body.name, body.slug
-    ctx.audit.update(resource_type="project", resource_id=project["id"])
+    ctx.audit.update(resource_type="project", resource_id=project.id)
     return data(tenancy.project_public(await ws.update_project(ctx.db, project, name, slug)))
 
 
@@ -203,6 +201,6 @@ async def update_project(ctx: RequestContext, id: str) -> Reply:
 )
 async def delete_project(ctx: RequestContext, id: str) -> Reply:
     project = await _project(ctx, id, "admin")
-    ctx.audit.update(resource_type="project", resource_id=project["id"])
+    ctx.audit.update(resource_type="project", resource_id=project.id)
     await ws.delete_project(ctx.db, project)
-    return data({"id": project["id"], "deleted": True})
+    return data({"id": project.id, "deleted": True})
