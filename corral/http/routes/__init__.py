@@ -9,6 +9,7 @@ from . import (
     auth,
     computer_desktop,
     computer_runtime,
+    computer_streams,
     computers,
     credits,
     invite_pages,
@@ -34,5 +35,5 @@ def all_routers() -> list[Router]:
         sandbox_processes.router, sandbox_env.router, sandbox_events.router,
         members.router, invites.router, invite_pages.router, white_label.router,
         credits.router, quotas.router, webhooks.router,
-        computers.router, computer_runtime.router, computer_desktop.router,
+        computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
         previews.router, preview_domains.router]
