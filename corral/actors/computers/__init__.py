@@ -74,6 +74,7 @@ from .service import (
 )
 from .store import ComputerRecord
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
+from .terminal import NewTerminal, TerminalSize, open_terminal, resize_terminal
 
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
@@ -106,6 +107,7 @@ __all__ = [
     "Move",
     "MoveTo",
     "NewComputer",
+    "NewTerminal",
     "Pause",
     "ProfileResolver",
     "PythonRequest",
@@ -116,6 +118,7 @@ __all__ = [
     "SetEnvVar",
     "Start",
     "Stop",
+    "TerminalSize",
     "Update",
     "UpdateComputer",
     "agent_for",
@@ -141,6 +144,7 @@ __all__ = [
     "list_env",
     "move_computer",
     "not_running",
+    "open_terminal",
     "pause_computer",
     "recover_provisioning",
     "refuse_fixed_fields",
@@ -149,6 +153,7 @@ __all__ = [
     "register_with_billing",
     "require_member",
     "resize_computer",
+    "resize_terminal",
     "resolved_env",
     "restart_computer",
     "set_auto_stop",
