@@ -199,10 +199,10 @@ async def move(platform: ComputerServices, row: ComputerRecord, point: Point) ->
 async def click(platform: ComputerServices, row: ComputerRecord, request: Click) -> dict[str, Any]:
     desktop = await desktop_of(platform, row)
     desktop.require_on_screen(x=request.x, y=request.y)
-    repeat = 2 if request.double else 1
+    # xdotool waits `--delay` after every click, the last one too: none for a single click.
+    repeat, gap = (2, DOUBLE_CLICK_GAP_MS) if request.double else (1, 0)
     await desktop.check(
-        f"xdotool mousemove {request.x} {request.y} "
-        f"click --repeat {repeat} --delay {DOUBLE_CLICK_GAP_MS} {BUTTONS[request.button]}"
+        f"xdotool mousemove {request.x} {request.y} click --repeat {repeat} --delay {gap} {BUTTONS[request.button]}"
     )
     return {"x": request.x, "y": request.y, "button": request.button}
 
@@ -268,7 +268,7 @@ def key_chord(keys: str) -> str:
 async def key(platform: ComputerServices, row: ComputerRecord, request: KeyPress) -> dict[str, str]:
     chord = key_chord(request.keys)
     desktop = await desktop_of(platform, row)
-    result = await desktop.run(f"xdotool key --clearmodifiers -- {shlex.quote(chord)}")
+    result = await desktop.run(f"xdotool key --clearmodifiers --delay 0 -- {shlex.quote(chord)}")
     if "No such key name" in result.stderr or "Invalid key sequence" in result.stderr:
         unknown = [part for part in chord.split("+") if f"'{part}'" in result.stderr] or [request.keys]
         raise validation_error({"keys": f"unknown key name {unknown[0]!r}"})
