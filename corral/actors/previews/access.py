@@ -42,6 +42,7 @@ from corral.vm import InstanceInfo
 
 from . import domains, store
 from .access_cache import AccessCache
+from .host_access import ActivityMarks, cleared_cookie, token_cookie
 from .services import PreviewServices
 from .tokens import (
     PREVIEW_PREFIX,
@@ -62,7 +63,6 @@ TOKEN_PREFIXES = (PREVIEW_PREFIX, SHARE_PREFIX)
 ENTRY_TTL = 5.0
 NEGATIVE_TTL = 1.0
 SHARE_TTL = 1.0
-TOUCH_INTERVAL = 10.0
 MAX_ENTRIES = 10_000
 LIFECYCLE_EVENTS = ("sandbox.started", "sandbox.stopped", "sandbox.suspended", "sandbox.destroyed", "sandbox.error", "sandbox.ready")
 
@@ -123,7 +123,7 @@ class PreviewAccess:
         self._generation = 0
         self._slugs: dict[str, str] = {}  # sandbox id -> slug, to forget by id
         self._shares: dict[str, ShareEntry | None] = {}
-        self._touched: dict[str, float] = {}
+        self.activity = ActivityMarks(platform.nursery, lambda sandbox_id: touch(platform, sandbox_id), "sandbox")
         self._claims: dict[str, PreviewClaims] = {}
 
     # -- cache ------------------------------------------------------------------------
@@ -279,7 +279,7 @@ class PreviewAccess:
         cookie_headers: tuple[tuple[str, str], ...] = ()
         if source == "query":
             target, _ = strip_query_params(request.target, QUERY_PARAMS, TOKEN_PREFIXES)
-            cookie_headers = (("Set-Cookie", self._cookie(token, expires)),)
+            cookie_headers = (("Set-Cookie", token_cookie(COOKIE, token, expires, secure=self.secure)),)
             if request.method in ("GET", "HEAD") and not request.is_upgrade:
                 return Reply(302, b"", (("Location", target), ("Cache-Control", "no-store"), ("Referrer-Policy", "no-referrer"), *cookie_headers))
         if port not in entry.ports:
@@ -292,7 +292,7 @@ class PreviewAccess:
         if entry.address is None:
             return page(503, "sandbox_unreachable", "The sandbox cannot be reached right now",
                         f"Sandbox {entry.name} is running but its instance has no address.", "Reload this page in a moment.")
-        self._touch(entry.id)
+        self.activity.touch(entry.id)
         return Forward(
             Upstream(entry.address, port, entry.netns, label),
             target=None if target == request.target else target,
@@ -315,18 +315,11 @@ class PreviewAccess:
             return cookie, "cookie"
         return None, ""
 
-    def _cookie(self, token: str, expires: float | None) -> str:
-        parts = [f"{COOKIE}={token}", "Path=/", "HttpOnly", "SameSite=Lax"]
-        if expires is not None:
-            parts.append(f"Max-Age={max(0, int(expires - time.time()))}")
-        if self.secure:
-            parts.append("Secure")
-        return "; ".join(parts)
 
     def _refusal(self, verdict: str, source: str, name: str) -> Reply:
         clear: tuple[tuple[str, str], ...] = ()
         if source == "cookie":
-            clear = (("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0"),)
+            clear = (cleared_cookie(COOKIE),)
         if verdict == "other_sandbox":
             return page(403, "wrong_sandbox", "This token is for another sandbox",
                         f"The token you presented does not open sandbox {name}.",
@@ -337,19 +330,3 @@ class PreviewAccess:
         }.get(verdict, ("This token is not valid", "The preview token or share link is not valid."))
         return page(401, f"token_{verdict}", title, message, "Ask the sandbox's owner for a new link.",
                     headers=(("WWW-Authenticate", 'Preview-Token realm="corral preview"'), *clear))
-
-    def _touch(self, sandbox_id: str) -> None:
-        now = time.monotonic()
-        if now - self._touched.get(sandbox_id, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
-            return
-        self._touched[sandbox_id] = now
-        if len(self._touched) > MAX_ENTRIES:
-            self._touched.clear()
-        self.platform.nursery.start_soon(self._record_activity, sandbox_id)
-
-    async def _record_activity(self, sandbox_id: str) -> None:
-        try:
-            await touch(self.platform, sandbox_id)
-        except Exception:  # a failed activity mark must not take the platform down
-            log.exception("marking sandbox %s active failed", sandbox_id)
-

@@ -44,6 +44,7 @@ from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, s
 from corral.vm import DESKTOP_GATEWAY, InstanceInfo
 
 from . import domains
+from .host_access import ActivityMarks, cleared_cookie, token_cookie
 from .novnc import NoVncFiles
 from .services import PreviewServices
 from .tokens import STREAM_PREFIX, read_stream_token, sign_stream_token, stream_key
@@ -62,7 +63,6 @@ NOVNC_PAGE = "/vnc.html?autoconnect=true&reconnect=true&resize=scale&path=stream
 STREAM_TOKEN_SECONDS = 600
 """Contract §10: a stream token opens its computer's desktop for 10 minutes."""
 ENTRY_TTL = 2.0
-TOUCH_INTERVAL = 10.0
 MAX_ENTRIES = 10_000
 
 
@@ -102,7 +102,7 @@ class DesktopAccess:
         self.key = stream_key(platform.jwt_secret)
         self.secure = platform.settings.preview_url_scheme == "https"
         self._entries: dict[str, tuple[ComputerEntry | None, float]] = {}
-        self._touched: dict[str, float] = {}
+        self.activity = ActivityMarks(platform.nursery, lambda computer_id: record_activity(platform.system.ref(ComputerActor, computer_id)), "computer")
         self.novnc = NoVncFiles(platform.runtime.templates.rootfs(DESKTOP_TEMPLATE) / "usr" / "share" / "novnc")
 
     async def _entry(self, slug: str) -> ComputerEntry | None:
@@ -176,7 +176,7 @@ class DesktopAccess:
         cookie_headers: tuple[tuple[str, str], ...] = ()
         if source == "query":
             target, _ = strip_query_params(request.target, frozenset({QUERY_PARAM}), (STREAM_PREFIX,))
-            cookie_headers = (("Set-Cookie", self._cookie(token, expires)),)
+            cookie_headers = (("Set-Cookie", token_cookie(COOKIE, token, expires, secure=self.secure)),)
             if request.method in ("GET", "HEAD") and not request.is_upgrade:
                 return Reply(302, b"", (("Location", target), ("Cache-Control", "no-store"), ("Referrer-Policy", "no-referrer"), *cookie_headers))
         if target.partition("?")[0] == "/" and not request.is_upgrade:
@@ -184,7 +184,7 @@ class DesktopAccess:
         if entry.status != "running" or entry.address is None or entry.agent is None:
             return page(503, "computer_not_running", "The computer is not running",
                         f"Computer {entry.name} is {entry.status}.", "Start it, then reload this page.")
-        self._touch(entry.id)
+        self.activity.touch(entry.id)
         path = target.partition("?")[0]
         terminal = TERMINAL_PATH.fullmatch(path)
         if terminal is not None:
@@ -221,35 +221,13 @@ class DesktopAccess:
             return cookie, "cookie"
         return None, ""
 
-    def _cookie(self, token: str, expires: float | None) -> str:
-        parts = [f"{COOKIE}={token}", "Path=/", "HttpOnly", "SameSite=Lax"]
-        if expires is not None:
-            parts.append(f"Max-Age={max(0, int(expires - time.time()))}")
-        if self.secure:
-            parts.append("Secure")
-        return "; ".join(parts)
 
     def _refusal(self, verdict: str, source: str, name: str) -> Reply:
         clear: tuple[tuple[str, str], ...] = ()
         if source == "cookie":
-            clear = (("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0"),)
+            clear = (cleared_cookie(COOKIE),)
         title, message = {
             "expired": ("This link has expired", "The stream token has expired."),
             "other_computer": ("This token is for another computer", f"The token does not open the desktop of {name}."),
         }.get(verdict, ("This token is not valid", "The stream token is not valid."))
         return page(401, f"token_{verdict}", title, message, "Get a new one from <code>vnc-credentials</code>.", headers=clear)
-
-    def _touch(self, computer_id: str) -> None:
-        now = time.monotonic()
-        if now - self._touched.get(computer_id, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
-            return
-        self._touched[computer_id] = now
-        if len(self._touched) > MAX_ENTRIES:
-            self._touched.clear()
-        self.platform.nursery.start_soon(self._record_activity, computer_id)
-
-    async def _record_activity(self, computer_id: str) -> None:
-        try:
-            await record_activity(self.platform.system.ref(ComputerActor, computer_id))
-        except Exception:  # a failed activity mark must not take the platform down
-            log.exception("marking computer %s active failed", computer_id)
