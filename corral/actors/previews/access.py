@@ -315,7 +315,6 @@ class PreviewAccess:
             return cookie, "cookie"
         return None, ""
 
-
     def _refusal(self, verdict: str, source: str, name: str) -> Reply:
         clear: tuple[tuple[str, str], ...] = ()
         if source == "cookie":

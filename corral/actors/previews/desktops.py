@@ -221,7 +221,6 @@ class DesktopAccess:
             return cookie, "cookie"
         return None, ""
 
-
     def _refusal(self, verdict: str, source: str, name: str) -> Reply:
         clear: tuple[tuple[str, str], ...] = ()
         if source == "cookie":
