@@ -31,9 +31,8 @@ from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
-from corral.actors.computers.execution import Activity
-from corral.actors.computers.metrics import Sampler
-from corral.actors.computers.profiles import ProfileResolver
+from corral.actors.computers.activity import Activity
+from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
@@ -75,7 +74,7 @@ class Platform:
     """The running metering task (None before the node started billing, and after it stopped)."""
     computer_activity: Activity | None = None
     """Computer commands in flight on this node (the idle watcher skips busy computers)."""
-    computer_metrics: Sampler | None = None
+    computer_metrics: MetricsSampling | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
     preview_access: AccessCache | None = None

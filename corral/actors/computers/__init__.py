@@ -44,7 +44,6 @@ from .messages import (
     Update,
 )
 from .metrics import Sampler, computer_metrics, start_sampler
-from .profiles import AgentRuntimeProfile, ProfileResolver
 from .records import SIZE_NAMES, computer_public, computer_summary, computer_urls
 from .service import (
     FILTERS,
@@ -72,6 +71,7 @@ from .service import (
     stop_computer,
     update_computer,
 )
+from .services import AgentRuntimeProfile, ProfileResolver
 from .store import ComputerRecord
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
 from .terminal import NewTerminal, TerminalSize, open_terminal, resize_terminal

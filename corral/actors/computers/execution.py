@@ -9,8 +9,6 @@ however long it runs (`Activity`).
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
@@ -20,6 +18,7 @@ from corral.ids import new_ulid
 from corral.models import Rule, model
 from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
 
+from .activity import Activity
 from .actor import ComputerActor, not_running
 from .apps import installed_apps
 from .env import resolved_env
@@ -31,26 +30,6 @@ if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
 
 EXEC_CWD = "/workspace"
-
-
-class Activity:
-    """Commands in flight per computer on this node: the idle watcher skips busy ones."""
-
-    def __init__(self) -> None:
-        self._running: Counter[str] = Counter()
-
-    @contextlib.contextmanager
-    def busy(self, computer_id: str) -> Iterator[None]:
-        self._running[computer_id] += 1
-        try:
-            yield
-        finally:
-            self._running[computer_id] -= 1
-            if self._running[computer_id] <= 0:
-                del self._running[computer_id]
-
-    def is_busy(self, computer_id: str) -> bool:
-        return self._running.get(computer_id, 0) > 0
 
 
 def activity(platform: ComputerServices) -> Activity:

@@ -10,32 +10,12 @@ resolver registered the tenant has no profiles: an explicit profile is
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Protocol
+from typing import Annotated
 
 from corral.errors import ApiError, validation_error
 from corral.models import Rule, model
 
-if TYPE_CHECKING:
-    from corral.actors.computers.services import ComputerServices
-
-
-
-@dataclass(frozen=True)
-class AgentRuntimeProfile:
-    id: str
-    applies_to_computers: bool = True
-    env: dict[str, str] = field(default_factory=dict)
-    """Stored in the computer's encrypted env store, so the instance gets it at boot."""
-
-
-class ProfileResolver(Protocol):
-    async def find(self, platform: ComputerServices, tenant_id: str, profile_id: str) -> AgentRuntimeProfile | None:
-        """The tenant's profile `profile_id`, or None."""
-
-    async def default_for(self, platform: ComputerServices, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
-        """The workspace's (else the tenant's) default profile for computers, or None."""
-
+from .services import AgentRuntimeProfile, ComputerServices
 
 _PROFILE_ID = "must be a non-empty string (a UUID or a profile name) of at most 255 characters"
 ProfileId = Annotated[str | None, Rule(max_length=255, message=_PROFILE_ID)]
