@@ -23,11 +23,13 @@ from .errors import (
     ProcessStartFailed,
     RuntimeErrorBase,
     RuntimeUnavailable,
+    SnapshotNotFound,
     TemplateBuildFailed,
     TemplateNotFound,
 )
 from .namespace_driver import NamespaceDriver
 from .network import InstanceNetwork, NetworkAttachment
+from .snapshots import SnapshotStore
 from .templates import VNC_SOCKET, TemplateStore, build_template, known_templates
 
 __all__ = [
@@ -66,6 +68,8 @@ __all__ = [
     "RuntimeDriver",
     "RuntimeErrorBase",
     "RuntimeUnavailable",
+    "SnapshotNotFound",
+    "SnapshotStore",
     "TemplateBuildFailed",
     "TemplateNotFound",
     "TemplateStore",
