@@ -6,9 +6,11 @@ the computer's actor, which owns the snapshot rows; reads use the store.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Annotated, Any
 
+from corral.errors import ApiError
 from corral.models import Rule, model
 
 from .actor import ComputerActor
@@ -86,5 +88,6 @@ async def recover_snapshots(platform: ComputerServices) -> int:
     """At start-up: a copy a restart cut short failed (its partial files are gone already)."""
     interrupted = await snapshot_store.creating(platform.db)
     for record in interrupted:
-        await _ask(platform, record.computer_id, SnapshotTaken(record.id, error=INTERRUPTED))
+        with contextlib.suppress(ApiError):  # its computer went meanwhile, and the row with it
+            await _ask(platform, record.computer_id, SnapshotTaken(record.id, error=INTERRUPTED))
     return len(interrupted)
