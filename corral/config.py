@@ -176,6 +176,14 @@ class Settings:
             public_domain=args.public_domain,
         )
 
+    def preview_origin(self, host: str, *, websocket: bool = False) -> str:
+        """`scheme://host[:port]` of a host the preview router serves (ws/wss for a WebSocket)."""
+        port = self.preview_url_port if self.preview_url_port is not None else self.preview_port
+        default = 443 if self.preview_url_scheme == "https" else 80
+        suffix = "" if port in (0, default) else f":{port}"
+        scheme = {"http": "ws", "https": "wss"}[self.preview_url_scheme] if websocket else self.preview_url_scheme
+        return f"{scheme}://{host}{suffix}"
+
     @property
     def uses_postgres(self) -> bool:
         return self.database_url.startswith(("postgresql://", "postgres://"))

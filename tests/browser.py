@@ -11,6 +11,7 @@ gets its own profile directory and debugging port, and is killed on exit.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import itertools
 import json
@@ -92,6 +93,11 @@ class Page:
         if "exceptionDetails" in result:
             raise BrowserError(f"{expression!r} raised: {result['exceptionDetails']}")
         return result["result"].get("value")
+
+    async def screenshot(self) -> bytes:
+        """A PNG of what the page shows now."""
+        result = await self.call("Page.captureScreenshot", {"format": "png"})
+        return base64.b64decode(result["data"])
 
     async def wait_for(self, condition: str, timeout: float = 20.0) -> Any:
         """Poll `condition` until it is truthy; its value."""

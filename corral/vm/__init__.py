@@ -30,11 +30,20 @@ from .errors import (
 from .namespace_driver import NamespaceDriver
 from .network import InstanceNetwork, NetworkAttachment
 from .snapshots import SnapshotStore
-from .templates import VNC_SOCKET, TemplateStore, build_template, known_templates
+from .templates import (
+    DESKTOP_GATEWAY,
+    VNC_SOCKET,
+    WM_READY,
+    TemplateStore,
+    build_template,
+    known_templates,
+)
 
 __all__ = [
+    "DESKTOP_GATEWAY",
     "SIZES",
     "VNC_SOCKET",
+    "WM_READY",
     "AgentClient",
     "AgentError",
     "AgentUnavailable",

@@ -64,16 +64,23 @@ DEFAULT_PACKAGES = (
 
 #: A desktop: TigerVNC's X server (Xvnc is the X server and the VNC server in one
 #: process), openbox, the X tools desktop control drives (xdotool, wmctrl, xwd,
-#: xdpyinfo, xprop), xterm, Firefox ESR and fonts.
+#: xdpyinfo, xprop), xterm, Firefox ESR and fonts; Debian's noVNC and websockify,
+#: which serve the desktop page and bridge its WebSocket to the VNC socket.
 DESKTOP_PACKAGES = (
     *DEFAULT_PACKAGES,
     "tigervnc-standalone-server", "openbox", "xterm", "xdotool", "wmctrl", "x11-utils",
     "x11-xserver-utils", "x11-apps", "firefox-esr", "fonts-dejavu-core", "dbus-x11",
+    "novnc", "websockify",
 )
 
-#: Where the desktop's VNC server listens: a unix socket only the control plane
-#: reaches (through the instance's root), never a TCP port.
+#: Where the desktop's VNC server listens: a unix socket, never a TCP port.
 VNC_SOCKET = "/run/corral/vnc.sock"
+#: Openbox runs its `--startup` command once it manages windows (it claims the screen
+#: earlier, and a window mapped in between is never managed): this file says so.
+WM_READY = "/run/corral/wm-ready"
+#: websockify on the instance's loopback: noVNC's files and the RFB WebSocket, which
+#: only the preview router reaches from outside (through the instance's namespace).
+DESKTOP_GATEWAY = ("127.0.0.1", 6080)
 
 #: The guest agent starts these when it comes up (`corral.vm.agent.services`). The
 #: X server's size comes from `CORRAL_RESOLUTION` in the instance's environment.
@@ -89,7 +96,18 @@ DESKTOP_SERVICES = [
     },
     {
         "name": "wm",
-        "command": "for i in $(seq 200); do [ -S /tmp/.X11-unix/X0 ] && break; sleep 0.05; done; exec openbox",
+        "command": (
+            f"rm -f {WM_READY}; mkdir -p /run/corral; "
+            "for i in $(seq 200); do [ -S /tmp/.X11-unix/X0 ] && break; sleep 0.05; done; "
+            f"xsetroot -solid '#30506e'; exec openbox --startup 'touch {WM_READY}'"
+        ),
+    },
+    {
+        "name": "gateway",
+        "command": (
+            f"exec websockify --web /usr/share/novnc {DESKTOP_GATEWAY[0]}:{DESKTOP_GATEWAY[1]} "
+            f"--unix-target={VNC_SOCKET}"
+        ),
     },
 ]
 SERVICES_FILE = "etc/corral/services.json"
@@ -101,7 +119,7 @@ RECIPES: dict[str, Recipe] = {
         variant="minbase",
         packages=DESKTOP_PACKAGES,
         files=((SERVICES_FILE, json.dumps(DESKTOP_SERVICES, indent=1)),),
-        revision=2,
+        revision=4,
     ),
 }
 

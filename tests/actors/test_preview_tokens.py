@@ -21,7 +21,7 @@ def test_a_preview_token_names_its_sandbox_and_expiry() -> None:
     token = sign_preview_token(key, sandbox_id, expires)
     assert token.startswith("mp_") and "=" not in token
     claims = read_preview_token(key, token)
-    assert claims is not None and claims.sandbox_id == sandbox_id and claims.expires_at == expires
+    assert claims is not None and claims.resource_id == sandbox_id and claims.expires_at == expires
     assert sign_preview_token(key, sandbox_id, expires) != token  # a nonce: every token differs
 
 

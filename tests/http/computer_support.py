@@ -88,3 +88,11 @@ async def quick_server(data_dir: Path, **overrides: Any) -> AsyncIterator[Api]:
             driver = await api.platform.runtime.driver()
             for info in await driver.instances():
                 await driver.destroy(info.id)
+
+
+async def windows(api: Api, tenant: Tenant, computer_id: str) -> list[dict[str, Any]]:
+    """The desktop's top-level windows (`GET /desktop/windows`)."""
+    response = await call(api, tenant, "GET", computer_id, "/desktop/windows")
+    assert response.status_code == 200, response.text
+    found: list[dict[str, Any]] = response.json()["windows"]
+    return found

@@ -53,7 +53,8 @@ async def test_create_answers_provisioning_then_runs_with_every_field(runtime_ap
     assert created["auto_stop"] == 0 and created["region"] == "local" and created["resolution"] == "1280x800"
     slug = created["slug"]
     assert slug.startswith("design-box-") and len(slug) <= 63
-    assert created["desktop_url"] == created["sandbox_url"] == f"https://{slug}.corral.localhost/"
+    port = runtime_api.platform.settings.preview_port  # the preview router serves the desktop
+    assert created["desktop_url"] == created["sandbox_url"] == f"http://{slug}.corral.localhost:{port}/"
 
     running = await wait_for(runtime_api, owner, created["id"], "running")
     assert running["vm_id"] and running["vm_id"].startswith("vm-")

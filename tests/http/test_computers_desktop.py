@@ -10,7 +10,7 @@ import pytest
 import trio
 from PIL import Image
 
-from tests.http.computer_support import call, create_running, run, wait_for
+from tests.http.computer_support import call, create_running, run, wait_for, windows
 from tests.support import Api, Tenant, assert_error
 
 D = "/desktop"
@@ -25,13 +25,6 @@ async def desk(runtime_api: Api, owner: Tenant) -> AsyncIterator[tuple[Api, Tena
 
 async def post(api: Api, tenant: Tenant, cid: str, path: str, **body: Any) -> Any:
     return await call(api, tenant, "POST", cid, D + path, json=body)
-
-
-async def windows(api: Api, tenant: Tenant, cid: str) -> list[dict[str, Any]]:
-    response = await call(api, tenant, "GET", cid, D + "/windows")
-    assert response.status_code == 200, response.text
-    found: list[dict[str, Any]] = response.json()["windows"]
-    return found
 
 
 async def wait_for_window(api: Api, tenant: Tenant, cid: str, title: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from tests.http.computer_support import call, cgroup_value, create_running, even
 from tests.support import Api, Tenant, assert_error
 
 COUNTER = (
-    "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' "
+    "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done' "
     ">/dev/null 2>&1 & echo $!"
 )
 

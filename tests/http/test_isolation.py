@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import trio
+
 from corral.http import create_app, routes_of
+from tests.http.computer_support import windows
 from tests.support import Api, Tenant
 
 Params = dict[str, str]
@@ -76,6 +79,18 @@ async def _computer(api: Api, tenant: Tenant, _: Params) -> Params:
     )
     assert wrote.status_code == 201, wrote.text
     return {"id": computer["id"]}
+
+
+async def _computer_window(api: Api, tenant: Tenant, params: Params) -> Params:
+    run = await api.request(
+        "POST", f"/api/v1/computers/{params['id']}/exec", key=tenant.key,
+        json={"command": "nohup xterm -T isolated >/dev/null 2>&1 &"},
+    )
+    assert run.status_code == 200, run.text
+    with trio.fail_after(15):
+        while not (found := [w for w in await windows(api, tenant, params["id"]) if w["title"] == "isolated"]):
+            await trio.sleep(0.05)
+    return {"window_id": found[0]["id"]}
 
 
 async def _computer_env_var(api: Api, tenant: Tenant, params: Params) -> Params:
@@ -149,6 +164,7 @@ FACTORIES: dict[str, Factory] = {
     "/quotas/external/{external_user_id}": _quota,
     "/computers/{id}": _computer,
     "/computers/{id}/env/{name}": _computer_env_var,
+    "/computers/{id}/desktop/windows/{window_id}": _computer_window,
     "/sandboxes/{id}": _sandbox,
     "/sandboxes/{id}/env/{key}": _sandbox_env_var,
     "/sandboxes/{id}/processes/{pid}": _sandbox_process,

@@ -11,13 +11,23 @@ from __future__ import annotations
 
 import trio
 
-from corral.vm import VNC_SOCKET, AgentClient, LaunchFailed, RuntimeErrorBase
+from corral.vm import (
+    DESKTOP_GATEWAY,
+    VNC_SOCKET,
+    WM_READY,
+    AgentClient,
+    LaunchFailed,
+    RuntimeErrorBase,
+)
 
 DISPLAY = ":0"
 READY_TIMEOUT = 30.0
-READY_CHECK = f"test -S {VNC_SOCKET} && DISPLAY={DISPLAY} wmctrl -m >/dev/null 2>&1"
-"""The VNC socket exists, and X answers with a window manager on it (`wmctrl -m` reads the
-manager's _NET_SUPPORTING_WM_CHECK): a window opened before the manager runs is never managed."""
+READY_CHECK = (
+    f"test -S {VNC_SOCKET} && test -e {WM_READY} "
+    f"&& ss -Hltn src {DESKTOP_GATEWAY[0]}:{DESKTOP_GATEWAY[1]} | grep -q ."
+)
+"""The VNC socket exists, the window manager has started (a window opened before it
+manages windows is never managed), and the desktop page's gateway listens."""
 
 
 def desktop_env(resolution: str) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.config import Settings
 from corral.vm import SIZES
 
 from .store import ComputerRecord
@@ -49,19 +50,20 @@ def memory_mb_of(size: str) -> int:
     return SIZES[size].memory_mb
 
 
-def computer_urls(row: ComputerRecord, public_domain: str) -> dict[str, str]:
-    """Where the computer's desktop and terminal are served (the desktop template answers there)."""
-    host = f"{row.slug}.{public_domain}"
+def computer_urls(row: ComputerRecord, settings: Settings, domain: str | None = None) -> dict[str, str]:
+    """Where the preview router serves the computer's desktop page, its RFB stream and
+    its terminals: `{slug}.{domain}` (the service's domain unless another is given)."""
+    host = f"{row.slug}.{(domain or settings.public_domain).lower().rstrip('.')}"
     return {
-        "desktop_url": f"https://{host}/",
-        "stream_url": f"wss://{host}/stream",
-        "terminal_url": f"wss://{host}/terminal",
+        "desktop_url": settings.preview_origin(host) + "/",
+        "stream_url": settings.preview_origin(host, websocket=True) + "/stream",
+        "terminal_url": settings.preview_origin(host, websocket=True) + "/terminal",
     }
 
 
-def computer_public(row: ComputerRecord, public_domain: str) -> dict[str, Any]:
+def computer_public(row: ComputerRecord, settings: Settings) -> dict[str, Any]:
     """The full computer object of the specification, in its field order."""
-    urls = computer_urls(row, public_domain)
+    urls = computer_urls(row, settings)
     size = row.size
     public: dict[str, Any] = {
         "id": row.id,

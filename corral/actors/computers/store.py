@@ -88,6 +88,12 @@ async def find(db: Database, tenant_id: str, computer_id: str) -> ComputerRecord
     return None if row is None else COMPUTERS.record(row)
 
 
+async def by_slug(db: Database, slug: str) -> ComputerRecord | None:
+    """The computer whose host name is `slug` (slugs are unique and never reused)."""
+    found = await COMPUTERS.where(db, [("slug", slug)])
+    return found[0] if found else None
+
+
 async def list_for_tenant(
     db: Database, tenant_id: str, filters: dict[str, str], *, within_workspace: str | None = None
 ) -> list[ComputerRecord]:

@@ -1,9 +1,11 @@
-"""Previews: exposed sandbox ports, preview and share tokens, preview domains, and the
-resolver the preview router (corral/net/preview) asks about every sandbox request."""
+"""Previews: exposed sandbox ports, preview and share tokens, preview domains, computers'
+desktops and stream tokens, and the resolvers the preview router (corral/net/preview)
+asks about every sandbox and computer request."""
 
 from . import store
 from .access import COOKIE, PreviewAccess, access_for, forget_all, forget_sandbox, forget_share
 from .access_cache import AccessCache
+from .desktops import COMPUTER_HOST_PATTERN, DesktopAccess, desktop_urls, mint_stream_token
 from .domains import (
     SCOPES,
     Scope,
@@ -23,14 +25,16 @@ from .requests import ExposePort, PreviewTokenRequest, ShareRequest
 from .router import build_router, run_preview
 from .sharing import create_share, list_shares, mint_preview_token, revoke_share
 from .store import DomainRecord, PreviewRecord, ShareRecord
-from .tokens import read_preview_token, sign_preview_token
+from .tokens import read_preview_token, read_stream_token, sign_preview_token, sign_stream_token
 from .urls import SANDBOX_HOST_PATTERN, router_host, sandbox_url, service_domain
 
 __all__ = [
+    "COMPUTER_HOST_PATTERN",
     "COOKIE",
     "SANDBOX_HOST_PATTERN",
     "SCOPES",
     "AccessCache",
+    "DesktopAccess",
     "DomainRecord",
     "ExposePort",
     "PreviewAccess",
@@ -43,6 +47,7 @@ __all__ = [
     "build_router",
     "create_share",
     "delete_domain",
+    "desktop_urls",
     "dns_instructions",
     "domain_public",
     "expose",
@@ -52,10 +57,12 @@ __all__ = [
     "get_domain",
     "list_shares",
     "mint_preview_token",
+    "mint_stream_token",
     "normalize_domain",
     "parse_port",
     "put_domain",
     "read_preview_token",
+    "read_stream_token",
     "recheck_forever",
     "recheck_once",
     "revoke_share",
@@ -64,6 +71,7 @@ __all__ = [
     "sandbox_url",
     "service_domain",
     "sign_preview_token",
+    "sign_stream_token",
     "store",
     "url_domain",
     "verify",

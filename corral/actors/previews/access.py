@@ -234,7 +234,7 @@ class PreviewAccess:
                 self._claims[token] = claims  # a signature checked once per token, not per request
             if claims.expires_at <= time.time():
                 return "expired", None
-            if claims.sandbox_id != sandbox_id:
+            if claims.resource_id != sandbox_id:
                 return "other_sandbox", None
             return "ok", float(claims.expires_at)
         if token.startswith(SHARE_PREFIX) and len(token) < 200:

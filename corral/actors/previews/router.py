@@ -2,7 +2,8 @@
 
 `corral/net` must not import `corral/actors`, so the router is handed its policy
 here: a routing table whose sandbox pattern resolves through `PreviewAccess`
-(tokens, sandbox addresses, activity). The router listens on `--preview-port`
+(tokens, sandbox addresses, activity) and whose computer pattern (`{slug}.{domain}`,
+a computer's desktop page and streams) through `DesktopAccess`. The router listens on `--preview-port`
 beside the API (`corral.http.run_api` starts both); this task also runs the access
 cache's event listener and the background re-check of preview domains, and stops
 them all when `stop` is set. Deployments and custom domains will add their routes
@@ -16,6 +17,7 @@ import trio
 from corral.net.preview import PreviewRouter, RouteTable
 
 from .access import access_for
+from .desktops import COMPUTER_HOST_PATTERN, DesktopAccess
 from .domains import recheck_forever
 from .services import PreviewServices
 from .urls import SANDBOX_HOST_PATTERN
@@ -25,6 +27,7 @@ def build_router(platform: PreviewServices) -> PreviewRouter:
     access = access_for(platform)
     table = RouteTable()
     table.add_pattern("sandbox-port", SANDBOX_HOST_PATTERN, access.resolve_sandbox)
+    table.add_pattern("computer", COMPUTER_HOST_PATTERN, DesktopAccess(platform).resolve_computer)
     return PreviewRouter(table, scheme=platform.settings.preview_url_scheme)
 
 

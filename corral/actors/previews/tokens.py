@@ -1,4 +1,5 @@
-"""Preview tokens (`mp_`, signed, stateless) and share tokens (`ms_`, random, stored as digests).
+"""Preview tokens (`mp_`, signed, stateless) and share tokens (`ms_`, random, stored as digests);
+desktop stream tokens (`dt_`) are signed the same way with a key of their own.
 
 A preview token is `mp_` + base64url(version, sandbox UUID, expiry, nonce, HMAC-SHA256):
 the router checks it without the database, and it names the one sandbox it opens.
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 PREVIEW_PREFIX = "mp_"
 SHARE_PREFIX = "ms_"
+STREAM_PREFIX = "dt_"
+"""A computer's desktop and terminal stream token (contract §10)."""
 _VERSION = 1
 _PAYLOAD = struct.Struct(">B16sQ8s")
 _MAC_BYTES = 32
@@ -30,6 +33,11 @@ _MAC_BYTES = 32
 
 def preview_key(signing_secret: str) -> bytes:
     return hmac.new(signing_secret.encode(), b"corral preview tokens v1", hashlib.sha256).digest()
+
+
+def stream_key(signing_secret: str) -> bytes:
+    """A key of its own, so that no sandbox preview token opens a desktop and no stream token a preview."""
+    return hmac.new(signing_secret.encode(), b"corral desktop stream tokens v1", hashlib.sha256).digest()
 
 
 def _b64(data: bytes) -> str:
@@ -42,22 +50,40 @@ def _unb64(text: str) -> bytes:
 
 @dataclass(frozen=True)
 class PreviewClaims:
-    sandbox_id: str
+    resource_id: str
+    """The one sandbox (preview token) or computer (stream token) the token opens."""
     expires_at: int
     """Unix seconds."""
 
 
 def sign_preview_token(key: bytes, sandbox_id: str, expires_at: int) -> str:
-    payload = _PAYLOAD.pack(_VERSION, uuid.UUID(sandbox_id).bytes, expires_at, os.urandom(8))
-    return PREVIEW_PREFIX + _b64(payload + hmac.new(key, payload, hashlib.sha256).digest())
+    return _sign(PREVIEW_PREFIX, key, sandbox_id, expires_at)
 
 
 def read_preview_token(key: bytes, token: str) -> PreviewClaims | None:
     """The claims of a well-formed, correctly signed token (expired or not); else None."""
-    if not token.startswith(PREVIEW_PREFIX) or len(token) > 200:
+    return _read(PREVIEW_PREFIX, key, token)
+
+
+def sign_stream_token(key: bytes, computer_id: str, expires_at: int) -> str:
+    return _sign(STREAM_PREFIX, key, computer_id, expires_at)
+
+
+def read_stream_token(key: bytes, token: str) -> PreviewClaims | None:
+    """The claims of a well-formed, correctly signed stream token (expired or not); else None."""
+    return _read(STREAM_PREFIX, key, token)
+
+
+def _sign(prefix: str, key: bytes, resource_id: str, expires_at: int) -> str:
+    payload = _PAYLOAD.pack(_VERSION, uuid.UUID(resource_id).bytes, expires_at, os.urandom(8))
+    return prefix + _b64(payload + hmac.new(key, payload, hashlib.sha256).digest())
+
+
+def _read(prefix: str, key: bytes, token: str) -> PreviewClaims | None:
+    if not token.startswith(prefix) or len(token) > 200:
         return None
     try:
-        raw = _unb64(token[len(PREVIEW_PREFIX):])
+        raw = _unb64(token[len(prefix):])
     except (ValueError, TypeError):
         return None
     if len(raw) != _PAYLOAD.size + _MAC_BYTES:

@@ -25,18 +25,12 @@ def router_host(settings: Settings) -> str:
     return (settings.preview_router_host or f"preview.{service_domain(settings)}").lower().rstrip(".")
 
 
-def _port_suffix(settings: Settings) -> str:
-    port = settings.preview_url_port if settings.preview_url_port is not None else settings.preview_port
-    default = 443 if settings.preview_url_scheme == "https" else 80
-    return "" if port in (0, default) else f":{port}"
-
-
 def sandbox_host(port: int, slug: str, domain: str) -> str:
     return f"{port}-{slug}.sandbox.{domain}"
 
 
 def sandbox_url(settings: Settings, port: int, slug: str, domain: str) -> str:
-    return f"{settings.preview_url_scheme}://{sandbox_host(port, slug, domain)}{_port_suffix(settings)}"
+    return settings.preview_origin(sandbox_host(port, slug, domain))
 
 
 def share_url(settings: Settings, port: int, slug: str, domain: str, token: str) -> str:

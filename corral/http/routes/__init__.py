@@ -10,6 +10,7 @@ from . import (
     computer_desktop,
     computer_runtime,
     computer_snapshots,
+    computer_streams,
     computers,
     credits,
     invite_pages,
@@ -35,6 +36,6 @@ def all_routers() -> list[Router]:
         sandbox_processes.router, sandbox_env.router, sandbox_events.router,
         members.router, invites.router, invite_pages.router, white_label.router,
         credits.router, quotas.router, webhooks.router,
-        computers.router, computer_runtime.router, computer_desktop.router,
+        computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
         computer_snapshots.router,
         previews.router, preview_domains.router]

@@ -11,9 +11,9 @@ from __future__ import annotations
 from corral.actors import computers
 
 from ..context import RequestContext, require_uuid
-from ..replies import Reply, data, raw
+from ..replies import Reply, data
 from ..routing import Router
-from .computers import READ, WRITE, computer_row
+from .computers import READ, WRITE, computer_row, public
 
 router = Router("computers")
 
@@ -57,7 +57,7 @@ async def get(ctx: RequestContext, id: str, snapshot_id: str) -> Reply:
 async def restore(ctx: RequestContext, id: str, snapshot_id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
     restored = await computers.restore_snapshot(ctx.platform, row, require_uuid(snapshot_id, "snapshot id"))
-    return raw(computers.computer_public(restored, ctx.platform.settings.public_domain))
+    return public(ctx, restored)
 
 
 @router.delete(ONE, summary="Delete a snapshot: {data: {id, status: deleted}}; again 409 already_deleted", scope=WRITE, action="computers.snapshots.delete")

@@ -17,7 +17,7 @@ router = Router("computers")
 READ, WRITE = "computers:read", "computers:write"
 
 def public(ctx: RequestContext, row: computers.ComputerRecord) -> Reply:
-    return raw(computers.computer_public(row, ctx.platform.settings.public_domain))
+    return raw(computers.computer_public(row, ctx.platform.settings))
 
 
 def _audit(ctx: RequestContext, row: computers.ComputerRecord) -> None:
@@ -51,7 +51,7 @@ async def create(ctx: RequestContext) -> Reply:
         ctx.platform, ctx.tenant_id, principal.user_id, await ctx.body(computers.NewComputer), key_workspace_id=principal.workspace_id
     )
     _audit(ctx, row)
-    return raw(computers.computer_public(row, ctx.platform.settings.public_domain), 201)
+    return raw(computers.computer_public(row, ctx.platform.settings), 201)
 
 
 @router.get("/computers", summary="List computers: {computers: [summary], total}", scope=READ, query={name: f"only computers with this {name}" for name in computers.FILTERS})
@@ -118,7 +118,7 @@ async def restart(ctx: RequestContext, id: str) -> Reply:
 async def clone(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
     new = await computers.clone_computer(ctx.platform, ctx.principal.user_id, row)
-    return raw(computers.computer_public(new, ctx.platform.settings.public_domain), 201)
+    return raw(computers.computer_public(new, ctx.platform.settings), 201)
 
 
 @router.post(
@@ -160,10 +160,3 @@ async def get_auto_stop(ctx: RequestContext, id: str) -> Reply:
 async def set_auto_stop(ctx: RequestContext, id: str) -> Reply:
     row = await computer_row(ctx, id, change=True)
     return raw(computers.auto_stop_public(await computers.set_auto_stop(ctx.platform, row, await ctx.body(computers.AutoStop))))
-
-
-@router.get("/computers/{id}/urls", summary="Where the desktop, its stream and the terminal are served", scope=READ)
-async def urls(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id)
-    found = computers.computer_urls(row, ctx.platform.settings.public_domain)
-    return raw({**found, "computer_id": row.id})

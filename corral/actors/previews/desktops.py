@@ -1,0 +1,224 @@
+"""A computer's desktop in a browser: the router's resolver for `{slug}.{domain}` (contract §10).
+
+The computer's host serves noVNC and the RFB WebSocket. Both come from inside the
+instance: the desktop template runs websockify on the instance's own loopback
+(`corral.vm.DESKTOP_GATEWAY`), serving Debian's noVNC and bridging each WebSocket to the
+X server's VNC socket, so the router forwards to it like any app bound to
+127.0.0.1. Nothing listens for the desktop on an address another instance could
+reach, and the router lets nobody through without the computer's stream token.
+
+For every request, in order:
+
+1. the computer of `slug`, if `domain` is one of its domains (404 page otherwise);
+2. its stream token: the query parameter `auth`, or the `corral_desktop` cookie a
+   browser got earlier; none, unreadable, expired or another computer's is a 401
+   page (for a WebSocket: before the upgrade);
+3. a token in the query of a GET that is not a WebSocket is traded for a host
+   cookie with a redirect to the same URL without it (as previews do);
+4. `/` redirects to noVNC's page set to connect by itself to `/stream`;
+5. the computer must be running (503 page); everything else is forwarded to the
+   instance's gateway, without the token parameter or cookie.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+
+from corral.actors.computers import (
+    ComputerActor,
+    ComputerRecord,
+    Connect,
+    computer_urls,
+    get_template,
+)
+from corral.actors.computers import store as computer_store
+from corral.actors.instances import record_activity
+from corral.net.links import netns_path
+from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, strip_query_params
+from corral.vm import DESKTOP_GATEWAY, InstanceInfo
+
+from . import domains
+from .services import PreviewServices
+from .tokens import STREAM_PREFIX, read_stream_token, sign_stream_token, stream_key
+
+log = logging.getLogger("corral.previews.desktops")
+
+COMPUTER_HOST_PATTERN = r"(?P<slug>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\.(?P<domain>[a-z0-9.-]+)"
+"""A computer's host name: `{slug}.{domain}` (tried after the sandbox pattern)."""
+COOKIE = "corral_desktop"
+QUERY_PARAM = "auth"
+NOVNC_PAGE = "/vnc.html?autoconnect=true&reconnect=true&resize=scale&path=stream"
+STREAM_TOKEN_SECONDS = 600
+"""Contract §10: a stream token opens its computer's desktop for 10 minutes."""
+ENTRY_TTL = 2.0
+TOUCH_INTERVAL = 10.0
+MAX_ENTRIES = 10_000
+
+
+def mint_stream_token(platform: PreviewServices, computer_id: str) -> tuple[str, int]:
+    """A token that opens this computer's desktop and terminals, and when it expires (Unix seconds)."""
+    expires_at = int(time.time()) + STREAM_TOKEN_SECONDS
+    return sign_stream_token(stream_key(platform.jwt_secret), computer_id, expires_at), expires_at
+
+
+async def desktop_urls(platform: PreviewServices, computer: ComputerRecord) -> dict[str, str]:
+    """`desktop_url`, `stream_url`, `terminal_url` on the computer's host, on the preview
+    domain its project, workspace or tenant brings (else the service's)."""
+    domain = await domains.url_domain(
+        platform.db, platform.settings, computer.tenant_id, computer.workspace_id, computer.project_id
+    )
+    return computer_urls(computer, platform.settings, domain)
+
+
+@dataclass(frozen=True, slots=True)
+class ComputerEntry:
+    id: str
+    name: str
+    status: str
+    desktop: bool
+    address: str | None
+    netns: str
+    domains: frozenset[str]
+
+
+class DesktopAccess:
+    """The router's resolver for computer hosts, with a short cache of computers by slug."""
+
+    def __init__(self, platform: PreviewServices) -> None:
+        self.platform = platform
+        self.key = stream_key(platform.jwt_secret)
+        self.secure = platform.settings.preview_url_scheme == "https"
+        self._entries: dict[str, tuple[ComputerEntry | None, float]] = {}
+        self._touched: dict[str, float] = {}
+
+    async def _entry(self, slug: str) -> ComputerEntry | None:
+        now = time.monotonic()
+        cached = self._entries.get(slug)
+        if cached is not None and now - cached[1] < ENTRY_TTL:
+            return cached[0]
+        entry = await self._load(slug)
+        if len(self._entries) > MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[slug] = (entry, now)
+        return entry
+
+    async def _load(self, slug: str) -> ComputerEntry | None:
+        db = self.platform.db
+        computer = await computer_store.by_slug(db, slug)
+        if computer is None:
+            return None
+        names = await domains.routable_domains(
+            db, self.platform.settings, computer.tenant_id, computer.workspace_id, computer.project_id
+        )
+        address = None
+        if computer.status == "running":
+            try:
+                ref = await self.platform.system.get(ComputerActor, computer.id)
+                info: InstanceInfo = await ref.ask(Connect())
+                address = info.address
+            except Exception as exc:  # stopped meanwhile, or its runtime is gone: a 503 page
+                log.debug("no address for computer %s: %s", computer.id, exc)
+        template = get_template(computer.template_type)
+        return ComputerEntry(
+            id=computer.id,
+            name=computer.name,
+            status=computer.status,
+            desktop=bool(template and template.desktop),
+            address=address,
+            netns=netns_path(f"{self.platform.settings.netns_prefix}{computer.instance_id}"),
+            domains=names,
+        )
+
+    def check_token(self, token: str, computer_id: str) -> tuple[str, float | None]:
+        """("ok", expiry) or why not: "invalid", "expired", "other_computer"."""
+        claims = read_stream_token(self.key, token)
+        if claims is None:
+            return "invalid", None
+        if claims.expires_at <= time.time():
+            return "expired", None
+        if claims.resource_id != computer_id:
+            return "other_computer", None
+        return "ok", float(claims.expires_at)
+
+    async def resolve_computer(self, request: PreviewRequest, match: re.Match[str] | None) -> Forward | Reply:
+        assert match is not None
+        entry = await self._entry(match["slug"])
+        if entry is None or match["domain"] not in entry.domains or not entry.desktop:
+            return page(404, "no_computer", "No such desktop", f"No computer's desktop lives at {request.host}.")
+        token, source = self._presented(request)
+        if token is None:
+            return page(
+                401, "token_required", "This desktop is private",
+                f"The desktop of {entry.name} needs a stream token.",
+                "Open the <code>desktop_url</code> of <code>GET /api/v1/computers/{id}/vnc-credentials</code>, "
+                "or add <code>?auth=</code> with a token from <code>POST /api/v1/computers/{id}/stream-token</code>.",
+            )
+        verdict, expires = self.check_token(token, entry.id)
+        if verdict != "ok":
+            return self._refusal(verdict, source, entry.name)
+
+        target = request.target
+        cookie_headers: tuple[tuple[str, str], ...] = ()
+        if source == "query":
+            target, _ = strip_query_params(request.target, frozenset({QUERY_PARAM}), (STREAM_PREFIX,))
+            cookie_headers = (("Set-Cookie", self._cookie(token, expires)),)
+            if request.method in ("GET", "HEAD") and not request.is_upgrade:
+                return Reply(302, b"", (("Location", target), ("Cache-Control", "no-store"), ("Referrer-Policy", "no-referrer"), *cookie_headers))
+        if target.partition("?")[0] == "/" and not request.is_upgrade:
+            return Reply(302, b"", (("Location", NOVNC_PAGE), ("Cache-Control", "no-store")))
+        if entry.status != "running" or entry.address is None:
+            return page(503, "computer_not_running", "The computer is not running",
+                        f"Computer {entry.name} is {entry.status}.", "Start it, then reload this page.")
+        self._touch(entry.id)
+        return Forward(
+            Upstream(entry.address, DESKTOP_GATEWAY[1], entry.netns, f"the desktop of {entry.name}"),
+            target=None if target == request.target else target,
+            drop_cookies=frozenset({COOKIE}),
+            response_headers=cookie_headers,
+        )
+
+    def _presented(self, request: PreviewRequest) -> tuple[str | None, str]:
+        if "?" in request.target:
+            _, found = strip_query_params(request.target, frozenset({QUERY_PARAM}), ("",))
+            if found.get(QUERY_PARAM):
+                return found[QUERY_PARAM], "query"
+        cookie = request.cookie(COOKIE)
+        if cookie:
+            return cookie, "cookie"
+        return None, ""
+
+    def _cookie(self, token: str, expires: float | None) -> str:
+        parts = [f"{COOKIE}={token}", "Path=/", "HttpOnly", "SameSite=Lax"]
+        if expires is not None:
+            parts.append(f"Max-Age={max(0, int(expires - time.time()))}")
+        if self.secure:
+            parts.append("Secure")
+        return "; ".join(parts)
+
+    def _refusal(self, verdict: str, source: str, name: str) -> Reply:
+        clear: tuple[tuple[str, str], ...] = ()
+        if source == "cookie":
+            clear = (("Set-Cookie", f"{COOKIE}=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0"),)
+        title, message = {
+            "expired": ("This link has expired", "The stream token has expired."),
+            "other_computer": ("This token is for another computer", f"The token does not open the desktop of {name}."),
+        }.get(verdict, ("This token is not valid", "The stream token is not valid."))
+        return page(401, f"token_{verdict}", title, message, "Get a new one from <code>vnc-credentials</code>.", headers=clear)
+
+    def _touch(self, computer_id: str) -> None:
+        now = time.monotonic()
+        if now - self._touched.get(computer_id, -TOUCH_INTERVAL) < TOUCH_INTERVAL:
+            return
+        self._touched[computer_id] = now
+        if len(self._touched) > MAX_ENTRIES:
+            self._touched.clear()
+        self.platform.nursery.start_soon(self._record_activity, computer_id)
+
+    async def _record_activity(self, computer_id: str) -> None:
+        try:
+            await record_activity(self.platform.system.ref(ComputerActor, computer_id))
+        except Exception:  # a failed activity mark must not take the platform down
+            log.exception("marking computer %s active failed", computer_id)
