@@ -431,6 +431,22 @@ class AgentClient:
         params = {"after": after, "wait": wait}
         return await self._json("GET", f"/processes/{process_id}/logs", params=params, timeout=wait + 10)
 
+    # -- terminals ------------------------------------------------------------
+
+    async def open_terminal(self, cols: int, rows: int, shell: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """A shell on a PTY of `cols` x `rows`: `{session_id, shell, cols, rows, pid, attached}`."""
+        body = {"cols": cols, "rows": rows, "shell": shell, "env": env or {}}
+        return await self._json("POST", "/terminals", json_body=body)
+
+    async def terminal(self, session_id: str) -> dict[str, Any]:
+        return await self._json("GET", f"/terminals/{session_id}")
+
+    async def resize_terminal(self, session_id: str, cols: int, rows: int) -> dict[str, Any]:
+        return await self._json("POST", f"/terminals/{session_id}/resize", json_body={"cols": cols, "rows": rows})
+
+    async def close_terminal(self, session_id: str) -> dict[str, Any]:
+        return await self._json("DELETE", f"/terminals/{session_id}")
+
     async def stream_logs(self, process_id: str, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """`{"type": "log", id, ts, stream, line}` events, then `{"type": "end", process}`."""
         async with aclosing(self._ndjson("GET", f"/processes/{process_id}/stream", params={"after": after})) as events:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -96,3 +99,37 @@ async def windows(api: Api, tenant: Tenant, computer_id: str) -> list[dict[str, 
     assert response.status_code == 200, response.text
     found: list[dict[str, Any]] = response.json()["windows"]
     return found
+
+
+async def websocket_upgrade(api: Api, url: str, cookie: str | None = None) -> tuple[int, bytes]:
+    """Upgrade `url` (ws://host:port/path?query) through the preview router; the status and,
+    after a 101, the payload of the server's first WebSocket frame (else the body's start)."""
+    parts = urlsplit(url)
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    key = base64.b64encode(os.urandom(16)).decode()
+    head = (
+        f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: binary\r\n"
+        + (f"Cookie: {cookie}\r\n" if cookie else "")
+        + "\r\n"
+    )
+    stream = await trio.open_tcp_stream("127.0.0.1", api.platform.settings.preview_port)
+    async with stream:
+        await stream.send_all(head.encode())
+        data = b""
+        with trio.fail_after(10):
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                assert chunk, data
+                data += chunk
+            response_head, _, rest = data.partition(b"\r\n\r\n")
+            status = int(response_head.split(b"\r\n", 1)[0].split(b" ", 2)[1])
+            if status != 101:
+                return status, rest
+            while len(rest) < 2:
+                rest += await stream.receive_some(65536)
+            length = rest[1] & 0x7F
+            assert length < 126 and rest[0] & 0x0F == 0x2, rest[:2]  # a short binary frame
+            while len(rest) < 2 + length:
+                rest += await stream.receive_some(65536)
+            return status, rest[2 : 2 + length]

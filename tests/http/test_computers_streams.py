@@ -3,9 +3,7 @@ and the RFB WebSocket through the preview router, on a real Xvnc behind real web
 
 from __future__ import annotations
 
-import base64
 import io
-import os
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,7 +15,7 @@ from PIL import Image
 from corral.actors import previews
 from corral.actors.previews.tokens import stream_key
 from tests.browser import open_browser
-from tests.http.computer_support import call, create_running
+from tests.http.computer_support import call, create_running, websocket_upgrade
 from tests.support import Api, Tenant, assert_error
 
 SERVICE_DOMAIN = "corral.localhost"
@@ -28,40 +26,6 @@ async def credentials(api: Api, tenant: Tenant, computer_id: str) -> dict[str, A
     assert response.status_code == 200, response.text
     found: dict[str, Any] = response.json()
     return found
-
-
-async def websocket_upgrade(api: Api, url: str, cookie: str | None = None) -> tuple[int, bytes]:
-    """Upgrade `url` (ws://host:port/path?query) through the preview router; the status and,
-    after a 101, the payload of the server's first WebSocket frame (else the body's start)."""
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    key = base64.b64encode(os.urandom(16)).decode()
-    head = (
-        f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: binary\r\n"
-        + (f"Cookie: {cookie}\r\n" if cookie else "")
-        + "\r\n"
-    )
-    stream = await trio.open_tcp_stream("127.0.0.1", api.platform.settings.preview_port)
-    async with stream:
-        await stream.send_all(head.encode())
-        data = b""
-        with trio.fail_after(10):
-            while b"\r\n\r\n" not in data:
-                chunk = await stream.receive_some(65536)
-                assert chunk, data
-                data += chunk
-            response_head, _, rest = data.partition(b"\r\n\r\n")
-            status = int(response_head.split(b" ", 2)[1])
-            if status != 101:
-                return status, rest
-            while len(rest) < 2:
-                rest += await stream.receive_some(65536)
-            length = rest[1] & 0x7F
-            assert length < 126 and rest[0] & 0x0F == 0x2, rest[:2]  # a short binary frame
-            while len(rest) < 2 + length:
-                rest += await stream.receive_some(65536)
-            return status, rest[2 : 2 + length]
 
 
 def router_client(api: Api, **kwargs: Any) -> httpx.AsyncClient:
@@ -147,6 +111,9 @@ async def test_the_desktop_page_trades_the_token_for_a_cookie(runtime_api: Api, 
     assert novnc.status_code == 200 and "noVNC" in novnc.text
     script = await get_page(runtime_api, creds["desktop_url"] + "app/ui.js", cookie=jar)
     assert script.status_code == 200 and "RFB" in script.text
+    assert script.headers["content-type"].startswith("text/javascript")  # ES modules need it
+    assert (await get_page(runtime_api, creds["desktop_url"] + "core/no-such.js", cookie=jar)).status_code == 404
+    assert (await get_page(runtime_api, creds["desktop_url"] + "..%2f..%2f..%2fetc/passwd", cookie=jar)).status_code == 404
     # With the cookie, the stream opens too (what the page does).
     assert (await websocket_upgrade(runtime_api, creds["ws_url"].split("?")[0], cookie=jar))[0] == 101
 
@@ -173,7 +140,11 @@ async def test_a_browser_opens_desktop_url_and_sees_the_desktop(runtime_api: Api
         with trio.move_on_after(30):
             await page.wait_for(connected, timeout=30)
         status = await page.evaluate("document.getElementById('noVNC_status').innerText")
-        assert await page.evaluate(connected), f"noVNC did not connect: {status!r}"
+        loaded = await page.evaluate(
+            "performance.getEntriesByType('resource').map(e => e.name.split('/').slice(3).join('/') + ' ' + e.responseStatus)"
+        )
+        classes = await page.evaluate("document.documentElement.className")
+        assert await page.evaluate(connected), f"noVNC did not connect: {status!r} {classes!r} {loaded}"
         size = await page.evaluate("(() => { const c = document.querySelector('#noVNC_container canvas'); return [c.width, c.height]; })()")
         assert size == [1024, 768]
         await trio.sleep(0.5)  # the first frame is drawn

@@ -92,6 +92,7 @@ from .snapshots import (
 )
 from .store import ComputerRecord
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
+from .terminal import NewTerminal, TerminalSize, open_terminal, resize_terminal
 
 if TYPE_CHECKING:
     from corral.actors.computers.services import ComputerServices
@@ -128,6 +129,7 @@ __all__ = [
     "MoveTo",
     "NewComputer",
     "NewSnapshot",
+    "NewTerminal",
     "Pause",
     "ProfileResolver",
     "PythonRequest",
@@ -142,6 +144,7 @@ __all__ = [
     "Start",
     "Stop",
     "TakeSnapshot",
+    "TerminalSize",
     "Update",
     "UpdateComputer",
     "agent_for",
@@ -170,6 +173,7 @@ __all__ = [
     "list_snapshots",
     "move_computer",
     "not_running",
+    "open_terminal",
     "pause_computer",
     "recover_provisioning",
     "recover_snapshots",
@@ -179,6 +183,7 @@ __all__ = [
     "register_with_billing",
     "require_member",
     "resize_computer",
+    "resize_terminal",
     "resolved_env",
     "restart_computer",
     "restore_snapshot",

@@ -1,11 +1,12 @@
 """A computer's desktop in a browser: the router's resolver for `{slug}.{domain}` (contract §10).
 
-The computer's host serves noVNC and the RFB WebSocket. Both come from inside the
-instance: the desktop template runs websockify on the instance's own loopback
-(`corral.vm.DESKTOP_GATEWAY`), serving Debian's noVNC and bridging each WebSocket to the
-X server's VNC socket, so the router forwards to it like any app bound to
-127.0.0.1. Nothing listens for the desktop on an address another instance could
-reach, and the router lets nobody through without the computer's stream token.
+The computer's host serves noVNC's page (from the desktop template's own Debian
+package, `novnc.py`) and the RFB WebSocket, which comes from inside the instance: the
+desktop template runs websockify on the instance's own loopback
+(`corral.vm.DESKTOP_GATEWAY`), bridging each WebSocket to the X server's VNC socket,
+so the router forwards to it like any app bound to 127.0.0.1. Nothing listens for
+the desktop on an address another instance could reach, and the router lets nobody
+through without the computer's stream token.
 
 For every request, in order:
 
@@ -16,8 +17,10 @@ For every request, in order:
 3. a token in the query of a GET that is not a WebSocket is traded for a host
    cookie with a redirect to the same URL without it (as previews do);
 4. `/` redirects to noVNC's page set to connect by itself to `/stream`;
-5. the computer must be running (503 page); everything else is forwarded to the
-   instance's gateway, without the token parameter or cookie.
+5. the computer must be running (503 page); `/terminal/{session}` (a WebSocket) goes
+   to that terminal session in the guest agent, with the agent's own token added;
+   `/stream` (and noVNC's default `/websockify`) to the instance's gateway, without
+   the token parameter or cookie; any other path is one of noVNC's files.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, s
 from corral.vm import DESKTOP_GATEWAY, InstanceInfo
 
 from . import domains
+from .novnc import NoVncFiles
 from .services import PreviewServices
 from .tokens import STREAM_PREFIX, read_stream_token, sign_stream_token, stream_key
 
@@ -50,6 +54,10 @@ COMPUTER_HOST_PATTERN = r"(?P<slug>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\.(?P<do
 """A computer's host name: `{slug}.{domain}` (tried after the sandbox pattern)."""
 COOKIE = "corral_desktop"
 QUERY_PARAM = "auth"
+STREAM_PATHS = frozenset({"/stream", "/websockify"})
+"""The RFB WebSocket (`/websockify` is noVNC's own default path)."""
+DESKTOP_TEMPLATE = "desktop"
+TERMINAL_PATH = re.compile(r"/terminal/(?P<session>\w{1,64})")
 NOVNC_PAGE = "/vnc.html?autoconnect=true&reconnect=true&resize=scale&path=stream"
 STREAM_TOKEN_SECONDS = 600
 """Contract §10: a stream token opens its computer's desktop for 10 minutes."""
@@ -82,6 +90,8 @@ class ComputerEntry:
     address: str | None
     netns: str
     domains: frozenset[str]
+    agent: tuple[int, str] | None = None
+    """The guest agent's port and token (terminals are its WebSockets)."""
 
 
 class DesktopAccess:
@@ -93,6 +103,7 @@ class DesktopAccess:
         self.secure = platform.settings.preview_url_scheme == "https"
         self._entries: dict[str, tuple[ComputerEntry | None, float]] = {}
         self._touched: dict[str, float] = {}
+        self.novnc = NoVncFiles(platform.runtime.templates.rootfs(DESKTOP_TEMPLATE) / "usr" / "share" / "novnc")
 
     async def _entry(self, slug: str) -> ComputerEntry | None:
         now = time.monotonic()
@@ -113,12 +124,12 @@ class DesktopAccess:
         names = await domains.routable_domains(
             db, self.platform.settings, computer.tenant_id, computer.workspace_id, computer.project_id
         )
-        address = None
+        address, agent = None, None
         if computer.status == "running":
             try:
                 ref = await self.platform.system.get(ComputerActor, computer.id)
                 info: InstanceInfo = await ref.ask(Connect())
-                address = info.address
+                address, agent = info.address, (info.agent_port, info.agent_token)
             except Exception as exc:  # stopped meanwhile, or its runtime is gone: a 503 page
                 log.debug("no address for computer %s: %s", computer.id, exc)
         template = get_template(computer.template_type)
@@ -130,6 +141,7 @@ class DesktopAccess:
             address=address,
             netns=netns_path(f"{self.platform.settings.netns_prefix}{computer.instance_id}"),
             domains=names,
+            agent=agent,
         )
 
     def check_token(self, token: str, computer_id: str) -> tuple[str, float | None]:
@@ -169,15 +181,34 @@ class DesktopAccess:
                 return Reply(302, b"", (("Location", target), ("Cache-Control", "no-store"), ("Referrer-Policy", "no-referrer"), *cookie_headers))
         if target.partition("?")[0] == "/" and not request.is_upgrade:
             return Reply(302, b"", (("Location", NOVNC_PAGE), ("Cache-Control", "no-store")))
-        if entry.status != "running" or entry.address is None:
+        if entry.status != "running" or entry.address is None or entry.agent is None:
             return page(503, "computer_not_running", "The computer is not running",
                         f"Computer {entry.name} is {entry.status}.", "Start it, then reload this page.")
         self._touch(entry.id)
+        path = target.partition("?")[0]
+        terminal = TERMINAL_PATH.fullmatch(path)
+        if terminal is not None:
+            return self._terminal(request, entry, terminal["session"])
+        if path not in STREAM_PATHS:
+            return await self.novnc.reply(path, request.method)
         return Forward(
             Upstream(entry.address, DESKTOP_GATEWAY[1], entry.netns, f"the desktop of {entry.name}"),
             target=None if target == request.target else target,
             drop_cookies=frozenset({COOKIE}),
             response_headers=cookie_headers,
+        )
+
+    def _terminal(self, request: PreviewRequest, entry: ComputerEntry, session_id: str) -> Forward | Reply:
+        """`/terminal/{session}`: the agent's WebSocket of that session, with the agent's token."""
+        if not request.is_upgrade:
+            return page(400, "websocket_only", "This is a terminal's WebSocket", "Connect to it with a WebSocket client.")
+        assert entry.address is not None and entry.agent is not None
+        port, agent_token = entry.agent
+        return Forward(
+            Upstream(entry.address, port, None, f"a terminal of {entry.name}"),
+            target=f"/terminals/{session_id}/ws",
+            drop_cookies=frozenset({COOKIE}),
+            add_headers=(("Authorization", f"Bearer {agent_token}"),),
         )
 
     def _presented(self, request: PreviewRequest) -> tuple[str | None, str]:

@@ -215,7 +215,7 @@ class PreviewRouter:
         upgrade = "upgrade" in request.connection_tokens and request.get("upgrade")
         lines = [f"{method} {target} {version}"]
         forwarded_for = None
-        drop = decision.drop_headers
+        drop = decision.drop_headers | {name.lower() for name, _ in decision.add_headers}
         for lower, name, value in request.headers:
             if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop:
                 continue
@@ -231,6 +231,7 @@ class PreviewRouter:
         lines.append(f"X-Forwarded-For: {forwarded_for}, {peer}" if forwarded_for else f"X-Forwarded-For: {peer}")
         lines.append(f"X-Forwarded-Proto: {self.scheme}")
         lines.append(f"X-Forwarded-Host: {host_header}")
+        lines.extend(f"{name}: {value}" for name, value in decision.add_headers)
         if upgrade:
             lines.append("Connection: Upgrade")
             lines.append(f"Upgrade: {upgrade}")

@@ -40,6 +40,9 @@ class Forward:
     """Request headers (lowercase names) the app must not see."""
     drop_cookies: frozenset[str] = frozenset()
     """Cookie names removed from the request's Cookie header."""
+    add_headers: tuple[tuple[str, str], ...] = ()
+    """Request headers for the upstream only (e.g. its own credentials); a client's
+    headers of the same names are dropped."""
     response_headers: tuple[tuple[str, str], ...] = ()
     """Added to the app's response (e.g. Set-Cookie)."""
 

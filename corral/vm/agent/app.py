@@ -25,6 +25,8 @@ from .execution import base_environment, execute
 from .httpserver import Request, Response, Send, json_response, serve
 from .processes import ProcessTable
 from .services import start_services
+from .terminals import Terminals
+from .websocket import WebSocket, accept_key
 
 MAX_TIMEOUT = 3600.0
 HEARTBEAT = 15.0
@@ -52,6 +54,7 @@ class Agent:
         self.config = config
         self.base_env = base_environment(config.env, config.hostname)
         self.processes = ProcessTable(nursery, self.base_env)
+        self.terminals = Terminals(nursery, self.base_env)
         self.started = time.time()
         self._token = config.token.encode()
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
@@ -68,6 +71,11 @@ class Agent:
             ("DELETE", re.compile(r"/processes/([\w-]+)"), self.kill_process),
             ("GET", re.compile(r"/processes/([\w-]+)/logs"), self.process_logs),
             ("GET", re.compile(r"/processes/([\w-]+)/stream"), self.process_stream),
+            ("POST", re.compile(r"/terminals"), self.open_terminal),
+            ("GET", re.compile(r"/terminals/(\w+)"), self.get_terminal),
+            ("DELETE", re.compile(r"/terminals/(\w+)"), self.close_terminal),
+            ("POST", re.compile(r"/terminals/(\w+)/resize"), self.resize_terminal),
+            ("GET", re.compile(r"/terminals/(\w+)/ws"), self.terminal_socket),
         ]
 
     async def handle(self, request: Request) -> Response:
@@ -126,6 +134,40 @@ class Agent:
             await send(ndjson(final), final=True)
 
         return Response(200, headers={"content-type": "application/x-ndjson"}, writer=writer)
+
+    # -- terminals ------------------------------------------------------------
+
+    async def open_terminal(self, request: Request) -> Response:
+        body = request.json()
+        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()}
+        shell = body.get("shell") or "/bin/bash"
+        if not isinstance(shell, str):
+            raise AgentError(422, "VALIDATION_ERROR", "shell must be a path")
+        terminal = await self.terminals.open(body.get("cols", 80), body.get("rows", 24), shell, env)
+        return json_response(terminal.to_json(), 201)
+
+    async def get_terminal(self, request: Request, session_id: str) -> Response:
+        return json_response(self.terminals.get(session_id).to_json())
+
+    async def close_terminal(self, request: Request, session_id: str) -> Response:
+        self.terminals.close(session_id)
+        return json_response({"session_id": session_id, "closed": True})
+
+    async def resize_terminal(self, request: Request, session_id: str) -> Response:
+        body = request.json()
+        return json_response(self.terminals.resize(session_id, body.get("cols"), body.get("rows")).to_json())
+
+    async def terminal_socket(self, request: Request, session_id: str) -> Response:
+        terminal = self.terminals.get(session_id)
+        key = request.headers.get("sec-websocket-key")
+        if request.headers.get("upgrade", "").lower() != "websocket" or not key:
+            raise AgentError(400, "NOT_A_WEBSOCKET", "this is a WebSocket endpoint")
+
+        async def bridge(stream: trio.SocketStream, buffered: bytes) -> None:
+            await self.terminals.attach(terminal, WebSocket(stream, buffered))
+
+        headers = {"upgrade": "websocket", "connection": "Upgrade", "sec-websocket-accept": accept_key(key)}
+        return Response(101, headers=headers, upgraded=bridge)
 
     # -- files ----------------------------------------------------------------
 

@@ -1,8 +1,8 @@
 """A small HTTP/1.1 server on trio streams and h11.
 
 The agent needs keep-alive (an exec round trip must cost a few milliseconds, not a
-new TCP handshake), streamed chunked responses (exec output, process logs) and
-nothing else, so this is hand-rolled instead of pulling a framework into every
+new TCP handshake), streamed chunked responses (exec output, process logs), the
+upgrade of a connection to a WebSocket (terminals) and nothing else, so this is hand-rolled instead of pulling a framework into every
 instance.
 """
 
@@ -52,6 +52,8 @@ class Send(Protocol):
 
 
 Writer = Callable[[Send], Awaitable[None]]
+Upgraded = Callable[[trio.SocketStream, bytes], Awaitable[None]]
+"""Takes over the connection after a 101, with the bytes already read past the request."""
 
 
 @dataclass
@@ -66,6 +68,8 @@ class Response:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     writer: Writer | None = None
+    upgraded: Upgraded | None = None
+    """For a 101: what speaks the new protocol on the connection (a WebSocket)."""
 
 
 def json_response(value: Any, status: int = 200) -> Response:
@@ -121,6 +125,11 @@ async def _read_request(conn: _Connection, head: h11.Request) -> Request:
 
 async def _send_response(conn: _Connection, response: Response) -> None:
     headers = [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()]
+    if response.upgraded is not None:
+        await conn.send(h11.InformationalResponse(status_code=101, headers=headers))
+        trailing, _ = conn.conn.trailing_data
+        await response.upgraded(conn.stream, bytes(trailing))
+        return
     if response.writer is not None:
         await _send_streamed(conn, response.status, headers, response.writer)
         return
@@ -195,6 +204,8 @@ async def serve_connection(stream: trio.SocketStream, handler: Handler) -> None:
             except AgentError as exc:
                 response = error_response(exc)
             await _send_response(conn, response)
+            if response.upgraded is not None:
+                return
             if conn.conn.our_state is h11.MUST_CLOSE or conn.conn.their_state is h11.MUST_CLOSE:
                 return
             try:
