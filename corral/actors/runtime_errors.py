@@ -23,6 +23,7 @@ ANSWERS: dict[type[Exception], tuple[int, str]] = {
     vm.InstanceExists: (409, "INVALID_STATE"),
     vm.InvalidInstanceState: (409, "INVALID_STATE"),
     vm.InstanceNotRunning: (409, "SANDBOX_NOT_RUNNING"),
+    vm.SnapshotNotFound: (404, "SNAPSHOT_NOT_FOUND"),
     vm.LaunchFailed: (500, "INTERNAL_ERROR"),
     vm.RuntimeUnavailable: (409, "SANDBOX_RUNTIME_UNAVAILABLE"),
     vm.AgentUnavailable: (502, "AGENT_UNAVAILABLE"),

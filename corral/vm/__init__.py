@@ -23,11 +23,13 @@ from .errors import (
     ProcessStartFailed,
     RuntimeErrorBase,
     RuntimeUnavailable,
+    SnapshotNotFound,
     TemplateBuildFailed,
     TemplateNotFound,
 )
 from .namespace_driver import NamespaceDriver
 from .network import InstanceNetwork, NetworkAttachment
+from .snapshots import SnapshotStore
 from .templates import (
     DESKTOP_GATEWAY,
     VNC_SOCKET,
@@ -75,6 +77,8 @@ __all__ = [
     "RuntimeDriver",
     "RuntimeErrorBase",
     "RuntimeUnavailable",
+    "SnapshotNotFound",
+    "SnapshotStore",
     "TemplateBuildFailed",
     "TemplateNotFound",
     "TemplateStore",

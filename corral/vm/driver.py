@@ -119,6 +119,28 @@ class RuntimeDriver(abc.ABC):
         """A tar.gz of the instance's own files (its writable layer) at `dest`."""
 
     @abc.abstractmethod
+    async def snapshot(self, instance_id: str, snapshot_id: str) -> int:
+        """Keep a copy of the instance's own files (its writable layer) as `snapshot_id`;
+        returns the copy's size in bytes.
+
+        A running instance is frozen for the copy, so that it is consistent, and thawed
+        after; a paused one stays paused; a stopped one is copied as it is."""
+
+    @abc.abstractmethod
+    async def restore(self, instance_id: str, snapshot_id: str) -> InstanceInfo:
+        """Replace a stopped instance's files with the snapshot's (InvalidInstanceState
+        unless stopped; SnapshotNotFound for an unknown snapshot)."""
+
+    @abc.abstractmethod
+    async def create_from_snapshot(self, snapshot_id: str, spec: InstanceSpec) -> InstanceInfo:
+        """A new running instance whose files are a copy of the snapshot's (over the
+        template the snapshot was taken over)."""
+
+    @abc.abstractmethod
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        """Remove the snapshot's files; an unknown snapshot is no error."""
+
+    @abc.abstractmethod
     async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
         """New limits for a stopped instance; its cgroups get them when it next starts."""
 

@@ -37,6 +37,10 @@ class InstanceNotRunning(RuntimeErrorBase):
     """The operation needs a running instance."""
 
 
+class SnapshotNotFound(RuntimeErrorBase):
+    """The runtime keeps no snapshot of that id."""
+
+
 class LaunchFailed(RuntimeErrorBase):
     """The instance could not be started (namespaces, mounts, agent)."""
 

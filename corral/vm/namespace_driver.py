@@ -10,6 +10,12 @@ On disk, per instance, under `<data_dir>/instances/<id>/`:
   the overlay is mounted in the instance's private mount namespace.
 - `console.log`: the agent's and init's stderr.
 
+Snapshots (copies of `upper/`) live beside the instances, under
+`<data_dir>/snapshots/<snapshot id>/` (see `snapshots.py`). A restore copies the
+snapshot into `upper.restoring/`, then swaps it with `upper/` by two renames
+(`upper/` -> `upper.old/`, `upper.restoring/` -> `upper/`); `adopt()` finishes or
+undoes a swap a dead control plane left half-done.
+
 An instance is started by the zygote (see `agent/zygote.py` and `agent/launcher.py`)
 and is not a child of the control plane: it keeps running when the control plane is
 killed, and `adopt()` finds it again by its init pid and that pid's start time.
@@ -41,6 +47,7 @@ from .errors import (
     LaunchFailed,
 )
 from .network import InstanceNetwork, NetworkAttachment
+from .snapshots import SnapshotStore, copy_tree
 from .templates import UID_COUNT, TemplateStore
 from .zygote import Zygote
 
@@ -84,6 +91,7 @@ class NamespaceDriver(RuntimeDriver):
         self.agent_port = network.agent_port
         self.launch_timeout = launch_timeout
         self.zygote = Zygote(python)
+        self.snapshots = SnapshotStore(self.data_dir / "snapshots")
         self._locks: dict[str, trio.Lock] = {}
 
     # -- state files ----------------------------------------------------------
@@ -161,22 +169,26 @@ class NamespaceDriver(RuntimeDriver):
 
     async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
         source = self._load(source_id)
+        upper = self.instance_dir(source_id) / "upper"
+        return await self._create_with_files(spec, source["template"], Path(source["lower"]), upper)
+
+    async def create_from_snapshot(self, snapshot_id: str, spec: InstanceSpec) -> InstanceInfo:
+        async with self._snapshot_lock(snapshot_id):
+            manifest = self.snapshots.manifest(snapshot_id)
+            files = self.snapshots.files(snapshot_id)
+            return await self._create_with_files(spec, manifest["template"], Path(manifest["lower"]), files)
+
+    async def _create_with_files(self, spec: InstanceSpec, template: str, lower: Path, files: Path) -> InstanceInfo:
+        """A new instance over `lower` whose writable layer starts as a copy of `files`."""
         directory = self.instance_dir(spec.instance_id)
         async with self._lock(spec.instance_id):
             if directory.exists():
                 raise InstanceExists(f"instance already exists: {spec.instance_id}")
-            state = self._new_state(spec, Path(source["lower"]))
-            state["template"] = source["template"]
+            state = self._new_state(spec, lower)
+            state["template"] = template
             self._make_dirs(state)
             try:
-                upper = self.instance_dir(source_id) / "upper"
-                result = await trio.run_process(
-                    ["cp", "-a", "--reflink=auto", f"{upper}/.", str(directory / "upper")],
-                    capture_stderr=True,
-                    check=False,
-                )
-                if result.returncode != 0:
-                    raise LaunchFailed(f"copying files failed: {result.stderr.decode().strip()}")
+                await copy_tree(files, directory / "upper")
                 await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
@@ -248,6 +260,70 @@ class NamespaceDriver(RuntimeDriver):
             raise LaunchFailed(f"archive failed: {result.stderr.decode().strip()}")
         return dest
 
+    # -- snapshots ------------------------------------------------------------
+
+    def _snapshot_lock(self, snapshot_id: str) -> trio.Lock:
+        return self._lock(f"snapshot:{snapshot_id}")
+
+    async def snapshot(self, instance_id: str, snapshot_id: str) -> int:
+        async with self._lock(instance_id), self._snapshot_lock(snapshot_id):
+            state = self._load(instance_id)
+            upper = self.instance_dir(instance_id) / "upper"
+            about = {"instance_id": instance_id, "template": state["template"], "lower": state["lower"]}
+            running = state.get("status") == "running" and self._alive(state)
+            if not running or self.cgroups.frozen(instance_id):  # stopped, or paused: nothing moves
+                return await self.snapshots.take(snapshot_id, upper, about)
+            if not await trio.to_thread.run_sync(self.cgroups.freeze, instance_id):
+                await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
+                raise InvalidInstanceState(f"instance {instance_id} did not freeze in time")
+            try:
+                return await self.snapshots.take(snapshot_id, upper, about)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
+
+    async def restore(self, instance_id: str, snapshot_id: str) -> InstanceInfo:
+        async with self._lock(instance_id), self._snapshot_lock(snapshot_id):
+            state = self._load(instance_id)
+            if state.get("status") == "running" and self._alive(state):
+                raise InvalidInstanceState("an instance can be restored only while stopped")
+            manifest = self.snapshots.manifest(snapshot_id)
+            if manifest["lower"] != state["lower"]:
+                raise InvalidInstanceState("the snapshot was taken over another template")
+            directory = self.instance_dir(instance_id)
+            staging, old = directory / "upper.restoring", directory / "upper.old"
+            for leftover in (staging, old):
+                await trio.to_thread.run_sync(shutil.rmtree, leftover, True)
+            try:
+                await self.snapshots.copy_files(snapshot_id, staging)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(shutil.rmtree, staging, True)
+                raise
+            os.replace(directory / "upper", old)
+            os.replace(staging, directory / "upper")
+            # The overlay's work directory belongs to the layer it served.
+            await trio.to_thread.run_sync(shutil.rmtree, directory / "work", True)
+            (directory / "work").mkdir()
+            await trio.to_thread.run_sync(shutil.rmtree, old, True)
+            return self._info(state)
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        async with self._snapshot_lock(snapshot_id):
+            await self.snapshots.delete(snapshot_id)
+        self._locks.pop(f"snapshot:{snapshot_id}", None)
+
+    @staticmethod
+    def _settle_restore(directory: Path) -> None:
+        """Settle a restore's swap cut short: the old layer comes back unless the new one is in place."""
+        upper, staging, old = directory / "upper", directory / "upper.restoring", directory / "upper.old"
+        if not upper.exists() and old.exists():
+            os.replace(old, upper)
+        for leftover in (staging, old):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+    # -- queries --------------------------------------------------------------
+
     async def info(self, instance_id: str) -> InstanceInfo:
         return self._info(self._load(instance_id))
 
@@ -286,11 +362,13 @@ class NamespaceDriver(RuntimeDriver):
             if state.get("status") in ("creating", "destroying"):
                 await self._remove(state)
                 continue
+            await trio.to_thread.run_sync(self._settle_restore, directory)
             if state.get("status") == "running" and not self._alive(state):
                 await self._halt(state)
             keep.add(state["id"])
             adopted.append(self._info(state))
         await self.network.cleanup_stale(keep)
+        await self.snapshots.cleanup_partial()
         for stale in self.cgroups.instance_ids() - keep:
             await trio.to_thread.run_sync(self.cgroups.kill_all, stale)
             await trio.to_thread.run_sync(self.cgroups.remove, stale)

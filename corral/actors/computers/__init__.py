@@ -4,8 +4,9 @@ Modules: `actor` (state table, instance lifecycle), `messages`, `service` (creat
 list, lifecycle, clone, resize, move), `execution` (agent, exec, apps, activity),
 `env` (encrypted environment), `metrics` (cgroup sampler), `idle` (auto-stop),
 `templates` and `apps` (what a template_type offers), `profiles` (agent runtime
-profiles), `billing_hooks` (allowance and meter) and `credits` (the stopper billing
-calls when credits run out).
+profiles), `billing_hooks` (allowance and meter), `credits` (the stopper billing
+calls when credits run out), and snapshots of the files: `snapshots` (rows,
+messages, the actor's handlers) and `snapshot_service` (what the API calls).
 """
 
 from __future__ import annotations
@@ -72,6 +73,23 @@ from .service import (
     update_computer,
 )
 from .services import AgentRuntimeProfile, ProfileResolver
+from .snapshot_service import (
+    NewSnapshot,
+    delete_snapshot,
+    get_snapshot,
+    list_snapshots,
+    recover_snapshots,
+    restore_snapshot,
+    take_snapshot,
+)
+from .snapshots import (
+    DeleteSnapshot,
+    RestoreSnapshot,
+    SnapshotRecord,
+    SnapshotTaken,
+    TakeSnapshot,
+    snapshot_public,
+)
 from .store import ComputerRecord
 from .templates import App, ComputerTemplate, get_template, register_template, template_types
 from .terminal import NewTerminal, TerminalSize, open_terminal, resize_terminal
@@ -81,9 +99,11 @@ if TYPE_CHECKING:
 
 
 async def start_background(platform: ComputerServices) -> None:
-    """At start-up: resume interrupted provisioning, start the metrics sampler.
-    (Billing hooks and the one idle watcher are the node's to start.)"""
+    """At start-up: resume interrupted provisioning, fail snapshot copies a restart cut
+    short, start the metrics sampler. (Billing hooks and the one idle watcher are the
+    node's to start.)"""
     await recover_provisioning(platform)
+    await recover_snapshots(platform)
     await start_sampler(platform)
 
 
@@ -100,6 +120,7 @@ __all__ = [
     "ComputerRecord",
     "ComputerTemplate",
     "Connect",
+    "DeleteSnapshot",
     "Destroy",
     "ExecRequest",
     "Get",
@@ -107,6 +128,7 @@ __all__ = [
     "Move",
     "MoveTo",
     "NewComputer",
+    "NewSnapshot",
     "NewTerminal",
     "Pause",
     "ProfileResolver",
@@ -114,10 +136,14 @@ __all__ = [
     "Resize",
     "ResizeRequest",
     "Restart",
+    "RestoreSnapshot",
     "Sampler",
     "SetEnvVar",
+    "SnapshotRecord",
+    "SnapshotTaken",
     "Start",
     "Stop",
+    "TakeSnapshot",
     "TerminalSize",
     "Update",
     "UpdateComputer",
@@ -132,21 +158,25 @@ __all__ = [
     "create_computer",
     "delete_computer",
     "delete_env",
+    "delete_snapshot",
     "env_public",
     "exec_command",
     "exec_python",
     "files_for",
     "find_computer",
+    "get_snapshot",
     "get_template",
     "idle_watch",
     "list_apps",
     "list_computers",
     "list_env",
+    "list_snapshots",
     "move_computer",
     "not_running",
     "open_terminal",
     "pause_computer",
     "recover_provisioning",
+    "recover_snapshots",
     "refuse_fixed_fields",
     "regions",
     "register_template",
@@ -156,14 +186,17 @@ __all__ = [
     "resize_terminal",
     "resolved_env",
     "restart_computer",
+    "restore_snapshot",
     "set_auto_stop",
     "set_env",
+    "snapshot_public",
     "start_background",
     "start_computer",
     "start_sampler",
     "stop_computer",
     "stop_idle_computers",
     "store",
+    "take_snapshot",
     "template_types",
     "touch",
     "update_computer",

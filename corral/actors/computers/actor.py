@@ -12,12 +12,15 @@
 | running | `Restart` | running | stop, then start at once |
 | running | `Clone` | running | answers the instance to copy |
 | stopped | `Resize`, `Move` | stopped | new limits reach the cgroups on the next start |
+| running, paused, stopped | `TakeSnapshot` | (same) | a child task copies the files (see `snapshots.handlers`) |
+| running, stopped | `RestoreSnapshot` | (same) | running: stopped, restored, started again |
 | any | `Destroy` | (record removed) | instance destroyed; `computer.deleted` |
 
 Everything else is a 409 with the specification's message (contract §3: `INVALID_STATE`,
 or `COMPUTER_NOT_RUNNING` for exec, files and apps). Provisioning (the base's boot
 child) also installs the selected apps; `Destroy` cancels it. The row goes with
-`Destroy`, so a removed computer answers 404 to everything.
+`Destroy` (with its snapshots' rows and files), so a removed computer answers 404
+to everything.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from .messages import (
     Stop,
     Update,
 )
+from .snapshots import RestoreSnapshot, SnapshotHandlers, TakeSnapshot
 from .store import COMPUTERS, ComputerDraft, ComputerRecord
 from .templates import get_template
 
@@ -67,7 +71,7 @@ def not_running() -> ApiError:
     return ApiError(409, *NOT_RUNNING)
 
 
-class ComputerActor(InstanceActor):
+class ComputerActor(SnapshotHandlers, InstanceActor):
     kind = "computer"
     store = COMPUTERS
     record: ComputerRecord
@@ -90,6 +94,8 @@ class ComputerActor(InstanceActor):
             ("running", Clone): "running",
             ("stopped", Resize): "stopped",
             ("stopped", Move): "stopped",
+            **{(state, TakeSnapshot): state for state in ("running", "paused", "stopped")},
+            **{(state, RestoreSnapshot): state for state in ("running", "stopped")},
             ("*", Destroy): "deleted",
         },
         refusals={
@@ -101,6 +107,8 @@ class ComputerActor(InstanceActor):
             Clone: ("INVALID_STATE", "computer must be running to clone"),
             Resize: ("INVALID_STATE", "computer must be stopped to resize"),
             Move: ("INVALID_STATE", "computer must be stopped to move"),
+            TakeSnapshot: ("INVALID_STATE", "computer must be running, paused or stopped to snapshot"),
+            RestoreSnapshot: ("INVALID_STATE", "computer must be running or stopped to restore a snapshot"),
             Connect: NOT_RUNNING,
             Boot: ("INVALID_STATE", "computer is not being provisioned"),
             Booted: ("INVALID_STATE", "computer is not being provisioned"),
@@ -251,6 +259,7 @@ class ComputerActor(InstanceActor):
         next_state = self.transition(message)
         was_running = self.state == "running"
         await self.destroy_instance()
+        await self.delete_all_snapshot_files()
         if was_running:
             await billing_hooks.meter_stopped(self.services, self.record)
         await self.persist(state=next_state)

@@ -35,6 +35,7 @@ from .messages import (
 )
 from .profiles import ProfileRequest, default_profile, explicit_profile
 from .records import SIZE_NAMES, resolution_problem
+from .snapshots import source_snapshot, still_ready
 from .store import ComputerDraft, ComputerRecord
 from .templates import get_template, template_types
 
@@ -76,6 +77,9 @@ class NewComputer(Placement, ProfileRequest):
     resolution: Annotated[
         str | None, Rule(check=resolution_problem, description="the desktop's size, WIDTHxHEIGHT (default 1280x800)")
     ] = None
+    snapshot_id: Annotated[
+        str | None, Rule(format="uuid", description="a ready snapshot of the tenant's: the new computer starts with its files")
+    ] = None
 
     @property
     def apps(self) -> list[str]:
@@ -102,8 +106,14 @@ async def _create(platform: ComputerServices, draft: ComputerDraft) -> ActorRef[
 async def create_computer(
     platform: ComputerServices, tenant_id: str, owner_user_id: str | None, new: NewComputer, *, key_workspace_id: str | None = None
 ) -> ComputerRecord:
-    """Check the template, the profile and the credits, attribute, insert `provisioning`, boot."""
+    """Check the template, the snapshot, the profile and the credits, attribute, insert
+    `provisioning`, boot (from the snapshot's files when there is one)."""
     check_template(new)
+    snapshot = None
+    if new.snapshot_id is not None:
+        snapshot = await source_snapshot(
+            platform.db, tenant_id, new.snapshot_id.lower(), new.template_type, key_workspace_id=key_workspace_id
+        )
     profile = await explicit_profile(platform, tenant_id, new)
     await billing_hooks.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=new.external_user_id)
     if key_workspace_id is not None:
@@ -122,12 +132,13 @@ async def create_computer(
         selected_apps=new.apps,
         resolution=new.resolution or template.resolution,
         agent_runtime_profile_id=profile.id if profile else None,
+        from_snapshot_id=snapshot.id if snapshot else None,
     )
     ref = await _create(platform, draft)
     record: ComputerRecord = await ref.ask(Get())
     if profile is not None and profile.env:
         await set_env(platform, record, profile.env)
-    await ref.ask(Boot())
+    await ref.ask(Boot(snapshot_source=draft.from_snapshot_id))
     return record
 
 
@@ -287,13 +298,19 @@ async def set_auto_stop(platform: ComputerServices, row: ComputerRecord, request
 
 
 async def recover_provisioning(platform: ComputerServices) -> int:
-    """At start-up: provision again what a restart cut short (a clone copies again)."""
+    """At start-up: provision again what a restart cut short (a clone, or a computer
+    made from a snapshot, copies again)."""
     interrupted = await store.being_provisioned(platform.db)
     for record in interrupted:
         source = await store.load(platform.db, record.cloned_from) if record.cloned_from else None
         ref = await platform.system.get(ComputerActor, record.id)
         if record.cloned_from and source is None:
             await ref.ask(Booted(None, "the clone's source was deleted before the copy was made"))
+        elif record.from_snapshot_id:
+            if await still_ready(platform.db, record.from_snapshot_id):
+                await ref.ask(Boot(snapshot_source=record.from_snapshot_id))
+            else:
+                await ref.ask(Booted(None, "the snapshot was deleted before its files were copied"))
         else:
             await ref.ask(Boot(source.instance_id if source else None))
     return len(interrupted)

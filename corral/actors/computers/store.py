@@ -51,6 +51,8 @@ class ComputerRecord:
     last_activity_at: str
     created_at: str
     updated_at: str
+    from_snapshot_id: str | None
+    """The snapshot whose files the computer was created with."""
 
 
 COMPUTERS = RowStore("computers", ComputerRecord, json_columns=("selected_apps", "settings", "ai_config"))
@@ -71,6 +73,7 @@ class ComputerDraft(InstanceDraft):
     ai_config: dict[str, Any] = field(default_factory=dict, hash=False)
     auto_stop: int = 0
     cloned_from: str | None = None
+    from_snapshot_id: str | None = None
 
 
 # -- reads ------------------------------------------------------------------------------
@@ -146,13 +149,14 @@ def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerR
         resolution=draft.resolution,
         auto_stop=draft.auto_stop,
         cloned_from=draft.cloned_from,
+        from_snapshot_id=draft.from_snapshot_id,
     )
     COMPUTERS.insert(tx, record)
     return record
 
 
 def delete(tx: Transaction, computer_id: str) -> None:
-    """The row and what hangs on it (env, metrics)."""
-    for table in ("computer_env", "computer_metrics"):
+    """The row and what hangs on it (env, metrics, snapshots)."""
+    for table in ("computer_env", "computer_metrics", "computer_snapshots"):
         tx.execute(f"DELETE FROM {table} WHERE computer_id = ?", (computer_id,))
     COMPUTERS.delete(tx, computer_id)

@@ -10,8 +10,9 @@ it. What they share lives here once:
   it had already made;
 - reconciling with the runtime on activation (a running resource whose instance
   stopped under it is started again; one whose instance is gone is an `error`);
-- starting, pausing, halting, destroying and connecting to the instance, with runtime
-  errors answered through the kind's `Refusals`;
+- starting, pausing, halting, destroying and connecting to the instance, and
+  snapshotting and restoring its files, with runtime errors answered through the
+  kind's `Refusals`;
 - the sealed environment handed to every boot (`boot_env`).
 
 A kind sets a few class attributes and hooks (see the class docstring) and keeps its
@@ -194,13 +195,13 @@ class InstanceActor(RecordActor):
     @handles(Boot)
     async def boot(self, message: Boot) -> None:
         self.transition(message)
-        self.spawn(self._provision, message.clone_source)
+        self.spawn(self._provision, message.clone_source, message.snapshot_source)
 
-    async def _provision(self, clone_source: str | None) -> None:
+    async def _provision(self, clone_source: str | None, snapshot_source: str | None = None) -> None:
         with trio.CancelScope() as scope:
             self._booting = scope
             try:
-                outcome = await self._make_instance(clone_source)
+                outcome = await self._make_instance(clone_source, snapshot_source)
             except Exception as exc:  # the outcome is reported, not raised: it is the resource's error
                 log.warning("%s %s failed to provision: %s", self.kind, self.id, exc)
                 outcome = Booted(None, failure_summary(exc))
@@ -209,7 +210,7 @@ class InstanceActor(RecordActor):
             with contextlib.suppress(ApiError):  # the resource was removed meanwhile
                 await self.ref.tell(outcome)
 
-    async def _make_instance(self, clone_source: str | None) -> Booted:
+    async def _make_instance(self, clone_source: str | None, snapshot_source: str | None = None) -> Booted:
         driver = await self.driver()
         env = await self.boot_env()
         try:  # made before a control-plane restart cut the boot short
@@ -219,6 +220,8 @@ class InstanceActor(RecordActor):
         except InstanceNotFound:
             if clone_source is not None:
                 info = await driver.clone(clone_source, self.spec(env))
+            elif snapshot_source is not None:
+                info = await driver.create_from_snapshot(snapshot_source, self.spec(env))
             else:
                 info = await driver.create(self.spec(env))
         await self.on_instance_up(info)
@@ -266,6 +269,22 @@ class InstanceActor(RecordActor):
             await (await self.driver()).destroy(self.instance_id)
         self.info = None
         await self.services.agents.forget(self.instance_id)
+
+    async def snapshot_instance(self, snapshot_id: str) -> int:
+        """Copy the instance's files as the runtime's snapshot `snapshot_id` (frozen for the
+        copy while it runs); returns the copy's size in bytes. Safe from a child task."""
+        with self.refused():
+            return await (await self.driver()).snapshot(self.instance_id, snapshot_id)
+
+    async def restore_instance(self, snapshot_id: str) -> None:
+        """Make the stopped instance's files the snapshot's."""
+        with self.refused():
+            await (await self.driver()).restore(self.instance_id, snapshot_id)
+
+    async def delete_snapshot_files(self, snapshot_id: str) -> None:
+        """Remove the runtime's snapshot (nothing to remove is fine)."""
+        with self.refused():
+            await (await self.driver()).delete_snapshot(snapshot_id)
 
     def running_agent_info(self) -> InstanceInfo | None:
         """The instance while it runs (for a last word with its agent), else None."""

@@ -13,10 +13,12 @@ class Boot(Message):
     """Make the instance of a new resource in a child task, then report `Booted`.
 
     With `clone_source` (another instance's id) the new instance starts with a copy
-    of that instance's files.
+    of that instance's files; with `snapshot_source` (a runtime snapshot's id), with
+    a copy of the snapshot's files.
     """
 
     clone_source: str | None = None
+    snapshot_source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from . import (
     auth,
     computer_desktop,
     computer_runtime,
+    computer_snapshots,
     computer_streams,
     computers,
     credits,
@@ -36,4 +37,5 @@ def all_routers() -> list[Router]:
         members.router, invites.router, invite_pages.router, white_label.router,
         credits.router, quotas.router, webhooks.router,
         computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
+        computer_snapshots.router,
         previews.router, preview_domains.router]

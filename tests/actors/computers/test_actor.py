@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,6 +11,7 @@ import trio
 from corral.actors import computers
 from corral.actors.computers import (
     ComputerActor,
+    DeleteSnapshot,
     Destroy,
     Get,
     IdleStop,
@@ -17,15 +19,20 @@ from corral.actors.computers import (
     Pause,
     Resize,
     Restart,
+    RestoreSnapshot,
     Sampler,
+    SnapshotRecord,
     Start,
     Stop,
+    TakeSnapshot,
     computer_metrics,
     resolved_env,
     set_env,
     stop_idle_computers,
 )
+from corral.actors.computers.snapshots import store as snapshot_store
 from corral.errors import ApiError
+from corral.ids import new_uuid
 from tests.http.computer_support import create_running, run
 from tests.support import RUNTIME_SETTINGS, Api, Tenant, running_server
 
@@ -114,3 +121,33 @@ async def test_the_idle_scan(api: Api, owner: Tenant) -> None:
     events = await api.platform.events.list("computer", computer["id"])
     assert [e.type for e in events[-2:]] == ["computer.idle", "computer.stopped"]
     assert events[-2].data["idle_seconds"] > 60
+
+
+async def test_snapshots_through_the_actor(api: Api, owner: Tenant) -> None:
+    computer = await create_running(api, owner)
+    ref = await api.platform.system.get(ComputerActor, computer["id"])
+    db = api.platform.db
+    taken = await ref.ask(TakeSnapshot("through the actor"))
+    assert isinstance(taken, SnapshotRecord) and taken.status == "creating" and taken.tenant_id == owner.id
+    with trio.fail_after(30):
+        while (record := await snapshot_store.load(db, taken.id)) is None or record.status == "creating":
+            await trio.sleep(0.05)
+    assert record.status == "ready" and isinstance(record.size_bytes, int) and record.size_bytes > 0
+    assert record.ready_at is not None and record.error is None
+    assert await snapshot_store.list_for_computer(db, computer["id"]) == [record]
+
+    # A copy a restart cut short fails at the next start-up.
+    cut_short = dataclasses.replace(record, id=new_uuid(), status="creating", size_bytes=None, ready_at=None)
+    await db.transaction(lambda tx: snapshot_store.insert(tx, cut_short))
+    assert await computers.recover_snapshots(api.platform) == 1
+    failed = await snapshot_store.load(db, cut_short.id)
+    assert failed is not None and failed.status == "failed" and failed.error == computers.snapshot_service.INTERRUPTED
+
+    assert (await ref.ask(RestoreSnapshot(record.id))).status == "running"
+    assert (await refusal(ref, RestoreSnapshot(failed.id))).code == "SNAPSHOT_NOT_READY"
+    assert (await refusal(ref, DeleteSnapshot(new_uuid()))).code == "SNAPSHOT_NOT_FOUND"
+    assert await ref.ask(DeleteSnapshot(record.id)) == {"id": record.id, "status": "deleted"}
+    assert (await refusal(ref, DeleteSnapshot(record.id))).code == "already_deleted"
+    assert [r.id for r in await snapshot_store.list_for_computer(db, computer["id"])] == [failed.id]
+    await ref.ask(Destroy())
+    assert await snapshot_store.all_for_computer(db, computer["id"]) == []
