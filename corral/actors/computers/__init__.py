@@ -5,14 +5,15 @@ list, lifecycle, clone, resize, move), `execution` (agent, exec, apps, activity)
 `env` (encrypted environment), `metrics` (cgroup sampler), `idle` (auto-stop),
 `templates` and `apps` (what a template_type offers), `profiles` (agent runtime
 profiles), `billing_hooks` (allowance and meter) and `credits` (the stopper billing
-calls when credits run out).
+calls when credits run out); `desktop` (desktop control), `cua` (CUA sessions, a
+subpackage) and `logs` (the desktop services' and app installs' output).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import store
+from . import cua, logs, store
 from .actor import ComputerActor, computer_not_found, not_running
 from .credits import register_with_billing
 from .env import SetEnvVar, delete_env, env_public, list_env, resolved_env, set_env
@@ -130,6 +131,7 @@ __all__ = [
     "computer_summary",
     "computer_urls",
     "create_computer",
+    "cua",
     "delete_computer",
     "delete_env",
     "env_public",
@@ -142,6 +144,7 @@ __all__ = [
     "list_apps",
     "list_computers",
     "list_env",
+    "logs",
     "move_computer",
     "not_running",
     "open_terminal",

@@ -7,7 +7,9 @@ from . import (
     admin,
     api_keys,
     auth,
+    computer_cua,
     computer_desktop,
+    computer_logs,
     computer_runtime,
     computer_streams,
     computers,
@@ -36,4 +38,5 @@ def all_routers() -> list[Router]:
         members.router, invites.router, invite_pages.router, white_label.router,
         credits.router, quotas.router, webhooks.router,
         computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
+        computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router]
