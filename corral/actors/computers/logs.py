@@ -139,7 +139,8 @@ class LogFollower:
     The channel ends (`trio.EndOfChannel`) when the computer stops being reachable."""
 
     first: list[tuple[LogLine, str]]
-    """The lines to send before the live ones (the tail, or what came after the cursor)."""
+    """The tail to send before the live lines (none when resuming from a cursor: the
+    lines after it come through `receive` like live ones)."""
     receive: trio.MemoryReceiveChannel[tuple[LogLine, str]]
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
