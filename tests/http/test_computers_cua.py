@@ -148,9 +148,6 @@ async def test_mouse_actions_reach_the_desktop(desk: Desk) -> None:
     api, tenant, computer = desk
     cid = computer["id"]
     sid = (await new_session(api, tenant, cid))["id"]
-    # A window mapped in the first moments after `running` may escape openbox, which is
-    # still starting (a readiness race of the desktop session, not of CUA): let it settle.
-    await trio.sleep(1)
     await run(api, tenant, cid, "nohup xev -geometry 200x200+0+0 -event button > /tmp/xev.log 2>/tmp/window.log &")
     target = await wait_for_window(api, tenant, cid, "Event Tester")
     x, y = target["x"] + 50, target["y"] + 50
