@@ -43,12 +43,13 @@ class Authenticator:
         key = await api_keys.find_with_member(platform.db, token)
         return await self._key_principal(key, client_ip)
 
-    async def from_ticket(self, ticket: str, client_ip: str | None) -> Principal:
+    async def from_ticket(self, ticket: str, client_ip: str | None, purposes: tuple[str, ...] = ("sse",)) -> Principal:
         """The principal that minted an SSE ticket, consuming the ticket.
 
-        The credential behind it is checked again: a key revoked, or a member removed,
+        Only a ticket minted for one of `purposes` is taken (others stay unused). The
+        credential behind it is checked again: a key revoked, or a member removed,
         since the ticket was minted is refused. Scopes are the minting credential's."""
-        grant = await tickets.consume_ticket(self.platform.db, ticket)
+        grant = await tickets.consume_ticket(self.platform.db, ticket, purposes)
         try:
             if grant is None:
                 raise unauthorized("invalid, used or expired SSE ticket; mint a new one at POST /auth/sse-ticket")

@@ -87,7 +87,7 @@ class Pipeline:
         ctx = RequestContext(self.platform, request, route, new_request_id(), client_ip())
         decision: RateDecision | None = None
         try:
-            decision = await self._admit(ctx, route)
+            decision = await self._admit(ctx, route, params)
             result = await route.handler(ctx, **params)
             response = _to_response(result, route)
         except ApiError as error:
@@ -111,13 +111,13 @@ class Pipeline:
             await self._audit(ctx, route, response.status_code)
         return response
 
-    async def _admit(self, ctx: RequestContext, route: Route) -> RateDecision | None:
+    async def _admit(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> RateDecision | None:
         if route.auth == "public":
             decision = self.anonymous_decision()
         elif route.auth == "public_auth":
             decision = self.limiter.hit(f"auth-ip:{ctx.client_ip}", PUBLIC_AUTH_RPM)
         else:
-            principal = await self._principal(ctx, route)
+            principal = await self._principal(ctx, route, params)
             ctx.principal_or_none = principal
             decision = self.limiter.hit(principal.rate_bucket, principal.rate_limit_rpm)
             if decision.allowed:
@@ -126,15 +126,16 @@ class Pipeline:
             raise ApiError(429, "RATE_LIMITED", rate_limited(decision).message, headers=decision.headers())
         return decision
 
-    async def _principal(self, ctx: RequestContext, route: Route) -> Principal:
+    async def _principal(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> Principal:
         """Bearer credentials everywhere; streams also take `?ticket=` (browsers' EventSource
-        cannot send headers), and say so when neither is there."""
+        cannot send headers), and say so when neither is there. A ticket must be of a
+        purpose the route takes (`Route.ticket_purposes`)."""
         authorization = ctx.request.headers.get("Authorization")
         if route.auth == "ticket" and not authorization:
             ticket = ctx.request.args.get("ticket")
             if not ticket:
                 raise unauthorized("missing sse ticket", code="UNAUTHORIZED")
-            return await self.authenticator.from_ticket(ticket, ctx.client_ip)
+            return await self.authenticator.from_ticket(ticket, ctx.client_ip, route.ticket_purposes(params))
         return await self.authenticator.authenticate(authorization, ctx.client_ip)
 
     async def _audit(self, ctx: RequestContext, route: Route, status: int) -> None:

@@ -41,6 +41,9 @@ class Route:
     """Query parameter name -> description."""
     prefix: str = "/api/v1"
     content_type: str = "application/json"
+    ticket_purpose: str | None = None
+    """A `ticket` route that also takes a narrower ticket than the general `sse` one:
+    its purpose, with path parameters in braces (`cua:{session_id}`)."""
 
     @property
     def full_path(self) -> str:
@@ -62,6 +65,12 @@ class Route:
     @property
     def endpoint(self) -> str:
         return f"{self.method.lower()} {self.full_path}"
+
+    def ticket_purposes(self, params: dict[str, Any]) -> tuple[str, ...]:
+        """The purposes of the tickets this route takes: the general `sse` one, and its own."""
+        if self.ticket_purpose is None:
+            return ("sse",)
+        return ("sse", self.ticket_purpose.format(**params))
 
     @property
     def is_mutation(self) -> bool:
@@ -89,6 +98,7 @@ class Router:
         status: int = 200,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
+        ticket_purpose: str | None = None,
     ) -> Callable[[Handler], Handler]:
         if request is not None and not is_model(request):
             raise TypeError(f"{method} {path}: request must be a corral.models.model class, not {request!r}")
@@ -109,6 +119,7 @@ class Router:
                     query=query or {},
                     prefix=self.prefix,
                     content_type=content_type,
+                    ticket_purpose=ticket_purpose,
                 )
             )
             return handler

@@ -86,14 +86,26 @@ def event_stream(
     resource_id: str,
     types: Iterable[str] | None = None,
     data: EventData | None = None,
+    from_start: bool = False,
+    final_types: Iterable[str] = (),
+    ends_when: Callable[[Event], bool] | None = None,
+    live_for: float | None = None,
 ) -> Response:
     """The SSE stream of one resource's events: replay after `Last-Event-ID`, then live.
 
     Frames are `id: <event ULID>`, `event: <type>`, `data: <event data as JSON>` (or
     `data(event)`). Only events of `types` (exact, or `prefix.*`) when given. Without
-    `Last-Event-ID` a stream starts live; the event log answers for what came before."""
+    `Last-Event-ID` a stream starts live (the event log answers for what came
+    before), or with every retained event when `from_start`.
+
+    Streams of something that ends: the stream closes right after sending an event
+    of `final_types`; without a frame when a live event of the tenant (of any
+    resource) passes `ends_when` (the resource's owner was deleted); and after
+    `live_for` seconds of live events when given (a resource that had already ended
+    when the stream was opened: its final event may still be on its way)."""
     platform = ctx.platform
     wanted = list(types) if types is not None else None
+    final = frozenset(final_types)
     render = data or (lambda event: event.data)
     tenant_id = ctx.tenant_id
     heartbeat = platform.settings.sse_heartbeat_seconds
@@ -105,13 +117,20 @@ def event_stream(
             return True
         return any(event.type.startswith(t[:-1]) if t.endswith(".*") else event.type == t for t in wanted)
 
+    def mine(event: Event) -> bool:
+        return event.resource_type == resource_type and event.resource_id == resource_id and matches(event)
+
+    def ending(event: Event) -> bool:
+        return ends_when is not None and event.tenant_id == tenant_id and not mine(event) and ends_when(event)
+
     resume_after = last_event_id(ctx)  # read now: the body runs outside the request context
 
     async def frames() -> AsyncIterator[bytes]:
-        after = resume_after
+        after = resume_after if resume_after is not None else ("" if from_start else None)
         greeted = False
+        deadline = None if live_for is None else trio.current_time() + live_for
         while True:
-            subscription = platform.bus.subscribe(matches, resource_type=resource_type, resource_id=resource_id)
+            subscription = platform.bus.subscribe(lambda event: mine(event) or ending(event))
             with subscription:
                 if not greeted:
                     greeted = True
@@ -122,20 +141,30 @@ def event_stream(
                         after = old.id
                         if matches(old):
                             yield frame(old.type, render(old), old.id)
+                            if old.type in final:
+                                return
                     if len(replayed) < REPLAY_PAGE:
                         break
                 while True:
+                    wait = heartbeat if deadline is None else min(heartbeat, deadline - trio.current_time())
+                    if wait <= 0:
+                        return
                     try:
-                        event = await receive_or_heartbeat(subscription.receive, heartbeat)
+                        event = await receive_or_heartbeat(subscription.receive, wait)
                     except SubscriberLagged:
                         log.info("an SSE client of %s %s lagged; replaying from the log", resource_type, resource_id)
                         break
                     except trio.EndOfChannel:
                         return  # the bus closed: the server is shutting down
                     if event is None:
-                        yield HEARTBEAT
+                        if deadline is None or trio.current_time() < deadline:
+                            yield HEARTBEAT
+                    elif not mine(event):
+                        return  # `ends_when`: what the stream is about is gone
                     elif after is None or event.id > after:  # not already sent by the replay
                         after = event.id
                         yield frame(event.type, render(event), event.id)
+                        if event.type in final:
+                            return
 
     return sse_response(frames())

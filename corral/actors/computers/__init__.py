@@ -5,15 +5,17 @@ list, lifecycle, clone, resize, move), `execution` (agent, exec, apps, activity)
 `env` (encrypted environment), `metrics` (cgroup sampler), `idle` (auto-stop),
 `templates` and `apps` (what a template_type offers), `profiles` (agent runtime
 profiles), `billing_hooks` (allowance and meter), `credits` (the stopper billing
-calls when credits run out), and snapshots of the files: `snapshots` (rows,
-messages, the actor's handlers) and `snapshot_service` (what the API calls).
+calls when credits run out); snapshots of the files: `snapshots` (rows,
+messages, the actor's handlers) and `snapshot_service` (what the API calls);
+`desktop` (desktop control), `cua` (CUA sessions, a subpackage) and `logs` (the
+desktop services' and app installs' output).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import store
+from . import cua, logs, store
 from .actor import ComputerActor, computer_not_found, not_running
 from .credits import register_with_billing
 from .env import SetEnvVar, delete_env, env_public, list_env, resolved_env, set_env
@@ -156,6 +158,7 @@ __all__ = [
     "computer_summary",
     "computer_urls",
     "create_computer",
+    "cua",
     "delete_computer",
     "delete_env",
     "delete_snapshot",
@@ -171,6 +174,7 @@ __all__ = [
     "list_computers",
     "list_env",
     "list_snapshots",
+    "logs",
     "move_computer",
     "not_running",
     "open_terminal",

@@ -1,7 +1,9 @@
 """SSE tickets: single-use, short-lived credentials for browser EventSource streams.
 
 Only the digest is stored. Consumption is one conditional UPDATE, so a ticket is
-used at most once even when two nodes race for it.
+used at most once even when two nodes race for it. A ticket has a purpose: `sse`
+(POST /auth/sse-ticket) opens any stream its minting credential could read; a
+narrower one (`cua:<session id>`) opens only the streams whose route names it.
 """
 
 from __future__ import annotations
@@ -58,10 +60,11 @@ async def mint_ticket(
     return ticket
 
 
-async def consume_ticket(db: Database, ticket: str) -> TicketGrant | None:
-    """The grant of an unused, unexpired ticket, marking it used; None otherwise."""
+async def consume_ticket(db: Database, ticket: str, purposes: tuple[str, ...] = ("sse",)) -> TicketGrant | None:
+    """The grant of an unused, unexpired ticket minted for one of `purposes`, marking
+    it used; None otherwise (a ticket of another purpose is left unused)."""
     digest = _digest(ticket)
-    if not await store.tickets.use(db, digest, utc_now_iso()):
+    if not await store.tickets.use(db, digest, utc_now_iso(), purposes):
         return None
     record = await store.tickets.load(db, digest)
     if record is None:

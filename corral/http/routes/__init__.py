@@ -7,7 +7,9 @@ from . import (
     admin,
     api_keys,
     auth,
+    computer_cua,
     computer_desktop,
+    computer_logs,
     computer_runtime,
     computer_snapshots,
     computer_streams,
@@ -38,4 +40,5 @@ def all_routers() -> list[Router]:
         credits.router, quotas.router, webhooks.router,
         computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
         computer_snapshots.router,
+        computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router]

@@ -38,10 +38,14 @@ async def create(db: Database, record: TicketRecord) -> None:
     await db.transaction(lambda tx: tx.insert("sse_tickets", row))
 
 
-async def use(db: Database, digest: str, now: str) -> bool:
-    """Mark the ticket used when it is unused and unexpired; whether this call did."""
+async def use(db: Database, digest: str, now: str, purposes: tuple[str, ...] = ("sse",)) -> bool:
+    """Mark the ticket used when it is unused, unexpired and for one of `purposes`;
+    whether this call did (a ticket for another purpose stays unused)."""
+    marks = ", ".join("?" for _ in purposes)
     changed = await db.execute(
-        "UPDATE sse_tickets SET used_at = ? WHERE digest = ? AND used_at IS NULL AND expires_at > ?", (now, digest, now)
+        "UPDATE sse_tickets SET used_at = ? WHERE digest = ? AND used_at IS NULL AND expires_at > ?"
+        f" AND purpose IN ({marks})",
+        (now, digest, now, *purposes),
     )
     return changed == 1
 
