@@ -93,6 +93,24 @@ async def _computer_window(api: Api, tenant: Tenant, params: Params) -> Params:
     return {"window_id": found[0]["id"]}
 
 
+async def _computer_terminal(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/terminal", key=tenant.key, json={})
+    assert response.status_code == 201, response.text
+    return {"session_id": response.json()["data"]["session_id"]}
+
+
+async def _computer_snapshot(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/snapshots", key=tenant.key, json={"name": "mine"})
+    assert response.status_code == 201, response.text
+    return {"snapshot_id": response.json()["data"]["id"]}
+
+
+async def _computer_cua_session(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/cua/sessions", key=tenant.key, json={"task": "mine"})
+    assert response.status_code == 201, response.text
+    return {"session_id": response.json()["data"]["id"]}
+
+
 async def _computer_env_var(api: Api, tenant: Tenant, params: Params) -> Params:
     response = await api.request("POST", f"/api/v1/computers/{params['id']}/env", key=tenant.key, json={"name": "ISOLATED", "value": "mine"})
     assert response.status_code == 201, response.text
@@ -165,6 +183,9 @@ FACTORIES: dict[str, Factory] = {
     "/computers/{id}": _computer,
     "/computers/{id}/env/{name}": _computer_env_var,
     "/computers/{id}/desktop/windows/{window_id}": _computer_window,
+    "/computers/{id}/pty/{session_id}": _computer_terminal,
+    "/computers/{id}/snapshots/{snapshot_id}": _computer_snapshot,
+    "/computers/{id}/cua/sessions/{session_id}": _computer_cua_session,
     "/sandboxes/{id}": _sandbox,
     "/sandboxes/{id}/env/{key}": _sandbox_env_var,
     "/sandboxes/{id}/processes/{pid}": _sandbox_process,
