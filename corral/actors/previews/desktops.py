@@ -190,7 +190,7 @@ class DesktopAccess:
         if terminal is not None:
             return self._terminal(request, entry, terminal["session"])
         if path not in STREAM_PATHS:
-            return await self.novnc.reply(path, request.method)
+            return await self.novnc.reply(path)
         return Forward(
             Upstream(entry.address, DESKTOP_GATEWAY[1], entry.netns, f"the desktop of {entry.name}"),
             target=None if target == request.target else target,
