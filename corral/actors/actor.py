@@ -39,16 +39,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
+from corral.actors.bus import EventBus
+from corral.actors.host import ActorHost, CellHandle, Teller
 from corral.actors.transitions import TransitionTable
 from corral.storage import Database, Event
-
-if TYPE_CHECKING:
-    from corral.actors.bus import EventBus
-    from corral.actors.ref import ActorRef
-    from corral.actors.supervisor import ActorCell
-    from corral.actors.system import ActorSystem
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 A = TypeVar("A", bound="Actor")
@@ -104,13 +100,13 @@ class Actor:
                 handlers[message_type] = name
         cls._handlers = handlers
 
-    def __init__(self, actor_id: str, system: ActorSystem) -> None:
+    def __init__(self, actor_id: str, system: ActorHost) -> None:
         self.id = actor_id
         self.system = system
         self.state: str = "new"
         self.tenant_id: str | None = None
         self._persisted_state = self.state
-        self._cell: ActorCell | None = None
+        self._cell: CellHandle | None = None
 
     # --- what the kernel offers a subclass ------------------------------------------
 
@@ -128,7 +124,7 @@ class Actor:
         return self.system.services
 
     @property
-    def ref(self) -> ActorRef[Any]:
+    def ref(self) -> Teller:
         """A reference to this actor, e.g. for a child task to report back by `tell`."""
         return self.system.ref(type(self), self.id)
 
@@ -186,7 +182,7 @@ class Actor:
 
     # --- what the supervisor calls ---------------------------------------------------
 
-    def attach(self, cell: ActorCell) -> None:
+    def attach(self, cell: CellHandle) -> None:
         """This incarnation runs in `cell`: `spawn` starts children in its nursery."""
         self._cell = cell
 

@@ -19,19 +19,17 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from corral.actors.actor import Actor
 from corral.actors.errors import ActorCrashed, ActorStopped, MailboxFull
+from corral.actors.host import ActorHost
 from corral.actors.mailbox import Mailbox
 from corral.actors.messages import Envelope
 from corral.errors import ApiError
 from corral.storage import Event
-
-if TYPE_CHECKING:
-    from corral.actors.system import ActorSystem
 
 log = logging.getLogger("corral.actors")
 
@@ -77,7 +75,7 @@ def describe_error(error: BaseException) -> str:
 class ActorCell:
     def __init__(
         self,
-        system: ActorSystem,
+        system: ActorHost,
         actor_class: type[Actor],
         actor_id: str,
         *,
