@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import pytest
 import trio
@@ -34,24 +33,7 @@ from corral.actors.computers.snapshots import store as snapshot_store
 from corral.errors import ApiError
 from corral.ids import new_uuid
 from tests.http.computer_support import create_running, run
-from tests.support import RUNTIME_SETTINGS, Api, Tenant, running_server
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> AsyncIterator[Api]:
-    settings = {**RUNTIME_SETTINGS, "idle_check_seconds": 3600, "computer_metrics_seconds": 3600}
-    async with running_server(tmp_path_factory.mktemp("corral"), database_url, **settings) as server:
-        try:
-            yield server
-        finally:
-            driver = await server.platform.runtime.driver()
-            for info in await driver.instances():
-                await driver.destroy(info.id)
-
-
-@pytest.fixture
-async def owner(api: Api) -> Tenant:
-    return await api.create_tenant()
+from tests.support import Api, Tenant
 
 
 async def refusal(ref: object, message: object) -> ApiError:

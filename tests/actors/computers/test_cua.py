@@ -5,7 +5,6 @@ the sessions go with their computer."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -13,23 +12,7 @@ from corral.actors.computers import cua, find_computer
 from corral.actors.computers.cua import CuaSessionActor, EndSession, GetSession, RecordAction
 from corral.errors import ApiError
 from tests.http.computer_support import call, create_running
-from tests.support import RUNTIME_SETTINGS, Api, Tenant, running_server
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> AsyncIterator[Api]:
-    async with running_server(tmp_path_factory.mktemp("corral"), database_url, **RUNTIME_SETTINGS) as server:
-        try:
-            yield server
-        finally:
-            driver = await server.platform.runtime.driver()
-            for info in await driver.instances():
-                await driver.destroy(info.id)
-
-
-@pytest.fixture
-async def owner(api: Api) -> Tenant:
-    return await api.create_tenant()
+from tests.support import Api, Tenant
 
 
 async def test_a_session_from_start_to_end_and_gone_with_its_computer(api: Api, owner: Tenant) -> None:
