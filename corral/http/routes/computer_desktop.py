@@ -6,9 +6,14 @@ screen are `422 VALIDATION_ERROR`. The work is `corral.actors.computers.desktop`
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from quart import Response
 
+from corral.actors import computers
 from corral.actors.computers import desktop
+from corral.actors.computers.services import ComputerServices
 from corral.errors import validation_error
 
 from ..context import RequestContext
@@ -72,56 +77,36 @@ async def cursor(ctx: RequestContext, id: str) -> Reply:
     return raw(await desktop.cursor(ctx.platform, await computer_row(ctx, id)))
 
 
-@router.post(f"{BASE}/mouse/move", summary="Move the pointer", scope=WRITE, action="computers.desktop.move", request=desktop.Point)
-async def mouse_move(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.move(ctx.platform, row, await ctx.body(desktop.Point)))
+Action = Callable[[ComputerServices, computers.ComputerRecord, Any], Awaitable[dict[str, Any]]]
+
+INPUT_ACTIONS: list[tuple[str, str, str, type, Action]] = [
+    ("/mouse/move", "Move the pointer", "move", desktop.Point, desktop.move),
+    ("/mouse/click", "Click (or double-click) a button at a point", "click", desktop.Click, desktop.click),
+    ("/mouse/drag", "Press at one point, move to another, release", "drag", desktop.Drag, desktop.drag),
+    ("/mouse/scroll", "Turn the wheel (amount 1-100, default 3)", "scroll", desktop.Scroll, desktop.scroll),
+    (
+        "/keyboard/type",
+        "Type text into the focused window (1-10,000 characters, delay_ms 0-1000, default 12)",
+        "type",
+        desktop.TypeText,
+        desktop.type_text,
+    ),
+    ("/keyboard/key", "Press a key or chord of X keysym names (Return, ctrl+l, alt+F4)", "key", desktop.KeyPress, desktop.key),
+]
+"""The mouse and keyboard: each a body model and the desktop function that acts on it."""
 
 
-@router.post(
-    f"{BASE}/mouse/click", summary="Click (or double-click) a button at a point", scope=WRITE, action="computers.desktop.click", request=desktop.Click
-)
-async def mouse_click(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.click(ctx.platform, row, await ctx.body(desktop.Click)))
+def _input_route(path: str, summary: str, action: str, model: type, act: Action) -> None:
+    @router.post(f"{BASE}{path}", summary=summary, scope=WRITE, action=f"computers.desktop.{action}", request=model)
+    async def handler(ctx: RequestContext, id: str) -> Reply:
+        row = await computer_row(ctx, id, change=True)
+        return raw(await act(ctx.platform, row, await ctx.body(model)))
+
+    handler.__name__ = f"desktop_{action}"
 
 
-@router.post(f"{BASE}/mouse/drag", summary="Press at one point, move to another, release", scope=WRITE, action="computers.desktop.drag", request=desktop.Drag)
-async def mouse_drag(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.drag(ctx.platform, row, await ctx.body(desktop.Drag)))
-
-
-@router.post(
-    f"{BASE}/mouse/scroll", summary="Turn the wheel (amount 1-100, default 3)", scope=WRITE, action="computers.desktop.scroll", request=desktop.Scroll
-)
-async def mouse_scroll(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.scroll(ctx.platform, row, await ctx.body(desktop.Scroll)))
-
-
-@router.post(
-    f"{BASE}/keyboard/type",
-    summary="Type text into the focused window (1-10,000 characters, delay_ms 0-1000, default 12)",
-    scope=WRITE,
-    action="computers.desktop.type",
-    request=desktop.TypeText,
-)
-async def keyboard_type(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.type_text(ctx.platform, row, await ctx.body(desktop.TypeText)))
-
-
-@router.post(
-    f"{BASE}/keyboard/key",
-    summary="Press a key or chord of X keysym names (Return, ctrl+l, alt+F4)",
-    scope=WRITE,
-    action="computers.desktop.key",
-    request=desktop.KeyPress,
-)
-async def keyboard_key(ctx: RequestContext, id: str) -> Reply:
-    row = await computer_row(ctx, id, change=True)
-    return raw(await desktop.key(ctx.platform, row, await ctx.body(desktop.KeyPress)))
+for _route in INPUT_ACTIONS:
+    _input_route(*_route)
 
 
 @router.get(f"{BASE}/windows", summary="Top-level windows: {windows: [{id, title, x, y, width, height, focused, state}]}", scope=READ)
