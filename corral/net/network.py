@@ -147,6 +147,8 @@ class HostNetwork:
         self._policies_path = Path(config.state_dir) / "policies.json"
         self._policies: dict[str, NetworkPolicy] = self._load_policies()
         self._watch: dict[str, set[str]] = {}
+        self._answered: dict[str, dict[str, float]] = {}
+        """watched hostname -> {address: expiry (trio clock)}: what the sets hold, for `allows`."""
         self._refresh_watch()
         upstreams = config.upstream_dns or tuple(system_resolvers())
         self.dns = DnsForwarder(self.gateway, upstreams, self._on_answer, port=config.dns_port)
@@ -215,11 +217,25 @@ class HostNetwork:
     async def _on_answer(self, hostname: str, addresses: list[tuple[str, int]]) -> None:
         sets = self._watch.get(hostname)
         if sets:
+            now = trio.current_time()
+            known = self._answered.setdefault(hostname, {})
+            known.update({address: now + ttl for address, ttl in addresses})
             await self.firewall.add_addresses(sorted(sets), addresses)
+
+    def allows(self, source: str, destination: str, port: int, protocol: str = "tcp") -> bool:
+        """Whether the policy of the instance at `source` lets it open a connection to
+        destination:port (for the egress proxy; an unknown source is refused)."""
+        owner = next((i for i, a in self.addresses.assignments().items() if a == source), None)
+        if owner is None:
+            return False
+        now = trio.current_time()
+        names = [name for name, known in self._answered.items() if known.get(destination, 0.0) > now]
+        return self.policy(owner).allows(destination, port, protocol, names)
 
     def _refresh_watch(self) -> None:
         pairs = [(chain_name(instance_key(i)), p) for i, p in self._policies.items()]
         self._watch = hostname_sets(pairs)
+        self._answered = {name: known for name, known in self._answered.items() if name in self._watch}
 
     def _load_policies(self) -> dict[str, NetworkPolicy]:
         try:

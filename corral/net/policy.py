@@ -68,6 +68,20 @@ class PolicyRule:
     def to_json(self) -> dict[str, Any]:
         return {"host": self.host, "port": self.port, "protocol": self.protocol}
 
+    def matches(self, address: str, port: int, protocol: str, names: set[str]) -> bool:
+        """Whether a connection to address:port over protocol is this rule's."""
+        if self.protocol != "any" and self.protocol != protocol:
+            return False
+        if self.port is not None and self.port != port:
+            return False
+        network = self.network
+        if network is None:
+            return self.host in names
+        try:
+            return ipaddress.ip_address(address) in network
+        except ValueError:
+            return False
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PolicyRule:
         return cls(host=str(data["host"]), port=data.get("port"), protocol=str(data.get("protocol") or "any"))
@@ -86,6 +100,21 @@ class NetworkPolicy:
 
     def rules_json(self) -> list[dict[str, Any]]:
         return [rule.to_json() for rule in self.rules]
+
+    def allows(self, address: str, port: int, protocol: str = "tcp", names: Iterable[str] = ()) -> bool:
+        """What the instance's chain decides for a new connection to address:port, in
+        Python: for the egress proxy, which receives the instance's port 80 and 443
+        connections on the host and must refuse what the policy would block
+        (contract §11). `names` are the hostnames the forwarder answered `address`
+        for (still within their TTL). The chain's fixed head (link-local and other
+        instances dropped) is the caller's: the proxy refuses those anyway."""
+        if self.mode == "unrestricted":
+            return True
+        if self.mode == "isolated":
+            return False
+        known = set(names)
+        matched = any(rule.matches(address, port, protocol, known) for rule in self.rules)
+        return matched if self.mode == "allowlist" else not matched
 
 
 UNRESTRICTED = NetworkPolicy()

@@ -134,6 +134,11 @@ async def test_hostname_rules_follow_the_forwarders_answers(network: HostNetwork
     resolv.write_text(f"nameserver {attachment.gateway}\n")
     try:
         await _hostname_rules(network, world, attachment.instance_id, ns)
+        # What the egress proxy asks about the connections it receives: the same answers.
+        a, b = world.addresses
+        assert network.allows(attachment.address, b, 9090) is False  # denylisted by name
+        assert network.allows(attachment.address, a, 9090) is True
+        assert network.allows("192.0.2.99", a, 8080) is False  # not an instance
     finally:
         resolv.unlink()
         resolv.parent.rmdir()
@@ -170,6 +175,17 @@ async def test_policy_survives_stop_and_start(network: HostNetwork, world: Inter
     attachment = await network.attach(instance_id)
     assert not await check(attachment.netns, a, 8080)
     assert await check(attachment.netns, a, 9090)
+
+
+def test_policy_decisions_in_python() -> None:
+    allow = NetworkPolicy("allowlist", (rule("api.example.test", 443, "tcp"), rule("10.0.0.0/8", None, "udp")))
+    assert allow.allows("1.2.3.4", 443, "tcp", ["api.example.test"])
+    assert not allow.allows("1.2.3.4", 443, "tcp")  # not an address answered for the name
+    assert not allow.allows("1.2.3.4", 80, "tcp", ["api.example.test"])
+    assert allow.allows("10.9.9.9", 53, "udp") and not allow.allows("10.9.9.9", 53, "tcp")
+    deny = NetworkPolicy("denylist", (rule("1.2.3.4/32", 80),))
+    assert not deny.allows("1.2.3.4", 80) and deny.allows("1.2.3.4", 443) and deny.allows("5.6.7.8", 80)
+    assert not NetworkPolicy("isolated").allows("1.2.3.4", 443) and NetworkPolicy().allows("1.2.3.4", 443)
 
 
 def test_rule_validation() -> None:
