@@ -31,6 +31,9 @@ import trio
 log = logging.getLogger("corral.net.dns")
 
 UPSTREAM_TIMEOUT = 2.0
+MAX_PENDING = 512
+"""Queries answered at once; more are dropped (the client asks again), so a flood from
+one instance cannot grow the forwarder without bound."""
 MIN_TTL = 5
 """Addresses stay in a set at least this long, so that the connection that follows
 the lookup can start even for a record with TTL 0."""
@@ -68,6 +71,7 @@ class DnsForwarder:
         self.upstreams = [parse_upstream(u) for u in upstreams if u.strip()]
         self.on_answer = on_answer
         self._nursery: trio.Nursery | None = None
+        self._pending = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Answer queries until cancelled; ready once both sockets are bound."""
@@ -86,20 +90,48 @@ class DnsForwarder:
 
     async def _serve_udp(self, sock: trio.socket.SocketType, nursery: trio.Nursery) -> None:
         while True:
-            data, peer = await sock.recvfrom(65535)
-            nursery.start_soon(self._answer_udp, sock, data, peer)
+            try:
+                data, peer = await sock.recvfrom(65535)
+            except OSError as exc:  # a transient error of the socket: go on serving
+                log.warning("DNS forwarder: %s", exc)
+                continue
+            if self._pending < MAX_PENDING:
+                self._pending += 1
+                nursery.start_soon(self._answer_udp, sock, data, peer)
 
     async def _answer_udp(self, sock: trio.socket.SocketType, data: bytes, peer: tuple[str, int]) -> None:
-        reply = await self.resolve(data)
-        if reply is not None:
-            await sock.sendto(reply, peer)
+        try:
+            reply = await self.resolve(data)
+            if reply is not None:
+                await sock.sendto(reply, peer)
+        except Exception:  # one query's failure never stops the forwarder (nor the node)
+            log.exception("DNS forwarder: a query failed")
+        finally:
+            self._pending -= 1
 
     async def _serve_tcp(self, sock: trio.socket.SocketType, nursery: trio.Nursery) -> None:
         while True:
-            conn, _ = await sock.accept()
-            nursery.start_soon(self._answer_tcp, trio.SocketStream(conn))
+            try:
+                conn, _ = await sock.accept()
+            except OSError as exc:
+                log.warning("DNS forwarder: %s", exc)
+                await trio.sleep(0.1)
+                continue
+            if self._pending < MAX_PENDING:
+                self._pending += 1
+                nursery.start_soon(self._answer_tcp, trio.SocketStream(conn))
+            else:
+                conn.close()
 
     async def _answer_tcp(self, stream: trio.SocketStream) -> None:
+        try:
+            await self._converse(stream)
+        except Exception:
+            log.exception("DNS forwarder: a TCP query failed")
+        finally:
+            self._pending -= 1
+
+    async def _converse(self, stream: trio.SocketStream) -> None:
         async with stream:
             with trio.move_on_after(10):
                 try:
@@ -124,9 +156,12 @@ class DnsForwarder:
         for upstream in self.upstreams:
             try:
                 with trio.fail_after(UPSTREAM_TIMEOUT):
-                    reply = await (_ask_tcp(upstream, query) if tcp else _ask_udp(upstream, query))
+                    # UDP first whichever way the instance asked; a truncated answer goes
+                    # back as it is to a UDP client (which asks again over TCP), and is
+                    # asked again over TCP for a TCP client.
+                    reply = await _ask_udp(upstream, query)
                     response = dns.message.from_wire(reply)
-                    if response.flags & dns.flags.TC and not tcp:
+                    if response.flags & dns.flags.TC and tcp:
                         reply = await _ask_tcp(upstream, query)
                         response = dns.message.from_wire(reply)
             except (trio.TooSlowError, OSError, trio.BrokenResourceError, dns.exception.DNSException):
@@ -147,8 +182,11 @@ class DnsForwarder:
     async def lookup(self, hostname: str) -> None:
         """Resolve `hostname` now, so that its set is filled before an instance asks
         (a policy naming a host that an instance already has in mind)."""
-        query = dns.message.make_query(hostname, dns.rdatatype.A)
-        await self.resolve(query.to_wire())
+        try:
+            query = dns.message.make_query(hostname, dns.rdatatype.A)
+            await self.resolve(query.to_wire())
+        except Exception:  # a background lookup: the instance's own query tries again
+            log.exception("DNS forwarder: could not look %s up", hostname)
 
     def prefetch(self, hostnames: Sequence[str]) -> None:
         """`lookup` each hostname in the background (nothing while not serving)."""

@@ -14,6 +14,9 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import dns.message as dns_message
+import dns.query as dns_query
+import dns.rcode as dns_rcode
 import pytest
 import trio
 
@@ -175,6 +178,17 @@ async def test_policy_survives_stop_and_start(network: HostNetwork, world: Inter
     attachment = await network.attach(instance_id)
     assert not await check(attachment.netns, a, 8080)
     assert await check(attachment.netns, a, 9090)
+
+
+async def test_forwarder_answers_over_udp_and_tcp_and_fails_without_upstream(network: HostNetwork, dns: DnsServer) -> None:
+    dns.addresses = {"api.example.test": ["192.0.2.7"]}
+    query = dns_message.make_query("api.example.test", "A")
+    for ask in (dns_query.udp, dns_query.tcp):
+        answer = await trio.to_thread.run_sync(lambda ask=ask: ask(query, network.gateway, timeout=3))
+        assert [item.address for rrset in answer.answer for item in rrset] == ["192.0.2.7"]
+    dns.silent = True
+    answer = await trio.to_thread.run_sync(lambda: dns_query.udp(query, network.gateway, timeout=5))
+    assert answer.rcode() == dns_rcode.SERVFAIL
 
 
 def test_policy_decisions_in_python() -> None:
