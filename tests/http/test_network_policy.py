@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from tests.dns_server import DnsServer, dns_server
+from tests.http import computer_support
 from tests.net.internet import PROBE, Internet, internet
 from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
 
@@ -176,3 +177,34 @@ async def test_computer_routes_validation_and_other_tenants(policy_api: Api, own
     deleted = await api.request("DELETE", path, key=owner.key)
     assert deleted.json() == {"data": {"computer_id": cid, "mode": "unrestricted"}}
     assert (await api.request("GET", path, key=owner.key)).json()["data"]["rules"] == []
+
+
+async def test_an_isolated_computer_reaches_nothing_but_dns(policy_api: Api, owner: Tenant, world: Internet, dns: DnsServer) -> None:
+    api = policy_api
+    a, _ = world.addresses
+    dns.addresses = {"api.example.test": [a]}
+    cid = str((await computer_support.create_running(api, owner))["id"])
+    encoded = base64.b64encode(PROBE.encode()).decode()
+    await computer_support.run(api, owner, cid, f"echo {encoded} | base64 -d > /tmp/probe.py")
+
+    async def reaches_a() -> bool:
+        result = await computer_support.run(api, owner, cid, "python3 /tmp/probe.py api.example.test 8080 tcp")
+        return str(result["output"]).startswith("hello")
+
+    assert await reaches_a()
+    put = await api.request("PUT", f"{API}/computers/{cid}/network-policy", key=owner.key, json={"mode": "isolated"})
+    assert put.status_code == 200 and put.json()["data"]["mode"] == "isolated" and put.json()["data"]["rules"] == []
+    await within_a_second(reaches_a, False)
+    resolved = await computer_support.run(api, owner, cid, "getent hosts api.example.test")
+    assert resolved["output"].startswith(a)  # DNS through the forwarder still works
+
+    for action in ("stop", "start"):  # the policy comes back with the instance
+        response = await api.request("POST", f"{API}/computers/{cid}/{action}", key=owner.key)
+        assert response.status_code in (200, 202), response.text
+        await computer_support.wait_for(api, owner, cid, "stopped" if action == "stop" else "running", passing=("running", "stopping", "stopped", "starting", "provisioning"))
+    await computer_support.run(api, owner, cid, f"echo {encoded} | base64 -d > /tmp/probe.py")
+    assert not await reaches_a()
+
+    deleted = await api.request("DELETE", f"{API}/computers/{cid}/network-policy", key=owner.key)
+    assert deleted.status_code == 200
+    await within_a_second(reaches_a, True)
