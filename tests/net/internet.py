@@ -1,6 +1,6 @@
 """A stand-in for the internet: a network namespace with servers, routed from the host.
 
-`internet()` makes netns `corral-inet<slot>` joined to the host by a veth pair
+`internet()` makes netns `policy-internet<slot>` joined to the host by a veth pair
 (`198.18.<slot>.1` on the host, `.10` and `.11` inside, from the benchmarking range),
 and runs in it a small server on each of `PORTS` (TCP: it answers
 `hello <address>:<port>` and closes; UDP: it echoes the same). Instances reach it
@@ -69,7 +69,7 @@ def _sh(*argv: str) -> None:
 
 @contextlib.contextmanager
 def internet() -> Iterator[Internet]:
-    netns = f"corral-inet{TEST_SLOT}"
+    netns = f"policy-internet{TEST_SLOT}"
     host_link, inner_link = f"tinet{TEST_SLOT}", f"tinetp{TEST_SLOT}"
     net = f"198.18.{TEST_SLOT}"
     subprocess.run(["ip", "netns", "del", netns], capture_output=True)
