@@ -1,6 +1,7 @@
 """Network policy of instance-owning resources (contract §11): stored per resource,
 applied by the net layer to the instance's own nftables chain."""
 
+from . import store
 from .messages import RULES_REQUIRED, PutNetworkPolicy, SetNetworkPolicy
 from .service import get_policy, policy_public, reset_policy, set_policy
 from .store import NetworkPolicyRecord
@@ -14,4 +15,5 @@ __all__ = [
     "policy_public",
     "reset_policy",
     "set_policy",
+    "store",
 ]
