@@ -120,8 +120,11 @@ async def _jwt_secret(db: Database, configured: str | None) -> str:
     return str(value)
 
 
-def host_network(settings: Settings) -> HostNetwork:
-    """This node's instance network (`net`), which the runtime (`vm`) is handed."""
+def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> HostNetwork:
+    """This node's instance network (`net`), which the runtime (`vm`) is handed; with a
+    nursery it runs the node's DNS forwarder there (asking `CORRAL_DNS_SERVERS`, else
+    the system's resolvers)."""
+    upstream = tuple(server.strip() for server in settings.dns_servers.split(",") if server.strip())
     return HostNetwork(
         NetworkConfig(
             state_dir=Path(settings.data_dir) / "network",
@@ -130,7 +133,10 @@ def host_network(settings: Settings) -> HostNetwork:
             nft_table=settings.nft_table,
             link_prefix=settings.link_prefix,
             netns_prefix=settings.netns_prefix,
-        )
+            dns_forwarder=nursery is not None,
+            upstream_dns=upstream,
+        ),
+        nursery,
     )
 
 
@@ -174,7 +180,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
                 bus=EventBus(events),
-                runtime=RuntimeHolder(settings, lambda: host_network(settings)),
+                runtime=RuntimeHolder(settings, lambda: host_network(settings, nursery)),
                 agents=AgentPool(settings.agent_timeout),
             )
             platform.system = ActorSystem(

@@ -2,7 +2,8 @@
 
 `records` maps names to CNAME targets; a name starting with `*.` is a wildcard that
 answers any name below it (the longest match wins, as an explicit wildcard does in
-a real zone). Names it does not know are NXDOMAIN. With `silent = True` it
+a real zone). `addresses` maps names to IPv4 addresses (A records, TTL `ttl`).
+Names it does not know are NXDOMAIN. With `silent = True` it
 answers nothing, to test timeouts.
 """
 
@@ -12,12 +13,14 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import trio
-from dnslib import CNAME, QTYPE, RCODE, RR, DNSRecord
+from dnslib import CNAME, QTYPE, RCODE, RR, A, DNSRecord
 
 
 class DnsServer:
     def __init__(self) -> None:
         self.records: dict[str, str] = {}
+        self.addresses: dict[str, list[str]] = {}
+        self.ttl = 60
         self.silent = False
         self.port = 0
         self.queries: list[str] = []
@@ -42,6 +45,12 @@ class DnsServer:
         name = str(query.q.qname)
         self.queries.append(name.rstrip("."))
         reply = query.reply()
+        addresses = self.addresses.get(name.lower().rstrip("."))
+        if addresses is not None:
+            if query.q.qtype in (QTYPE.A, QTYPE.ANY):
+                for address in addresses:
+                    reply.add_answer(RR(query.q.qname, QTYPE.A, rdata=A(address), ttl=self.ttl))
+            return bytes(reply.pack())
         target = self.lookup(name)
         if target is None:
             reply.header.rcode = RCODE.NXDOMAIN

@@ -17,6 +17,7 @@ from typing import Protocol
 import trio
 
 from corral.config import Settings
+from corral.net import NetworkPolicy
 from corral.vm import CgroupV1, InstanceNetwork, NamespaceDriver, RuntimeDriver, TemplateStore
 
 log = logging.getLogger("corral.runtime")
@@ -28,6 +29,10 @@ class NodeNetwork(InstanceNetwork, Protocol):
     async def setup(self) -> None: ...
 
     def close(self) -> None: ...
+
+    async def apply_policy(self, instance_id: str, policy: NetworkPolicy) -> bool: ...
+
+    def forget_policy(self, instance_id: str) -> None: ...
 
 
 class RuntimeHolder:
@@ -68,6 +73,17 @@ class RuntimeHolder:
                     log.info("re-adopted %d instance(s)", len(adopted))
                 self._driver = driver
         return self._driver
+
+    async def apply_network_policy(self, instance_id: str, policy: NetworkPolicy) -> None:
+        """The instance's network policy, in its chain now if it runs, else at its next start."""
+        await self.driver()
+        assert self._network is not None
+        await self._network.apply_policy(instance_id, policy)
+
+    async def forget_network_policy(self, instance_id: str) -> None:
+        """The instance is gone: its policy too."""
+        if self._network is not None:
+            self._network.forget_policy(instance_id)
 
     async def prepare_template(self, name: str = "default") -> None:
         """Build template `name` now if it is not built, so that the first sandbox does

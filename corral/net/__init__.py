@@ -2,16 +2,30 @@
 
 from .addresses import AddressAllocator
 from .dns_check import CnameCheck, NameServer, cname_points_to, parse_name_servers
+from .dns_forwarder import DnsForwarder
 from .errors import AddressExhausted, NetworkError
 from .firewall import Firewall, FirewallConfig
 from .links import Netlink
 from .network import Attachment, HostNetwork, NetworkConfig, host_dns_servers, instance_key
+from .policy import (
+    MODES,
+    PROTOCOLS,
+    UNRESTRICTED,
+    NetworkPolicy,
+    PolicyError,
+    PolicyRule,
+    parse_rules,
+)
 
 __all__ = [
+    "MODES",
+    "PROTOCOLS",
+    "UNRESTRICTED",
     "AddressAllocator",
     "AddressExhausted",
     "Attachment",
     "CnameCheck",
+    "DnsForwarder",
     "Firewall",
     "FirewallConfig",
     "HostNetwork",
@@ -19,8 +33,12 @@ __all__ = [
     "Netlink",
     "NetworkConfig",
     "NetworkError",
+    "NetworkPolicy",
+    "PolicyError",
+    "PolicyRule",
     "cname_points_to",
     "host_dns_servers",
     "instance_key",
     "parse_name_servers",
+    "parse_rules",
 ]

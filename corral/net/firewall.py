@@ -11,8 +11,14 @@ Layout of `table inet <name>`:
   through the verdict map `egress` to the instance's own chain, where its network
   policy lives. Unknown sources are dropped. Instances cannot spoof source
   addresses: they have no CAP_NET_ADMIN/CAP_NET_RAW over their namespace.
+- `services`: what instances may reach on the host itself, jumped to from `input`
+  before its drop: the node's DNS forwarder on the bridge address (port 53).
 - `output`: only root on the host (the control plane) may open the agent port.
 - `postrouting`: outbound NAT for the instances' range.
+
+An instance's chain starts with a fixed head (replies of its connections pass, so a
+policy change applies to new connections only; link-local/metadata and other
+instances are dropped) followed by its network policy (`corral.net.policy`).
 
 Rules are applied with `nft -f -`, one atomic transaction per change.
 """
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 import trio
 
 from .errors import NetworkError
+from .policy import UNRESTRICTED, NetworkPolicy, chain_rules, set_name
 
 CHAIN_PREFIX = "inst_"
 
@@ -36,6 +43,8 @@ class FirewallConfig:
     bridge: str
     subnet: str
     agent_port: int
+    gateway: str = ""
+    """The bridge's address, where the DNS forwarder listens (empty: no DNS rule)."""
 
 
 async def nft(script: str, check: bool = True) -> str:
@@ -69,6 +78,7 @@ class Firewall:
         c = self.config
         existing = await nft_json("list", "table", "inet", c.table)
         if any("map" in item for item in existing):
+            await self._ensure_services(existing)
             return
         script = f"""
 table {self._t} {{
@@ -76,7 +86,11 @@ table {self._t} {{
   chain input {{
     type filter hook input priority 0; policy accept;
     iifname "{c.bridge}" ct state established,related accept
+    iifname "{c.bridge}" jump services
     iifname "{c.bridge}" drop
+  }}
+  chain services {{
+{self._services_rules()}
   }}
   chain forward {{
     type filter hook forward priority 0; policy accept;
@@ -98,23 +112,78 @@ table {self._t} {{
 """
         await nft(script)
 
-    async def add_instance(self, key: str, address: str) -> None:
+    def _services_rules(self) -> str:
+        gateway = self.config.gateway
+        if not gateway:
+            return ""
+        return f"    ip daddr {gateway} meta l4proto {{ tcp, udp }} th dport 53 accept"
+
+    async def _ensure_services(self, existing: list[dict[str, object]]) -> None:
+        """A table made before the `services` chain existed gets it (instances' chains stay)."""
+        chains = [item.get("chain") for item in existing]
+        if any(isinstance(chain, dict) and chain.get("name") == "services" for chain in chains):
+            return
+        rules = self._services_rules()
+        script = f"add chain {self._t} services\n"
+        if rules:
+            script += f"add rule {self._t} services {rules.strip()}\n"
+        script += f'insert rule {self._t} input iifname "{self.config.bridge}" jump services\n'
+        await nft(script)
+
+    def _chain_script(self, chain: str, policy: NetworkPolicy, stale_sets: list[str]) -> str:
+        t = self._t
+        lines = [f"add chain {t} {chain}"]
+        for hostname in policy.hostnames():
+            lines.append(f"add set {t} {set_name(chain, hostname)} {{ type ipv4_addr; flags timeout; }}")
+        lines += [
+            f"flush chain {t} {chain}",
+            f"add rule {t} {chain} ct state established,related accept",
+            f"add rule {t} {chain} ip daddr 169.254.0.0/16 drop",
+            f"add rule {t} {chain} ip daddr {self.config.subnet} drop",
+        ]
+        lines += [f"add rule {t} {chain} {statement}" for statement in chain_rules(policy, chain)]
+        lines += [f"delete set {t} {name}" for name in stale_sets]
+        return "\n".join(lines) + "\n"
+
+    async def add_instance(self, key: str, address: str, policy: NetworkPolicy = UNRESTRICTED) -> None:
         """(Re)create the instance's chain and route its traffic through it."""
         chain = chain_name(key)
-        script = f"""
-add chain {self._t} {chain}
-flush chain {self._t} {chain}
-add rule {self._t} {chain} ip daddr 169.254.0.0/16 drop
-add rule {self._t} {chain} ip daddr {self.config.subnet} drop
-add rule {self._t} {chain} counter accept
-add element {self._t} egress {{ {address} : jump {chain} }}
-"""
+        script = self._chain_script(chain, policy, []) + f"add element {self._t} egress {{ {address} : jump {chain} }}\n"
         try:
             await nft(script)
         except NetworkError:
             # A stale element for this address (from a crash) points elsewhere.
             await self.remove_instance(key, address)
             await nft(script)
+
+    async def apply_policy(self, key: str, policy: NetworkPolicy) -> bool:
+        """Replace the policy part of the instance's chain in one transaction; False
+        when the instance has no chain (it is not running: its next start applies it)."""
+        chain = chain_name(key)
+        if chain not in await self.instance_chains():
+            return False
+        wanted = {set_name(chain, h) for h in policy.hostnames()}
+        stale = [name for name in await self.instance_sets(chain) if name not in wanted]
+        await nft(self._chain_script(chain, policy, stale))
+        return True
+
+    async def instance_sets(self, chain: str) -> list[str]:
+        """The hostname sets of one instance's chain."""
+        names = []
+        for item in await nft_json("list", "sets", "inet"):
+            found = item.get("set")
+            if isinstance(found, dict) and found.get("table") == self.config.table:
+                name = str(found.get("name"))
+                if name.startswith(chain + "_"):
+                    names.append(name)
+        return names
+
+    async def add_addresses(self, set_names: list[str], addresses: list[tuple[str, int]]) -> None:
+        """Add answered addresses, each with its timeout in seconds, to hostname sets.
+        A set gone meanwhile (its instance stopped, its policy changed) is skipped."""
+        elements = ", ".join(f"{address} timeout {max(1, ttl)}s" for address, ttl in addresses)
+        for name in set_names:
+            await nft(f"add element {self._t} {name} {{ {elements} }}\n", check=False)
 
     async def remove_instance(self, key: str, address: str | None) -> None:
         chain = chain_name(key)
@@ -124,6 +193,8 @@ add element {self._t} egress {{ {address} : jump {chain} }}
             if item[1] == chain:
                 await nft(f"delete element {self._t} egress {{ {item[0]} }}\n", check=False)
         await nft(f"delete chain {self._t} {chain}\n", check=False)
+        for name in await self.instance_sets(chain):
+            await nft(f"delete set {self._t} {name}\n", check=False)
 
     async def instance_chains(self) -> list[str]:
         items = await nft_json("list", "chains", "inet")

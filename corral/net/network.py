@@ -6,6 +6,13 @@ into the bridge and its firewall chain; `detach(id)` removes all of it;
 `cleanup_stale(keep)` finds what a crash left behind (namespaces, veths, chains,
 addresses of instances that no longer exist) and removes it.
 
+With `dns_forwarder` on, `setup()` also starts the node's DNS forwarder on the
+bridge address (in the nursery it was given) and instances' `resolv.conf` names
+it. `apply_policy(id, policy)` puts an instance's network policy in its chain (at
+once when it runs, at its next `attach` otherwise); policies are kept in
+`policies.json` of the state directory, so a restarted control plane still fills
+the hostname sets of re-adopted instances and re-creates their chains with them.
+
 Names are derived from the instance id, so every piece can be found again after a
 restart without any other record: netns `<netns_prefix><id>`, host veth
 `<link_prefix><first 12 hex digits>`, chain `inst_<same 12 digits>`.
@@ -14,15 +21,23 @@ restart without any other record: netns `<netns_prefix><id>`, host veth
 from __future__ import annotations
 
 import ipaddress
+import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import trio
+
 from . import links
 from .addresses import AddressAllocator
+from .dns_forwarder import DnsForwarder
 from .firewall import CHAIN_PREFIX, Firewall, FirewallConfig, chain_name
 from .links import Netlink
+from .policy import UNRESTRICTED, NetworkPolicy, PolicyRule, hostname_sets
+
+log = logging.getLogger("corral.net")
 
 DEFAULT_AGENT_PORT = 49983
 
@@ -61,6 +76,12 @@ class NetworkConfig:
     netns_prefix: str = "corral-"
     agent_port: int = DEFAULT_AGENT_PORT
     dns_servers: tuple[str, ...] = field(default_factory=lambda: tuple(host_dns_servers()))
+    """Resolvers named in instances' resolv.conf when the forwarder is off."""
+    dns_forwarder: bool = False
+    """Run the node's DNS forwarder on the bridge address (instances' only resolver then)."""
+    upstream_dns: tuple[str, ...] = ()
+    """Where the forwarder asks, `host[:port]`; empty: the system's resolvers (loopback ones too)."""
+    dns_port: int = 53
 
     def __post_init__(self) -> None:
         if len(self.link_prefix) > 3:
@@ -95,15 +116,43 @@ class Attachment:
         return cls(**values)
 
 
+def system_resolvers(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
+    """Every IPv4 resolver of the host (the forwarder runs on the host: loopback ones work)."""
+    servers = []
+    try:
+        for line in Path(resolv_conf).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver" and "." in parts[1]:
+                servers.append(parts[1])
+    except OSError:
+        pass
+    return servers
+
+
 class HostNetwork:
-    def __init__(self, config: NetworkConfig) -> None:
+    def __init__(self, config: NetworkConfig, nursery: trio.Nursery | None = None) -> None:
         self.config = config
         self.network = ipaddress.IPv4Network(config.subnet)
         self.addresses = AddressAllocator(Path(config.state_dir) / "addresses.json", config.subnet)
         self.gateway = str(self.addresses.gateway)
-        self.firewall = Firewall(FirewallConfig(config.nft_table, config.bridge, config.subnet, config.agent_port))
+        self.firewall = Firewall(
+            FirewallConfig(
+                config.nft_table, config.bridge, config.subnet, config.agent_port,
+                gateway=self.gateway if config.dns_forwarder else "",
+            )
+        )
         self.netlink = Netlink()
         self._ready = False
+        self._nursery = nursery
+        self._policies_path = Path(config.state_dir) / "policies.json"
+        self._policies: dict[str, NetworkPolicy] = self._load_policies()
+        self._watch: dict[str, set[str]] = {}
+        self._answered: dict[str, dict[str, float]] = {}
+        """watched hostname -> {address: expiry (trio clock)}: what the sets hold, for `allows`."""
+        self._refresh_watch()
+        upstreams = config.upstream_dns or tuple(system_resolvers())
+        self.dns = DnsForwarder(self.gateway, upstreams, self._on_answer, port=config.dns_port)
+        self._dns_running = False
 
     @property
     def agent_port(self) -> int:
@@ -126,7 +175,84 @@ class HostNetwork:
         with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write("1")
         await self.firewall.ensure_table()
+        if self.config.dns_forwarder and self._nursery is not None and not self._dns_running:
+            try:
+                await self._nursery.start(self.dns.serve)
+                self._dns_running = True
+            except OSError as exc:  # instances fall back to the upstream resolvers
+                log.error("the DNS forwarder could not listen on %s:%d: %s", self.gateway, self.config.dns_port, exc)
         self._ready = True
+
+    @property
+    def instance_dns(self) -> tuple[str, ...]:
+        """What instances' resolv.conf names: the forwarder when it runs."""
+        if self._dns_running and self.config.dns_port == 53:
+            return (self.gateway,)
+        return self.config.dns_servers
+
+    # -- network policy -------------------------------------------------------
+
+    def policy(self, instance_id: str) -> NetworkPolicy:
+        return self._policies.get(instance_id, UNRESTRICTED)
+
+    async def apply_policy(self, instance_id: str, policy: NetworkPolicy) -> bool:
+        """Make `policy` the instance's: in its chain now if it runs (True), else at its
+        next attach. New connections follow it at once; open ones keep going."""
+        if policy == UNRESTRICTED:
+            self._policies.pop(instance_id, None)
+        else:
+            self._policies[instance_id] = policy
+        self._save_policies()
+        self._refresh_watch()
+        applied = await self.firewall.apply_policy(instance_key(instance_id), policy)
+        if applied:
+            self.dns.prefetch(policy.hostnames())
+        return applied
+
+    def forget_policy(self, instance_id: str) -> None:
+        if self._policies.pop(instance_id, None) is not None:
+            self._save_policies()
+            self._refresh_watch()
+
+    async def _on_answer(self, hostname: str, addresses: list[tuple[str, int]]) -> None:
+        sets = self._watch.get(hostname)
+        if sets:
+            now = trio.current_time()
+            known = self._answered.setdefault(hostname, {})
+            known.update({address: now + ttl for address, ttl in addresses})
+            await self.firewall.add_addresses(sorted(sets), addresses)
+
+    def allows(self, source: str, destination: str, port: int, protocol: str = "tcp") -> bool:
+        """Whether the policy of the instance at `source` lets it open a connection to
+        destination:port (for the egress proxy; an unknown source is refused)."""
+        owner = next((i for i, a in self.addresses.assignments().items() if a == source), None)
+        if owner is None:
+            return False
+        now = trio.current_time()
+        names = [name for name, known in self._answered.items() if known.get(destination, 0.0) > now]
+        return self.policy(owner).allows(destination, port, protocol, names)
+
+    def _refresh_watch(self) -> None:
+        pairs = [(chain_name(instance_key(i)), p) for i, p in self._policies.items()]
+        self._watch = hostname_sets(pairs)
+        self._answered = {name: known for name, known in self._answered.items() if name in self._watch}
+
+    def _load_policies(self) -> dict[str, NetworkPolicy]:
+        try:
+            data = json.loads(self._policies_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {
+            instance_id: NetworkPolicy(item["mode"], tuple(PolicyRule.from_json(r) for r in item["rules"]))
+            for instance_id, item in data.items()
+        }
+
+    def _save_policies(self) -> None:
+        data = {i: {"mode": p.mode, "rules": p.rules_json()} for i, p in self._policies.items()}
+        self._policies_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._policies_path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(data))
+        temporary.replace(self._policies_path)
 
     async def attach(self, instance_id: str) -> Attachment:
         """Everything the instance needs to be on the network; idempotent."""
@@ -144,14 +270,16 @@ class HostNetwork:
             netns_path=links.netns_path(netns),
             host_link=host_link,
             chain=chain_name(instance_key(instance_id)),
-            dns_servers=self.config.dns_servers,
+            dns_servers=self.instance_dns,
         )
         try:
             await self.netlink.call(lambda ipr: links.create_netns(netns))
             await self.netlink.call(
                 links.create_veth, host_link, netns, self.config.bridge, address, self.network.prefixlen, self.gateway
             )
-            await self.firewall.add_instance(instance_key(instance_id), address)
+            policy = self.policy(instance_id)
+            await self.firewall.add_instance(instance_key(instance_id), address, policy)
+            self.dns.prefetch(policy.hostnames())
         except BaseException:
             await self.detach(instance_id)
             raise
@@ -198,6 +326,9 @@ class HostNetwork:
             if owner not in keep:
                 self.addresses.release(owner)
                 removed.append(f"address of {owner}")
+        for owner in list(self._policies):
+            if owner not in keep:
+                self.forget_policy(owner)
         return removed
 
     async def teardown(self) -> None:

@@ -13,7 +13,9 @@ it. What they share lives here once:
 - starting, pausing, halting, destroying and connecting to the instance, and
   snapshotting and restoring its files, with runtime errors answered through the
   kind's `Refusals`;
-- the sealed environment handed to every boot (`boot_env`).
+- the sealed environment handed to every boot (`boot_env`);
+- the network policy (`SetNetworkPolicy`): stored, put in the instance's chain at
+  once, and again whenever the instance comes up.
 
 A kind sets a few class attributes and hooks (see the class docstring) and keeps its
 own transition table, which mirrors the specification's state table for it.
@@ -30,6 +32,7 @@ import trio
 from corral.actors.actor import handles
 from corral.actors.record import RecordActor
 from corral.errors import ApiError
+from corral.net import UNRESTRICTED
 from corral.storage import utc_now_iso
 from corral.vm import (
     SIZES,
@@ -41,6 +44,9 @@ from corral.vm import (
 )
 
 from .messages import Boot, Booted, Connect, Get, Touch
+from .network_policy import store as policy_store
+from .network_policy.messages import SetNetworkPolicy
+from .network_policy.store import NetworkPolicyRecord
 from .refusals import Refusals, runtime_refusals
 
 log = logging.getLogger("corral.instances")
@@ -185,6 +191,7 @@ class InstanceActor(RecordActor):
             return
         if info.state is InstanceState.STOPPED:
             info = await driver.start(self.instance_id, await self.boot_env())  # the host restarted under it
+            await self.apply_network_policy()
             await self.on_instance_up(info)
         self.info = info
         if booting:
@@ -224,6 +231,7 @@ class InstanceActor(RecordActor):
                 info = await driver.create_from_snapshot(snapshot_source, self.spec(env))
             else:
                 info = await driver.create(self.spec(env))
+        await self.apply_network_policy()
         await self.on_instance_up(info)
         notice = None if clone_source is not None else await self.after_create(info)
         return Booted(info, notice=notice)
@@ -245,6 +253,7 @@ class InstanceActor(RecordActor):
         """Start the stopped instance with this boot's environment, or thaw the paused one."""
         with self.refused():
             self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
+            await self.apply_network_policy()
             await self.on_instance_up(self.info)
 
     async def pause_instance(self) -> None:
@@ -269,6 +278,9 @@ class InstanceActor(RecordActor):
             await (await self.driver()).destroy(self.instance_id)
         self.info = None
         await self.services.agents.forget(self.instance_id)
+        if await policy_store.load(self.db, self.id) is not None:
+            await policy_store.delete(self.db, self.id)
+            await self.services.runtime.forget_network_policy(self.instance_id)
 
     async def snapshot_instance(self, snapshot_id: str) -> int:
         """Copy the instance's files as the runtime's snapshot `snapshot_id` (frozen for the
@@ -291,6 +303,39 @@ class InstanceActor(RecordActor):
         if self.info is None or self.info.state is not InstanceState.RUNNING:
             return None
         return self.info
+
+    # -- network policy -------------------------------------------------------------
+
+    async def apply_network_policy(self) -> None:
+        """Put the stored policy in the instance's chain (it came up, maybe on a host
+        whose network state did not keep it). No stored policy: nothing to do."""
+        record = await policy_store.load(self.db, self.id)
+        if record is not None:
+            await self.services.runtime.apply_network_policy(self.instance_id, record.policy)
+
+    @handles(SetNetworkPolicy)
+    async def set_network_policy(self, message: SetNetworkPolicy) -> NetworkPolicyRecord | None:
+        """Store the policy, then apply it: at once to a running instance (new
+        connections follow it within the nftables transaction), else at its next start."""
+        if self.is_removed() or self.state in self.gone_states:
+            raise self.not_found()
+        policy = message.policy
+        record = None
+        if policy == UNRESTRICTED:
+            await policy_store.delete(self.db, self.id)
+        else:
+            assert self.tenant_id is not None
+            record = NetworkPolicyRecord(
+                resource_id=self.id,
+                resource_type=self.kind,
+                tenant_id=self.tenant_id,
+                mode=policy.mode,
+                rules=policy.rules_json(),
+                updated_at=utc_now_iso(),
+            )
+            await policy_store.save(self.db, record)
+        await self.services.runtime.apply_network_policy(self.instance_id, policy)
+        return record
 
     # -- access ---------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from . import (
     invite_pages,
     invites,
     members,
+    network_policy,
     preview_domains,
     previews,
     quotas,
@@ -41,4 +42,5 @@ def all_routers() -> list[Router]:
         computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
-        previews.router, preview_domains.router]
+        previews.router, preview_domains.router,
+        network_policy.router]
