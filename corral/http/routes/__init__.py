@@ -15,6 +15,7 @@ from . import (
     computer_streams,
     computers,
     credits,
+    egress,
     invite_pages,
     invites,
     members,
@@ -41,4 +42,4 @@ def all_routers() -> list[Router]:
         computers.router, computer_runtime.router, computer_desktop.router, computer_streams.router,
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
-        previews.router, preview_domains.router]
+        previews.router, preview_domains.router, egress.router]
