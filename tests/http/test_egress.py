@@ -329,3 +329,17 @@ async def test_scopes_are_enforced(api: Api, tenant: Tenant) -> None:
     assert_error(response, 403, "insufficient_scope")
     none = await create_key(api, tenant.key, scopes=["sandboxes:read"])
     assert_error(await api.request("GET", f"{API}/egress/audit", key=none["key"]), 403, "insufficient_scope")
+
+
+async def test_egress_endpoints_allow_300_requests_a_minute_per_key(api: Api, tenant: Tenant) -> None:
+    first = await api.request("GET", f"{API}/egress/policies", key=tenant.key)
+    assert first.headers["X-RateLimit-Limit"] == "300"
+    for _ in range(299):
+        response = await api.request("GET", f"{API}/egress/policies", key=tenant.key)
+    limited = await api.request("GET", f"{API}/egress/policies", key=tenant.key)
+    if limited.headers["X-RateLimit-Reset"] == first.headers["X-RateLimit-Reset"]:  # the same minute's window
+        assert response.status_code == 200 and response.headers["X-RateLimit-Remaining"] == "0"
+        assert_error(limited, 429, "RATE_LIMITED")
+    # Other endpoints keep the key's own bucket.
+    other = await api.request("GET", f"{API}/webhooks", key=tenant.key)
+    assert other.status_code == 200 and other.headers["X-RateLimit-Limit"] != "300"
