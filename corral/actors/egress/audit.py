@@ -28,6 +28,7 @@ MAX_LIMIT = 1000
 SUGGESTION_WINDOW_DAYS = 7
 SUGGESTION_LIMIT = 50
 EVENT_TYPE = "egress.audit"
+EVENT_RESOURCE_TYPE = "egress"
 AUDIT_ACTIONS = ("allow", "reject", "stub", "error")
 _RELATIVE = re.compile(r"(\d{1,6})([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -117,7 +118,8 @@ async def record_request(services: EgressServices, entry: AuditEntry) -> AuditRe
     await services.bus.publish(
         Event(
             type=EVENT_TYPE,
-            resource_type=record.resource_type or "tenant",
+            # Its own resource type: the sandbox's and computer's own event streams skip it.
+            resource_type=EVENT_RESOURCE_TYPE,
             resource_id=record.resource_id or record.tenant_id,
             data=audit_public(record),
             tenant_id=record.tenant_id,
