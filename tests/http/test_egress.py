@@ -343,3 +343,43 @@ async def test_egress_endpoints_allow_300_requests_a_minute_per_key(api: Api, te
     # Other endpoints keep the key's own bucket.
     other = await api.request("GET", f"{API}/webhooks", key=tenant.key)
     assert other.status_code == 200 and other.headers["X-RateLimit-Limit"] != "300"
+
+
+async def test_the_proxy_flow_substitutes_scrubs_and_audits(api: Api, tenant: Tenant, other_tenant: Tenant) -> None:
+    """What the egress proxy does for one request, through its interface (proxy_api)."""
+    sandbox_id = await sandbox_row(api, tenant)
+    created = await new_secret(api, tenant, expose_as_env="STRIPE_KEY", allowed_hosts=["api.stripe.com"])
+    token = created["binding"]["placeholder_token"]
+    foreign = await new_secret(api, other_tenant, expose_as_env="STRIPE_KEY")
+    foreign_token = foreign["binding"]["placeholder_token"]
+
+    context = await egress.load_context(api.platform, "sandbox", sandbox_id)
+    assert context is not None and context.policy.mode == "audit_only"
+    headers = [("Authorization", f"Bearer {token}"), ("X-Other", foreign_token)]
+    verdict = egress.evaluate(context, egress.Request("api.stripe.com", "POST", "/v1/charges"), headers)
+    assert verdict.allowed and verdict.rejected_by is None
+    assert verdict.headers == [("Authorization", f"Bearer {VALUE}"), ("X-Other", foreign_token)]  # another tenant's: never
+    scrubber = verdict.scrubber()
+    echoed = scrubber.feed(f'{{"key": "{VALUE}"}}'.encode()) + scrubber.flush()
+    assert echoed == f'{{"key": "{token}"}}'.encode()
+    row = await egress.record_request(api.platform, verdict.audit_entry(context, status_code=200, duration_ms=12))
+    assert row.request_transforms == [{"type": "placeholder", "header": "authorization", "secret_id": created["data"]["id"]}]
+
+    # Towards a host outside allowed_hosts the placeholder stays; enforce rejects it.
+    elsewhere = egress.evaluate(context, egress.Request("evil.test", "GET", "/"), headers)
+    assert elsewhere.allowed and elsewhere.rejected_by == "secret_host" and elsewhere.headers == headers
+    default = (await call(api, tenant, "GET", "/policies")).json()["data"][0]
+    await call(api, tenant, "PATCH", f"/policies/{default['id']}", json={"mode": "enforce"})
+    context = await egress.load_context(api.platform, "sandbox", sandbox_id)
+    assert context is not None
+    refused = egress.evaluate(context, egress.Request("evil.test", "GET", "/"), headers)
+    assert not refused.allowed and refused.rejected_by == "secret_host" and refused.headers == headers
+    row = await egress.record_request(api.platform, refused.audit_entry(context, status_code=403))
+    assert (row.action, row.rejected_by, row.mode, row.request_transforms) == ("reject", "secret_host", "enforce", [])
+    body = egress.denied_body("req_1")
+    assert b'"EGRESS_DENIED"' in body and b'"req_1"' in body
+
+    listed = (await call(api, tenant, "GET", f"/audit?resource_id={sandbox_id}")).json()["data"]
+    assert [r["action"] for r in listed] == ["reject", "allow"]
+    assert all(r["workspace_id"] == tenant.workspace_id and r["resource_type"] == "sandbox" for r in listed)
+    assert await egress.load_context(api.platform, "sandbox", new_uuid()) is None
