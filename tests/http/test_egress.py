@@ -117,6 +117,13 @@ async def test_tenant_scoped_secrets_need_an_admin(api: Api, tenant: Tenant) -> 
         "POST", f"{API}/egress/secrets", key=key, json={**body, "scope": "user", "owner_user_id": user_id}
     )
     assert response.status_code == 201, response.text
+    response = await api.request(
+        "POST", f"{API}/egress/secrets", key=key, json={**body, "scope": "user", "owner_user_id": tenant.owner_id}
+    )
+    assert_error(response, 403, "FORBIDDEN")
+    owners = (await new_secret(api, tenant, name="owners", scope="user", owner_user_id=tenant.owner_id))["data"]
+    response = await api.request("PATCH", f"{API}/egress/secrets/{owners['id']}", key=key, json={"value": "x" * 20})
+    assert_error(response, 403, "FORBIDDEN")
     admin_secret = (await new_secret(api, tenant))["data"]
     response = await api.request("DELETE", f"{API}/egress/secrets/{admin_secret['id']}", key=key)
     assert_error(response, 403, "FORBIDDEN")
