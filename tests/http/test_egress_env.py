@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from corral.actors import egress
 from tests.http.computer_support import create_running
 from tests.http.computer_support import run as computer_run
 from tests.support import API, Api, Tenant
@@ -47,6 +48,10 @@ async def test_sandbox_gets_placeholders_in_new_execs_and_processes(runtime_api:
     process = await start(runtime_api, owner, sid, cmd='echo "$OWN_KEY $STRIPE_KEY"')
     await wait_status(runtime_api, owner, sid, process["pid"], "exited")
     assert await logs(runtime_api, owner, sid, process["pid"]) == [f"{own} {scope_wide}"]
+    context = await egress.load_context_for_instance(runtime_api.platform, sid)
+    assert context is not None and context.resource_type == "sandbox"
+    assert sorted(s.placeholder for s in context.secrets) == sorted([own, scope_wide])
+    assert await egress.load_context_for_instance(runtime_api.platform, "no-such-instance") is None
 
 
 async def test_computer_gets_placeholders_in_execs(runtime_api: Api, owner: Tenant) -> None:
@@ -58,3 +63,8 @@ async def test_computer_gets_placeholders_in_execs(runtime_api: Api, owner: Tena
     printed = await computer_run(runtime_api, owner, computer["id"], 'echo "$OPENAI_API_KEY"')
     assert printed["output"].strip() == created["binding"]["placeholder_token"]
     assert PLACEHOLDER.fullmatch(printed["output"].strip())
+    # The proxy's view of the instance: the computer, its placeholder and value.
+    instance_id = await runtime_api.platform.db.fetch_value("SELECT instance_id FROM computers WHERE id = ?", (computer["id"],))
+    context = await egress.load_context_for_instance(runtime_api.platform, instance_id)
+    assert context is not None and context.resource_type == "computer" and context.resource.id == computer["id"]
+    assert [(s.placeholder, s.value) for s in context.secrets] == [(created["binding"]["placeholder_token"], VALUE)]

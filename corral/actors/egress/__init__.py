@@ -46,7 +46,14 @@ from .policies import (
     tenant_default,
     update_policy,
 )
-from .proxy_api import EgressContext, Verdict, denied_body, evaluate, load_context
+from .proxy_api import (
+    EgressContext,
+    Verdict,
+    denied_body,
+    evaluate,
+    load_context,
+    load_context_for_instance,
+)
 from .resources import Resource, ResourceIdentity, find_resource, in_scope
 from .services import EgressServices
 from .spec import NewBinding, NewPolicy, NewRule, NewSecret, PolicyChange, SecretChange
@@ -122,6 +129,7 @@ __all__ = [
     "host_matches",
     "in_scope",
     "load_context",
+    "load_context_for_instance",
     "parse_query",
     "placeholder_env",
     "policies_of",

@@ -3,6 +3,7 @@
 For each request from an instance, the proxy (corral/net or its actor) does::
 
     context = await egress.load_context(platform, "sandbox", sandbox_id)   # None: unknown resource
+    # or, knowing only the instance: await egress.load_context_for_instance(platform, instance_id)
     verdict = egress.evaluate(context, egress.Request(host, method, path), headers)
     if not verdict.allowed:
         answer 403 with egress.denied_body(request_id)       # {error: {code: EGRESS_DENIED, ...}}
@@ -29,7 +30,7 @@ from typing import Any
 from .audit import AuditEntry
 from .decision import Decision, Request, decide
 from .policies import effective_policy
-from .resources import ResourceIdentity, find_resource
+from .resources import ResourceIdentity, find_resource, resource_of_instance
 from .services import EgressServices
 from .store import PolicyRecord, RuleRecord
 from .substitution import BoundSecret, Scrubber, substitute
@@ -52,6 +53,16 @@ async def load_context(services: EgressServices, resource_type: str, resource_id
     resource = await find_resource(services.db, None, resource_type, resource_id)
     if resource is None:
         return None
+    policy, rules = await effective_policy(services.db, resource.tenant_id, resource.id)
+    return EgressContext(resource, resource_type, policy, rules, await bound_secrets(services, resource))
+
+
+async def load_context_for_instance(services: EgressServices, instance_id: str) -> EgressContext | None:
+    """`load_context` for the sandbox or computer running as instance `instance_id`."""
+    found = await resource_of_instance(services.db, instance_id)
+    if found is None:
+        return None
+    resource_type, resource = found
     policy, rules = await effective_policy(services.db, resource.tenant_id, resource.id)
     return EgressContext(resource, resource_type, policy, rules, await bound_secrets(services, resource))
 

@@ -59,6 +59,18 @@ async def find_resource(
     return None if row is None else ResourceIdentity(**row)
 
 
+async def resource_of_instance(db: Database, instance_id: str) -> tuple[str, ResourceIdentity] | None:
+    """The sandbox (whose instance id is its own id) or computer (its `instance_id`
+    column) running as instance `instance_id`, with its type: what the proxy knows of
+    a connection is the instance it comes from."""
+    columns = "id, tenant_id, workspace_id, owner_user_id, external_user_id, external_workspace_id"
+    row = await db.fetch_one(f"SELECT {columns} FROM sandboxes WHERE id = ? AND status != 'destroyed'", (instance_id,))
+    if row is not None:
+        return "sandbox", ResourceIdentity(**row)
+    row = await db.fetch_one(f"SELECT {columns} FROM computers WHERE instance_id = ?", (instance_id,))
+    return None if row is None else ("computer", ResourceIdentity(**row))
+
+
 async def require_resource(db: Database, tenant_id: str, resource_type: str, resource_id: str) -> ResourceIdentity:
     found = await find_resource(db, tenant_id, resource_type, resource_id)
     if found is None:
