@@ -55,5 +55,18 @@ async def test_vault_policies_and_audit_on_both_backends(db: Database) -> None:
     assert (await egress.suggestions(db, tenant_id, None))[0]["count"] == 1
     assert await egress.prune(db) == 0
 
+    sandbox_id = new_uuid()
+    now = utc_now_iso()
+    await db.insert("sandboxes", {
+        "id": sandbox_id, "tenant_id": tenant_id, "owner_user_id": None, "name": "s", "slug": f"s-{sandbox_id[:8]}",
+        "template_id": "default", "size": "small", "status": "running", "region": "local", "auto_stop": None,
+        "workspace_id": "w", "project_id": "p", "external_workspace_id": None, "external_user_id": None,
+        "external_project_id": None, "metadata": "{}", "error": None, "forked_from": None, "last_activity_at": None,
+        "created_at": now, "updated_at": now,
+    })
+    context = await egress.load_context_for_instance(services, sandbox_id)
+    assert context is not None and context.resource_type == "sandbox"
+    assert [(s.placeholder, s.value) for s in context.secrets] == [(binding.placeholder_token, "value-0123456789-xyz")]
+
     await egress.delete_secret(services, caller, secret)
     assert await egress.bindings_of(services, tenant_id, {}) == []
