@@ -8,6 +8,7 @@ own, else the tenant default (`effective_policy`).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from typing import Any
 
@@ -68,15 +69,12 @@ async def tenant_default(db: Database, tenant_id: str) -> PolicyRecord:
         return existing
     now = utc_now_iso()
     draft = PolicyRecord(new_uuid(), tenant_id, "default", None, None, "", "audit_only", "allow", now, now)
-    row = POLICIES.row(_fields(draft))
+    row = POLICIES.row(dataclasses.asdict(draft))
     await db.execute(insert_sql("egress_policies", row) + " ON CONFLICT (tenant_id, resource_key) DO NOTHING", tuple(row.values()))
     made = await policy_for(db, tenant_id, "")
-    assert made is not None
+    if made is None:  # the tenant is gone (its rows cascade)
+        raise not_found("tenant not found")
     return made
-
-
-def _fields(policy: PolicyRecord) -> dict[str, Any]:
-    return {name: getattr(policy, name) for name in POLICIES.columns}
 
 
 async def create_policy(services: EgressServices, tenant_id: str, fields: NewPolicy) -> PolicyRecord:
