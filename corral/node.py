@@ -22,17 +22,19 @@ import os
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, instances, sandboxes
+from corral.actors import billing, computers, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
+from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
@@ -44,6 +46,9 @@ from corral.net import HostNetwork, NetworkConfig
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
 
 log = logging.getLogger("corral")
+
+EGRESS_PRUNE_SECONDS = 3600.0
+"""How often audit rows past their retention (90 days) are deleted."""
 
 
 @dataclass
@@ -158,6 +163,12 @@ async def _start_parts(platform: Platform) -> None:
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
+    )
+    await platform.nursery.start(
+        partial(run_periodically, wait_first=False),
+        partial(egress.prune, platform.db),
+        lambda: EGRESS_PRUNE_SECONDS,
+        "egress audit retention",
     )
 
 

@@ -13,6 +13,7 @@ from werkzeug.exceptions import HTTPException
 from corral.errors import internal_error, not_found
 from corral.node import Platform
 
+from . import egress_tail
 from .openapi import build_document
 from .pipeline import Pipeline, error_response, http_error, new_request_id
 from .replies import json_response
@@ -39,6 +40,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.extensions["corral.platform"] = platform
     app.extensions["corral.pipeline"] = pipeline
     document = build_document(routes)
+    document["paths"] = dict(sorted({**document["paths"], **egress_tail.openapi_paths()}.items()))
     app.extensions["corral.openapi"] = document
 
     for route in routes:
@@ -55,6 +57,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
 
     app.add_url_rule("/healthz", endpoint="healthz", view_func=healthz, methods=["GET"])
     app.add_url_rule("/api/v1/openapi.json", endpoint="openapi", view_func=openapi, methods=["GET"])
+    egress_tail.mount(app, platform, pipeline)
 
     @app.errorhandler(HTTPException)
     async def unrouted(error: HTTPException) -> Response:

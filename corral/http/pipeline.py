@@ -24,7 +24,7 @@ from corral.node import Platform
 from .auth import Authenticator
 from .context import RequestContext
 from .principal import Principal
-from .ratelimit import ANONYMOUS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
+from .ratelimit import ANONYMOUS_RPM, EGRESS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
 from .replies import Reply, json_response
 from .routing import Route
 
@@ -119,7 +119,10 @@ class Pipeline:
         else:
             principal = await self._principal(ctx, route, params)
             ctx.principal_or_none = principal
-            decision = self.limiter.hit(principal.rate_bucket, principal.rate_limit_rpm)
+            bucket, limit = principal.rate_bucket, principal.rate_limit_rpm
+            if route.path.startswith("/egress/"):  # the egress endpoints have a bucket of their own
+                bucket, limit = f"{bucket}:egress", min(limit, EGRESS_RPM)
+            decision = self.limiter.hit(bucket, limit)
             if decision.allowed:
                 _authorize(principal, route)
         if not decision.allowed:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 WINDOW_SECONDS = 60
 PUBLIC_AUTH_RPM = 60
 ANONYMOUS_RPM = 600
+EGRESS_RPM = 300
+"""The egress endpoints' own limit per key (specification: 300 requests per minute)."""
 
 
 @dataclass(frozen=True)

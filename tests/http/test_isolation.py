@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from corral.actors import egress
 from corral.http import create_app, routes_of
 from tests.http.computer_support import windows
 from tests.support import Api, Tenant
@@ -172,6 +173,39 @@ async def _tenant_invite_token(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"token": response.json()["data"]["invite_url"].rsplit("/", 1)[1]}
 
 
+async def _egress_secret(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "isolated", "value": "isolated-secret-value", "type": "api_key", "scope": "tenant"}
+    response = await api.request("POST", "/api/v1/egress/secrets", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _egress_binding(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "bound", "value": "isolated-secret-value", "type": "api_key", "scope": "tenant", "expose_as_env": "BOUND"}
+    response = await api.request("POST", "/api/v1/egress/secrets", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["binding"]["id"]}
+
+
+async def _egress_policy(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("GET", "/api/v1/egress/policies", key=tenant.key)
+    assert response.status_code == 200, response.text
+    return {"id": response.json()["data"][0]["id"]}
+
+
+async def _egress_rule(api: Api, tenant: Tenant, _: Params) -> Params:
+    policy = await _egress_policy(api, tenant, {})
+    body = {"policy_id": policy["id"], "pattern": "isolated.test", "kind": "exact"}
+    response = await api.request("POST", "/api/v1/egress/allowlist", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _egress_audit(api: Api, tenant: Tenant, _: Params) -> Params:
+    row = await egress.record_request(api.platform, egress.AuditEntry(tenant_id=tenant.id, host="isolated.test", action="allow"))
+    return {"id": row.id}
+
+
 FACTORIES: dict[str, Factory] = {
     "/workspaces/{id}/members/{user_id}": _workspace_member,
     "/workspaces/{id}/invites/{invite_id}": _workspace_invite,
@@ -194,6 +228,11 @@ FACTORIES: dict[str, Factory] = {
     "/projects/{id}": _project,
     "/api-keys/{id}": _api_key,
     "/webhooks/{id}": _webhook,
+    "/egress/secrets/{id}": _egress_secret,
+    "/egress/bindings/{id}": _egress_binding,
+    "/egress/policies/{id}": _egress_policy,
+    "/egress/allowlist/{id}": _egress_rule,
+    "/egress/audit/{id}": _egress_audit,
 }
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
@@ -215,6 +254,8 @@ OWNER_CHECKS: dict[str, str] = {
     "/workspaces/{id}": "/api/v1/workspaces/{id}",
     "/projects/{id}": "/api/v1/projects/{id}",
     "/webhooks/{id}": "/api/v1/webhooks/{id}",
+    "/egress/secrets/{id}": "/api/v1/egress/secrets/{id}",
+    "/egress/policies/{id}": "/api/v1/egress/policies/{id}",
 }
 
 
@@ -278,6 +319,12 @@ async def test_other_tenants_resources_are_absent_on_every_route(runtime_api: Ap
     session = (await api.login(tenant.owner_email))["token"]
     org_invites = await api.request("GET", f"/api/v1/tenants/{tenant.id}/invites", key=session)
     assert created["/tenants/{id}/invites/{invite_id}"]["invite_id"] in [i["invite_id"] for i in org_invites.json()["data"]]
+    rules = await api.request("GET", "/api/v1/egress/allowlist", key=tenant.key)
+    assert created["/egress/allowlist/{id}"]["id"] in [r["id"] for r in rules.json()["data"]], "another tenant removed a rule"
+    bindings = await api.request("GET", "/api/v1/egress/bindings", key=tenant.key)
+    assert created["/egress/bindings/{id}"]["id"] in [b["id"] for b in bindings.json()["data"]], "another tenant removed a binding"
+    policy = await api.request("GET", "/api/v1/egress/policies/{id}".format(**created["/egress/policies/{id}"]), key=tenant.key)
+    assert policy.json()["data"]["mode"] == "audit_only", "another tenant changed a policy"
     keys = await api.request("GET", "/api/v1/api-keys", key=tenant.key)
     statuses = {k["id"]: k["status"] for k in keys.json()["data"]}
     assert statuses[created["/api-keys/{id}"]["id"]] == "active"

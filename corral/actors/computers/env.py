@@ -15,6 +15,7 @@ from corral.errors import ApiError, not_found, validation_error
 from corral.models import Rule, model
 from corral.storage import Row
 
+from ..egress import placeholder_env
 from ..instances.sealed_env import SealedEnv, SealedEnvTable
 from .store import ComputerRecord
 
@@ -75,8 +76,10 @@ async def delete_env(platform: ComputerServices, computer_id: str, name: str) ->
 
 
 async def resolved_env(platform: ComputerServices, computer: ComputerRecord) -> dict[str, str]:
-    """The computer's variables in plaintext, for a boot or an exec."""
-    return await _store(platform).plaintext(computer)
+    """The computer's variables in plaintext, for a boot or an exec, over the `svc-tok-`
+    placeholders of its egress bindings (read anew each time: a binding made while the
+    computer runs reaches its next exec)."""
+    return {**await placeholder_env(platform.db, computer), **await _store(platform).plaintext(computer)}
 
 
 async def copy_env(platform: ComputerServices, source: ComputerRecord, target: ComputerRecord) -> None:

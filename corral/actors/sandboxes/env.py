@@ -16,6 +16,7 @@ from corral.errors import ApiError, not_found
 from corral.models import Rule, model
 from corral.storage import Row
 
+from ..egress import placeholder_env
 from ..instances.sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
 from .store import SandboxRecord
 
@@ -114,8 +115,10 @@ async def delete_var(platform: SandboxServices, sandbox_id: str, key: str) -> No
 
 
 async def resolved_env(platform: SandboxServices, sandbox: SandboxRecord) -> dict[str, str]:
-    """The sandbox's variables in plaintext, for an exec or a process about to start."""
-    return await _store(platform).plaintext(sandbox)
+    """The sandbox's variables in plaintext, for an exec or a process about to start,
+    over the `svc-tok-` placeholders of its egress bindings (read anew each time, so a
+    binding made while the sandbox runs reaches its next exec and process)."""
+    return {**await placeholder_env(platform.db, sandbox), **await _store(platform).plaintext(sandbox)}
 
 
 async def copy_vars(platform: SandboxServices, source: SandboxRecord, target: SandboxRecord) -> None:

@@ -15,6 +15,7 @@ from . import (
     computer_streams,
     computers,
     credits,
+    egress,
     invite_pages,
     invites,
     members,
@@ -43,4 +44,4 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router]
+        network_policy.router, egress.router]

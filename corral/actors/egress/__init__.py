@@ -1,0 +1,149 @@
+"""Egress security (issue 15): the vault, bindings, policies, allowlist rules and audit.
+
+Modules, one job each:
+
+- `store`: every query, over the tables of migration 0012, as frozen records;
+- `spec`: request bodies (secret, binding, policy, rule) with the specification's codes;
+- `resources`: the sandboxes and computers a binding or policy names, and scopes;
+- `vault`: secrets sealed with AES-GCM, bindings and their `svc-tok-` placeholders,
+  the placeholder env of an instance, the plaintext secrets the proxy may substitute;
+- `policies`: the tenant default and per-resource policies, allowlist rules;
+- `decision`: the pure allow/reject function (priority, specificity, warn_only);
+- `substitution`: the pure placeholder substitution and the response scrubber;
+- `audit`: audit rows (record, query, suggestions, retention);
+- `proxy_api`: the interface the egress proxy calls (`load_context`, `evaluate`,
+  `record_request`, `denied_body`);
+- `services`: what the package needs of its node.
+"""
+
+from .audit import (
+    DEFAULT_LIMIT,
+    EVENT_TYPE,
+    MAX_LIMIT,
+    RETENTION_DAYS,
+    AuditEntry,
+    AuditQuery,
+    audit_public,
+    get_audit,
+    parse_query,
+    prune,
+    query_audit,
+    record_request,
+    suggestions,
+)
+from .decision import Decision, Request, decide, host_matches
+from .policies import (
+    create_policy,
+    create_rule,
+    delete_rule,
+    effective_policy,
+    get_policy,
+    get_rule,
+    policies_of,
+    policy_public,
+    rule_public,
+    rules_of,
+    tenant_default,
+    update_policy,
+)
+from .proxy_api import (
+    EgressContext,
+    Verdict,
+    denied_body,
+    evaluate,
+    load_context,
+    load_context_for_instance,
+)
+from .resources import Resource, ResourceIdentity, find_resource, in_scope
+from .services import EgressServices
+from .spec import NewBinding, NewPolicy, NewRule, NewSecret, PolicyChange, SecretChange
+from .store import AuditRecord, BindingRecord, PolicyRecord, RuleRecord, SecretRecord
+from .substitution import BoundSecret, Scrubber, Substitution, substitute
+from .vault import (
+    Caller,
+    binding_public,
+    bindings_of,
+    bound_secrets,
+    create_binding,
+    create_secret,
+    delete_binding,
+    delete_secret,
+    get_binding,
+    get_secret,
+    placeholder_env,
+    secret_public,
+    secrets_of,
+    update_secret,
+)
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "EVENT_TYPE",
+    "MAX_LIMIT",
+    "RETENTION_DAYS",
+    "AuditEntry",
+    "AuditQuery",
+    "AuditRecord",
+    "BindingRecord",
+    "BoundSecret",
+    "Caller",
+    "Decision",
+    "EgressContext",
+    "EgressServices",
+    "NewBinding",
+    "NewPolicy",
+    "NewRule",
+    "NewSecret",
+    "PolicyChange",
+    "PolicyRecord",
+    "Request",
+    "Resource",
+    "ResourceIdentity",
+    "RuleRecord",
+    "Scrubber",
+    "SecretChange",
+    "SecretRecord",
+    "Substitution",
+    "Verdict",
+    "audit_public",
+    "binding_public",
+    "bindings_of",
+    "bound_secrets",
+    "create_binding",
+    "create_policy",
+    "create_rule",
+    "create_secret",
+    "decide",
+    "delete_binding",
+    "delete_rule",
+    "delete_secret",
+    "denied_body",
+    "effective_policy",
+    "evaluate",
+    "find_resource",
+    "get_audit",
+    "get_binding",
+    "get_policy",
+    "get_rule",
+    "get_secret",
+    "host_matches",
+    "in_scope",
+    "load_context",
+    "load_context_for_instance",
+    "parse_query",
+    "placeholder_env",
+    "policies_of",
+    "policy_public",
+    "prune",
+    "query_audit",
+    "record_request",
+    "rule_public",
+    "rules_of",
+    "secret_public",
+    "secrets_of",
+    "substitute",
+    "suggestions",
+    "tenant_default",
+    "update_policy",
+    "update_secret",
+]
