@@ -1,0 +1,160 @@
+"""Helpers of the egress proxy tests: an echo server (HTTP or HTTPS), a recording hook."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import h11
+import trio
+
+from corral.net.egress import (
+    AllowAll,
+    AuditEntry,
+    Decision,
+    Headers,
+    RequestInfo,
+    ResponseScrubber,
+    Transform,
+)
+
+
+@dataclass
+class EchoServer:
+    """Answers every request with JSON: method, target, headers, body size and the peer's address."""
+
+    host: str
+    port: int = 0
+    tls: ssl.SSLContext | None = None
+    peers: list[str] = field(default_factory=list)
+    big: int = 0
+    """`GET /big` answers this many bytes."""
+
+    async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        listener = trio.socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        await listener.bind((self.host, self.port))
+        listener.listen(64)
+        self.port = listener.getsockname()[1]
+        task_status.started(self.port)
+        async with trio.open_nursery() as nursery:
+            while True:
+                sock, address = await listener.accept()
+                nursery.start_soon(self._connection, sock, str(address[0]))
+
+    async def _connection(self, sock: trio.socket.SocketType, peer: str) -> None:
+        stream: trio.abc.Stream = trio.SocketStream(sock)
+        try:
+            if self.tls is not None:
+                stream = trio.SSLStream(stream, self.tls, server_side=True)
+                await stream.do_handshake()
+            conn = h11.Connection(h11.SERVER)
+            while True:
+                request = None
+                size = 0
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        conn.receive_data(bytes(await stream.receive_some(65536)))
+                        continue
+                    if isinstance(event, h11.Request):
+                        request = event
+                    elif isinstance(event, h11.Data):
+                        size += len(event.data)
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    else:
+                        return
+                assert request is not None
+                self.peers.append(peer)
+                if request.target == b"/big":
+                    await self._big(stream, conn)
+                else:
+                    body = json.dumps({
+                        "method": request.method.decode(),
+                        "target": request.target.decode(),
+                        "headers": {k.decode(): v.decode() for k, v in request.headers},
+                        "body_size": size,
+                        "peer": peer,
+                    }).encode()
+                    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+                    await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
+                    await stream.send_all(conn.send(h11.Data(data=body)) or b"")
+                    await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError, h11.ProtocolError, OSError):
+            return
+        finally:
+            await stream.aclose()
+
+    async def _big(self, stream: trio.abc.Stream, conn: h11.Connection) -> None:
+        headers = [(b"content-length", str(self.big).encode())]
+        await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
+        chunk = b"x" * 65536
+        left = self.big
+        while left:
+            piece = chunk[: min(left, len(chunk))]
+            await stream.send_all(conn.send(h11.Data(data=piece)) or b"")
+            left -= len(piece)
+        await stream.send_all(conn.send(h11.EndOfMessage()) or b"")
+
+
+@asynccontextmanager
+async def echo_server(host: str = "127.0.0.1", tls: ssl.SSLContext | None = None, big: int = 0) -> AsyncIterator[EchoServer]:
+    server = EchoServer(host, tls=tls, big=big)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        yield server
+        nursery.cancel_scope.cancel()
+
+
+class Recording(AllowAll):
+    """Allow-all hooks that keep every audit entry, and can deny hosts or rewrite a header."""
+
+    def __init__(self, deny: Sequence[str] = (), replace: tuple[bytes, bytes] | None = None) -> None:
+        self.entries: list[AuditEntry] = []
+        self.deny = set(deny)
+        self.replace = replace
+        self.seen = trio.Event()
+
+    async def decide(self, info: RequestInfo) -> Decision:
+        if info.host in self.deny:
+            return Decision(allow=False, rejected_by="rule:test", message=f"{info.host} is denied")
+        return Decision()
+
+    async def transform_headers(self, info: RequestInfo, headers: Headers) -> tuple[Headers, Sequence[Transform]]:
+        if self.replace is None:
+            return headers, ()
+        old, new = self.replace
+        changed = [(k, v.replace(old, new)) for k, v in headers]
+        transforms = [Transform("placeholder", k.decode()) for (k, v), (_, w) in zip(headers, changed, strict=True) if v != w]
+        return changed, transforms
+
+    def scrub_response(self, info: RequestInfo, headers: Headers) -> tuple[Headers, ResponseScrubber | None]:
+        if self.replace is None:
+            return headers, None
+        return headers, _Swap(self.replace[1], self.replace[0])
+
+    async def record(self, entry: AuditEntry) -> None:
+        self.entries.append(entry)
+        self.seen.set()
+
+
+class _Swap:
+    """A scrubber without hold-back (the test bodies come in one piece)."""
+
+    def __init__(self, old: bytes, new: bytes) -> None:
+        self.old = old
+        self.new = new
+
+    def feed(self, data: bytes) -> bytes:
+        return data.replace(self.old, self.new)
+
+    def finish(self) -> bytes:
+        return b""
