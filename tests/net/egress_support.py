@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import h11
 import trio
 
+from corral.net.preview.upstream import socket_in_netns
 from corral.net.egress import (
     AllowAll,
     AuditEntry,
@@ -33,9 +34,16 @@ class EchoServer:
     peers: list[str] = field(default_factory=list)
     big: int = 0
     """`GET /big` answers this many bytes."""
+    netns: str | None = None
+    """A network namespace (path) to listen in, instead of the host's."""
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listener = trio.socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET)
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        if self.netns is not None:
+            plain = await trio.to_thread.run_sync(socket_in_netns, self.netns, family)
+            listener = trio.socket.from_stdlib_socket(plain)
+        else:
+            listener = trio.socket.socket(family)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         await listener.bind((self.host, self.port))
         listener.listen(64)
@@ -106,8 +114,10 @@ class EchoServer:
 
 
 @asynccontextmanager
-async def echo_server(host: str = "127.0.0.1", tls: ssl.SSLContext | None = None, big: int = 0) -> AsyncIterator[EchoServer]:
-    server = EchoServer(host, tls=tls, big=big)
+async def echo_server(
+    host: str = "127.0.0.1", tls: ssl.SSLContext | None = None, big: int = 0, port: int = 0, netns: str | None = None
+) -> AsyncIterator[EchoServer]:
+    server = EchoServer(host, port, tls=tls, big=big, netns=netns)
     async with trio.open_nursery() as nursery:
         await nursery.start(server.serve)
         yield server
