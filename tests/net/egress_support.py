@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import h11
 import trio
 
-from corral.net.preview.upstream import socket_in_netns
 from corral.net.egress import (
     AllowAll,
     AuditEntry,
@@ -22,6 +21,7 @@ from corral.net.egress import (
     ResponseScrubber,
     Transform,
 )
+from corral.net.preview.upstream import socket_in_netns
 
 
 @dataclass
