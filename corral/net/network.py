@@ -21,6 +21,7 @@ from typing import Any
 
 from . import links
 from .addresses import AddressAllocator
+from .egress.redirect import EgressRedirect, RedirectConfig
 from .firewall import CHAIN_PREFIX, Firewall, FirewallConfig, chain_name
 from .links import Netlink
 
@@ -61,6 +62,8 @@ class NetworkConfig:
     netns_prefix: str = "corral-"
     agent_port: int = DEFAULT_AGENT_PORT
     dns_servers: tuple[str, ...] = field(default_factory=lambda: tuple(host_dns_servers()))
+    egress_port: int | None = None
+    """The egress proxy's port on the gateway: instances' ports 80 and 443 are redirected to it (None: not)."""
 
     def __post_init__(self) -> None:
         if len(self.link_prefix) > 3:
@@ -103,6 +106,11 @@ class HostNetwork:
         self.gateway = str(self.addresses.gateway)
         self.firewall = Firewall(FirewallConfig(config.nft_table, config.bridge, config.subnet, config.agent_port))
         self.netlink = Netlink()
+        self.redirect = (
+            EgressRedirect(RedirectConfig(config.nft_table, config.bridge, config.subnet, self.gateway, config.egress_port))
+            if config.egress_port is not None
+            else None
+        )
         self._ready = False
 
     @property
@@ -126,6 +134,8 @@ class HostNetwork:
         with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write("1")
         await self.firewall.ensure_table()
+        if self.redirect is not None:
+            await self.redirect.install()
         self._ready = True
 
     async def attach(self, instance_id: str) -> Attachment:
@@ -203,6 +213,8 @@ class HostNetwork:
     async def teardown(self) -> None:
         """Remove the bridge and the table too (tests; uninstall). Instances must be gone."""
         await self.cleanup_stale(set())
+        if self.redirect is not None:
+            await self.redirect.remove()
         await self.firewall.delete_table()
         await self.netlink.call(links.delete_link, self.config.bridge)
         self._ready = False

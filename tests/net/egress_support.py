@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import subprocess
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import h11
 import trio
@@ -16,12 +18,14 @@ from corral.net.egress import (
     AllowAll,
     AuditEntry,
     Decision,
+    EgressCA,
     Headers,
     RequestInfo,
     ResponseScrubber,
     Transform,
 )
 from corral.net.preview.upstream import socket_in_netns
+from tests.support import TEST_SLOT
 
 
 @dataclass
@@ -122,6 +126,53 @@ async def echo_server(
         await nursery.start(server.serve)
         yield server
         nursery.cancel_scope.cancel()
+
+
+INTERNET_HOST = f"10.220.{TEST_SLOT}.1"
+INTERNET = f"10.220.{TEST_SLOT}.2"
+"""The test's stand-in for the internet: a namespace with this address, HTTP on 80, HTTPS on 443."""
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True)
+
+
+def server_tls(directory: Path) -> tuple[ssl.SSLContext, str]:
+    """The internet server's TLS: a CA of its own (the proxy is given it as CORRAL_CA_BUNDLE); leaves by SNI."""
+    test_ca = EgressCA(directory)
+    context = test_ca.context_for(INTERNET)
+
+    def by_name(sslobj: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext) -> None:
+        if name:
+            sslobj.context = test_ca.context_for(name)
+
+    context.sni_callback = by_name
+    return context, str(test_ca.cert_path)
+
+
+@asynccontextmanager
+async def internet(tmp_path: Path, link_prefix: str, netns_prefix: str) -> AsyncIterator[str]:
+    """The internet namespace, linked to the host by a veth, with its servers; yields its CA file."""
+    netns = f"{netns_prefix}internet"
+    outside, inside = f"{link_prefix}inet", f"{link_prefix}inetp"
+    subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
+    subprocess.run(["ip", "link", "delete", outside], capture_output=True)
+    try:
+        sh("ip", "netns", "add", netns)
+        sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", netns)
+        sh("ip", "addr", "add", f"{INTERNET_HOST}/24", "dev", outside)
+        sh("ip", "link", "set", outside, "up")
+        sh("ip", "-n", netns, "addr", "add", f"{INTERNET}/24", "dev", inside)
+        sh("ip", "-n", netns, "link", "set", inside, "up")
+        sh("ip", "-n", netns, "link", "set", "lo", "up")
+        sh("ip", "-n", netns, "route", "add", "default", "via", INTERNET_HOST)
+        tls, bundle = server_tls(tmp_path / "internet-ca")
+        path = f"/run/netns/{netns}"
+        async with echo_server(INTERNET, port=80, netns=path), echo_server(INTERNET, port=443, netns=path, tls=tls):
+            yield bundle
+    finally:
+        subprocess.run(["ip", "link", "delete", outside], capture_output=True)
+        subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
 
 
 class Recording(AllowAll):

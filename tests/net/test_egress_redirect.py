@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import ssl
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -21,16 +20,9 @@ import pytest
 import trio
 
 from corral.net import Attachment, HostNetwork, NetworkConfig
-from corral.net.egress import (
-    DestinationPolicy,
-    EgressCA,
-    EgressProxy,
-    EgressProxyConfig,
-    EgressRedirect,
-    RedirectConfig,
-)
-from tests.net.egress_support import Recording, echo_server
-from tests.support import TEST_SLOT, free_port, host_names
+from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
+from tests.net.egress_support import INTERNET, Recording, internet
+from tests.support import free_port, host_names
 
 NAMES = host_names(
     bridge="corralet",
@@ -40,15 +32,6 @@ NAMES = host_names(
     netns_prefix="corrale",
     cgroup_parent="corral-egtest",
 )
-INTERNET_HOST = f"10.220.{TEST_SLOT}.1"
-INTERNET = f"10.220.{TEST_SLOT}.2"
-INTERNET_NETNS = f"{NAMES['netns_prefix']}internet"
-
-
-def sh(*argv: str) -> None:
-    subprocess.run(list(argv), check=True, capture_output=True)
-
-
 @dataclass
 class World:
     network: HostNetwork
@@ -58,24 +41,11 @@ class World:
     ca: EgressCA
 
 
-def server_tls(tmp_path: Path) -> tuple[ssl.SSLContext, str]:
-    """The internet server's TLS: a CA of its own (the proxy is given it as CORRAL_CA_BUNDLE); leaves by SNI."""
-    test_ca = EgressCA(tmp_path / "internet-ca")
-    context = test_ca.context_for(INTERNET)
-
-    def by_name(sslobj: ssl.SSLObject | ssl.SSLSocket, name: str | None, _: ssl.SSLContext) -> None:
-        if name:
-            sslobj.context = test_ca.context_for(name)
-
-    context.sni_callback = by_name
-    return context, str(test_ca.cert_path)
-
-
 @pytest.fixture
 async def world(tmp_path: Path) -> AsyncIterator[World]:
     if os.geteuid() != 0:
         pytest.fail("egress tests need root (tools/test runs as root)")
-    subprocess.run(["ip", "netns", "delete", INTERNET_NETNS], capture_output=True)
+    port = free_port()
     network = HostNetwork(
         NetworkConfig(
             state_dir=tmp_path / "network",
@@ -84,45 +54,28 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             nft_table=NAMES["nft_table"],
             link_prefix=NAMES["link_prefix"],
             netns_prefix=NAMES["netns_prefix"],
+            egress_port=port,
         )
     )
     await network.setup()
-    outside, inside = f"{NAMES['link_prefix']}inet", f"{NAMES['link_prefix']}inetp"
+    assert network.redirect is not None
+    await network.redirect.install()  # idempotent
     try:
-        sh("ip", "netns", "add", INTERNET_NETNS)
-        sh("ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", INTERNET_NETNS)
-        sh("ip", "addr", "add", f"{INTERNET_HOST}/24", "dev", outside)
-        sh("ip", "link", "set", outside, "up")
-        sh("ip", "-n", INTERNET_NETNS, "addr", "add", f"{INTERNET}/24", "dev", inside)
-        sh("ip", "-n", INTERNET_NETNS, "link", "set", inside, "up")
-        sh("ip", "-n", INTERNET_NETNS, "link", "set", "lo", "up")
-        sh("ip", "-n", INTERNET_NETNS, "route", "add", "default", "via", INTERNET_HOST)
-        instance = await network.attach(str(uuid.uuid4()))
-        tls, bundle = server_tls(tmp_path)
-        ca = EgressCA(tmp_path / "egress-ca")
-        hooks = Recording(deny=["denied.test"])
-        port = free_port()
-        destinations = DestinationPolicy.build(False, [f"{INTERNET}/32"])
-        proxy = EgressProxy(EgressProxyConfig(network.gateway, port, destinations, ca_bundle=bundle), ca, hooks)
-        redirect = EgressRedirect(RedirectConfig(NAMES["nft_table"], NAMES["bridge"], NAMES["subnet"], network.gateway, port))
-        await redirect.install()
-        await redirect.install()  # idempotent
-        netns = f"/run/netns/{INTERNET_NETNS}"
-        async with (
-            trio.open_nursery() as nursery,
-            echo_server(INTERNET, port=80, netns=netns),
-            echo_server(INTERNET, port=443, netns=netns, tls=tls),
-        ):
-            await nursery.start(proxy.serve)
-            yield World(network, instance, proxy, hooks, ca)
-            nursery.cancel_scope.cancel()
-        await redirect.remove()
+        async with internet(tmp_path, NAMES["link_prefix"], NAMES["netns_prefix"]) as bundle:
+            instance = await network.attach(str(uuid.uuid4()))
+            ca = EgressCA(tmp_path / "egress-ca")
+            hooks = Recording(deny=["denied.test"])
+            destinations = DestinationPolicy.build(False, [f"{INTERNET}/32"])
+            proxy = EgressProxy(EgressProxyConfig(network.gateway, port, destinations, ca_bundle=bundle), ca, hooks)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(proxy.serve)
+                yield World(network, instance, proxy, hooks, ca)
+                nursery.cancel_scope.cancel()
     finally:
-        subprocess.run(["ip", "link", "delete", outside], capture_output=True)
-        subprocess.run(["ip", "netns", "delete", INTERNET_NETNS], capture_output=True)
-        subprocess.run(["nft", "delete", "table", "ip", f"{NAMES['nft_table']}_egress"], capture_output=True)
         await network.teardown()
         network.close()
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert f"{NAMES['nft_table']}_egress" not in tables
 
 
 async def curl(world: World, *args: str) -> dict[str, object]:
