@@ -151,10 +151,13 @@ def server_tls(directory: Path) -> tuple[ssl.SSLContext, str]:
 
 
 @asynccontextmanager
-async def internet(tmp_path: Path, link_prefix: str, netns_prefix: str) -> AsyncIterator[str]:
-    """The internet namespace, linked to the host by a veth, with its servers; yields its CA file."""
-    netns = f"{netns_prefix}internet"
-    outside, inside = f"{link_prefix}inet", f"{link_prefix}inetp"
+async def internet(tmp_path: Path) -> AsyncIterator[str]:
+    """The internet namespace, linked to the host by a veth, with its servers; yields its CA file.
+
+    Its names match no runtime's prefixes, so a node's start-up cleanup leaves them alone.
+    """
+    netns = f"egress-internet{TEST_SLOT}"
+    outside, inside = f"egrinet{TEST_SLOT}", f"egrinetp{TEST_SLOT}"
     subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
     subprocess.run(["ip", "link", "delete", outside], capture_output=True)
     try:
@@ -182,7 +185,6 @@ class Recording(AllowAll):
         self.entries: list[AuditEntry] = []
         self.deny = set(deny)
         self.replace = replace
-        self.seen = trio.Event()
 
     async def decide(self, info: RequestInfo) -> Decision:
         if info.host in self.deny:
@@ -204,7 +206,13 @@ class Recording(AllowAll):
 
     async def record(self, entry: AuditEntry) -> None:
         self.entries.append(entry)
-        self.seen.set()
+
+    async def wait(self, count: int) -> list[AuditEntry]:
+        """The entries once there are `count` (a request's row comes just after its last byte)."""
+        with trio.fail_after(5):
+            while len(self.entries) < count:
+                await trio.sleep(0.01)
+        return self.entries
 
 
 class _Swap:

@@ -65,6 +65,7 @@ async def test_http_through_the_proxy_reaches_the_server_and_is_recorded(tmp_pat
             assert echoed["target"] == "/hello?x=1"
             assert echoed["body_size"] == 3
             assert "proxy-connection" not in echoed["headers"]
+    await hooks.wait(2)
     entry = hooks.entries[0]
     assert (entry.info.method, entry.info.scheme, entry.info.host, entry.info.port) == ("POST", "http", "127.0.0.1", server.port)
     assert entry.info.path == "/hello?x=1" and entry.info.mode == "explicit"
@@ -84,6 +85,7 @@ async def test_https_is_terminated_with_the_node_ca_and_verified_upstream(tmp_pa
             response = await http.get(f"https://127.0.0.1:{server.port}/secure")
             assert response.status_code == 200, response.text
             assert response.json()["target"] == "/secure"
+    await hooks.wait(2)
     assert [e.info.scheme for e in hooks.entries] == ["https", "https"]
     assert all(e.info.path == "/secure" for e in hooks.entries)
 
@@ -118,6 +120,7 @@ async def test_hooks_deny_transform_and_scrub(tmp_path: Path) -> None:
         assert response.status_code == 200
         # upstream saw the value; the echo came back with the placeholder in its place
         assert response.json()["headers"]["authorization"] == "Bearer svc-tok-abc"
+        await hooks.wait(1)
         assert any("real-secret" in str(e.transforms) for e in hooks.entries) is False
         assert [t.header for t in hooks.entries[-1].transforms] == ["authorization"]
         denied = await http.get(f"http://localhost:{server.port}/")

@@ -61,7 +61,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     assert network.redirect is not None
     await network.redirect.install()  # idempotent
     try:
-        async with internet(tmp_path, NAMES["link_prefix"], NAMES["netns_prefix"]) as bundle:
+        async with internet(tmp_path) as bundle:
             instance = await network.attach(str(uuid.uuid4()))
             ca = EgressCA(tmp_path / "egress-ca")
             hooks = Recording(deny=["denied.test"])
@@ -91,6 +91,7 @@ async def curl(world: World, *args: str) -> dict[str, object]:
 async def test_a_program_ignoring_proxy_variables_is_still_proxied(world: World) -> None:
     echoed = await curl(world, "--noproxy", "*", f"http://{INTERNET}/plain?q=1")
     assert echoed["target"] == "/plain?q=1"
+    await world.hooks.wait(1)
     entry = world.hooks.entries[-1]
     assert (entry.info.mode, entry.info.scheme, entry.info.host, entry.info.port) == ("transparent", "http", INTERNET, 80)
     assert entry.info.client_address == world.instance.address
@@ -102,6 +103,7 @@ async def test_https_is_proxied_transparently_and_verifies_with_the_node_ca(worl
     echoed = await curl(world, "--noproxy", "*", "--cacert", ca, "--resolve", f"api.test:443:{INTERNET}", "https://api.test/v1")
     assert echoed["target"] == "/v1"
     assert echoed["headers"]["host"] == "api.test"  # type: ignore[index]
+    await world.hooks.wait(1)
     entry = world.hooks.entries[-1]
     assert (entry.info.mode, entry.info.scheme, entry.info.host, entry.info.port) == ("transparent", "https", "api.test", 443)
     # by address, without SNI, the leaf names the address
@@ -121,6 +123,7 @@ async def test_explicit_proxy_variables_work_too(world: World) -> None:
     assert echoed["target"] == "/explicit"
     echoed = await curl(world, "--proxy", proxy, "--cacert", str(world.ca.cert_path), f"https://{INTERNET}/tunnel")
     assert echoed["target"] == "/tunnel"
+    await world.hooks.wait(2)
     assert [e.info.mode for e in world.hooks.entries[-2:]] == ["explicit", "explicit"]
 
 

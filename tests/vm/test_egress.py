@@ -67,7 +67,7 @@ async def setup(data_root: Path, template_store: TemplateStore, tmp_path: Path) 
     await network.setup()
     hooks = Recording()
     try:
-        async with internet(tmp_path, LINK_PREFIX, NETNS_PREFIX) as bundle, trio.open_nursery() as nursery:
+        async with internet(tmp_path) as bundle, trio.open_nursery() as nursery:
             destinations = DestinationPolicy.build(False, [f"{INTERNET}/32"])
             proxy = EgressProxy(EgressProxyConfig(network.gateway, port, destinations, ca_bundle=bundle), ca, hooks)
             await nursery.start(proxy.serve)
@@ -103,6 +103,7 @@ async def test_an_instance_uses_the_proxy_and_trusts_its_ca_from_boot(setup: Set
     # curl ignoring the proxy variables, HTTPS with the system store only: redirected, verified
     echoed = json.loads(await run(setup, "curl -sS --noproxy '*' --max-time 10 https://api.test/direct"))
     assert echoed["target"] == "/direct"
+    await setup.hooks.wait(1)
     assert setup.hooks.entries[-1].info.mode == "transparent"
     assert setup.hooks.entries[-1].info.client_address == setup.instance.address
 
@@ -110,11 +111,13 @@ async def test_an_instance_uses_the_proxy_and_trusts_its_ca_from_boot(setup: Set
     script = f"import urllib.request; print(urllib.request.urlopen('https://{INTERNET}/py', timeout=10).read().decode())"
     echoed = json.loads(await run(setup, f'python3 -c "{script}"'))
     assert echoed["target"] == "/py"
+    await setup.hooks.wait(2)
     assert setup.hooks.entries[-1].info.mode == "explicit"
 
     # plain HTTP with the variables cleared is still proxied
     echoed = json.loads(await run(setup, f"env -u http_proxy -u HTTP_PROXY curl -sS --max-time 10 http://{INTERNET}/plain"))
     assert echoed["target"] == "/plain"
+    await setup.hooks.wait(3)
     assert setup.hooks.entries[-1].info.mode == "transparent"
 
 
