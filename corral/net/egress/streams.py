@@ -13,7 +13,7 @@ import h11
 import trio
 
 SO_ORIGINAL_DST = 80
-READ_SIZE = 65536
+READ_SIZE = 1048576
 
 
 class Prefixed(trio.abc.Stream):
