@@ -200,3 +200,15 @@ async def test_the_proxy_refuses_every_forbidden_destination(tmp_path: Path) -> 
 async def test_the_check_is_on_the_address_connected_to() -> None:
     with pytest.raises(DestinationRefused):
         await open_checked(DestinationPolicy(), "public.example", 80, address="127.0.0.1")
+
+
+async def test_a_scrubbed_body_of_another_length_is_reframed(tmp_path: Path) -> None:
+    hooks = Recording(replace=(b"svc-tok-0123456789", b"v4lue"))
+    async with echo_server() as server, running_proxy(tmp_path, hooks=hooks) as proxy, client(proxy) as http:
+        for _ in range(2):  # and the connection stays usable
+            response = await http.get(f"http://127.0.0.1:{server.port}/", headers={"X-Key": "svc-tok-0123456789"})
+            assert response.status_code == 200
+            assert response.json()["headers"]["x-key"] == "svc-tok-0123456789"
+            assert response.headers.get("transfer-encoding") == "chunked"
+        head = await http.head(f"http://127.0.0.1:{server.port}/")
+        assert head.status_code == 200 and head.content == b""

@@ -59,7 +59,9 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
     )
     await network.setup()
     assert network.redirect is not None
-    await network.redirect.install()  # idempotent
+    await network.redirect.install()  # idempotent: one input rule, one table
+    rules = subprocess.run(["nft", "list", "chain", "inet", NAMES["nft_table"], "input"], capture_output=True, text=True).stdout
+    assert rules.count("corral-egress-proxy") == 1
     try:
         async with internet(tmp_path) as bundle:
             instance = await network.attach(str(uuid.uuid4()))
