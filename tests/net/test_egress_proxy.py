@@ -212,3 +212,22 @@ async def test_a_scrubbed_body_of_another_length_is_reframed(tmp_path: Path) -> 
             assert response.headers.get("transfer-encoding") == "chunked"
         head = await http.head(f"http://127.0.0.1:{server.port}/")
         assert head.status_code == 200 and head.content == b""
+
+
+async def test_a_big_download_is_relayed_whole_and_recorded(tmp_path: Path) -> None:
+    size = 9 * 1024 * 1024 + 7
+    tls, bundle = upstream_tls(tmp_path)
+    hooks = Recording()
+    async with (
+        echo_server(big=size) as plain,
+        echo_server(tls=tls, big=size) as secure,
+        running_proxy(tmp_path, hooks=hooks, ca_bundle=bundle) as proxy,
+        client(proxy) as http,
+    ):
+        for url in (f"http://127.0.0.1:{plain.port}/big", f"https://127.0.0.1:{secure.port}/big"):
+            response = await http.get(url)
+            assert response.status_code == 200 and len(response.content) == size
+            assert response.content == b"x" * size
+            assert (await http.get(url.replace("/big", "/after"))).json()["target"] == "/after"
+        entries = await hooks.wait(4)
+    assert [e.bytes_received for e in entries if e.info.path == "/big"] == [size, size]

@@ -52,7 +52,7 @@ from .hooks import (
     ResponseScrubber,
     Transform,
 )
-from .streams import Peer, Prefixed, looks_closed, original_destination, split_host_port
+from .streams import READ_SIZE, Peer, Prefixed, looks_closed, original_destination, split_host_port
 
 log = logging.getLogger("corral.net.egress")
 
@@ -63,6 +63,8 @@ REQUEST_HOP_BY_HOP = frozenset({
 })
 RESPONSE_HOP_BY_HOP = REQUEST_HOP_BY_HOP | {b"transfer-encoding"}
 DEFAULT_PORTS = {"http": 80, "https": 443}
+RAW_RELAY_BYTES = 4 * 1024 * 1024
+"""Bodies this large (of known length, not scrubbed) are relayed as raw bytes."""
 _SNI: contextvars.ContextVar[str | None] = contextvars.ContextVar("corral_egress_sni", default=None)
 
 
@@ -122,6 +124,14 @@ def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None
 def _strip(headers: Sequence[tuple[bytes, bytes]], hop_by_hop: frozenset[bytes]) -> Headers:
     listed = {token.strip().lower() for key, value in headers if key.lower() == b"connection" for token in value.split(b",")}
     return [(key, value) for key, value in headers if key.lower() not in hop_by_hop and key.lower() not in listed]
+
+
+def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    value = _header(headers, b"content-length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _error_body(code: str, message: str, request_id: str) -> bytes:
@@ -357,8 +367,17 @@ class EgressProxy:
         response_headers, scrubber = self.hooks.scrub_response(info, _strip(response.headers, RESPONSE_HOP_BY_HOP))
         if scrubber is not None:
             response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
+        length = _content_length(response_headers)
+        raw = scrubber is None and length is not None and length >= RAW_RELAY_BYTES and method != "HEAD"
+        if raw:  # a big download: raw bytes both ways, then both connections close
+            response_headers = [(k, v) for k, v in response_headers if k.lower() != b"connection"]
+            response_headers.append((b"connection", b"close"))
         try:
             await client.send(h11.Response(status_code=status, headers=response_headers, reason=response.reason))
+            if raw and length is not None:
+                received = await self._relay_raw(upstream.peer, client, length)
+                await upstream.peer.aclose()
+                return None
             received = await self._relay_response_body(upstream.peer, client, scrubber)
         except (h11.ProtocolError, trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
             error = f"relay failed: {exc!r}"
@@ -448,6 +467,31 @@ class EgressProxy:
                 return count
             else:
                 raise trio.BrokenResourceError("the upstream closed the response")
+
+    @staticmethod
+    async def _relay_raw(upstream: Peer, client: Peer, length: int) -> int:
+        """A Content-Length body past h11 (what it already holds, then straight from the socket).
+
+        Parsing adds nothing to a body of known length but copies; the connections are
+        not reused afterwards (the response said `Connection: close`).
+        """
+        count = 0
+        while count < length:
+            event = upstream.conn.next_event()
+            if isinstance(event, h11.Data):
+                count += len(event.data)
+                await client.stream.send_all(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return count
+            else:
+                break
+        while count < length:
+            data = await upstream.stream.receive_some(min(READ_SIZE, length - count))
+            if not data:
+                raise trio.BrokenResourceError("the upstream closed the response")
+            count += len(data)
+            await client.stream.send_all(data)
+        return count
 
     @staticmethod
     async def _drain(client: Peer) -> None:
