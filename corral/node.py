@@ -193,9 +193,9 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
         await migrate(db)
         admin_key = bootstrap_admin_key(settings)
         events = EventLog(db, settings.event_retention_seconds)
-        proxy = egress_proxy(settings)
-        trust = EgressTrust(proxy.config.port, proxy.ca.cert_pem.decode()) if proxy is not None else None
         async with trio.open_nursery() as nursery:
+            proxy = egress_proxy(settings)
+            trust = EgressTrust(proxy.config.port, proxy.ca.cert_pem.decode()) if proxy is not None else None
             platform = Platform(
                 settings=settings,
                 db=db,

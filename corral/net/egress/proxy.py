@@ -145,7 +145,10 @@ class EgressProxy:
         self.hooks: EgressHooks = hooks or AllowAll()
         self.upstream_tls = ssl.create_default_context()
         if config.ca_bundle:
-            self.upstream_tls.load_verify_locations(cafile=config.ca_bundle)
+            try:
+                self.upstream_tls.load_verify_locations(cafile=config.ca_bundle)
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"CORRAL_CA_BUNDLE {config.ca_bundle} cannot be read: {exc}") from exc
         self.upstream_tls.set_alpn_protocols(["http/1.1"])
         self.bound_port: int | None = None
         self.connections = 0
