@@ -231,3 +231,16 @@ async def test_a_big_download_is_relayed_whole_and_recorded(tmp_path: Path) -> N
             assert (await http.get(url.replace("/big", "/after"))).json()["target"] == "/after"
         entries = await hooks.wait(4)
     assert [e.bytes_received for e in entries if e.info.path == "/big"] == [size, size]
+
+
+async def test_expect_100_continue_gets_its_answer(tmp_path: Path) -> None:
+    async with echo_server() as server, running_proxy(tmp_path) as proxy:
+        body = "x" * 5000
+        result = await trio.run_process(
+            ["curl", "-sS", "--max-time", "5", "--expect100-timeout", "4", "-x", f"http://127.0.0.1:{proxy.bound_port}",
+             "-H", "Expect: 100-continue", "--data-binary", body, f"http://127.0.0.1:{server.port}/upload", "-w", " %{time_total}"],
+            capture_stdout=True,
+        )
+    answer, elapsed = result.stdout.decode().rsplit(" ", 1)
+    assert '"body_size": 5000' in answer
+    assert float(elapsed) < 2  # not the client's own timeout

@@ -371,7 +371,10 @@ class EgressProxy:
         if scrubber is not None:
             response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
         length = _content_length(response_headers)
-        raw = scrubber is None and length is not None and length >= RAW_RELAY_BYTES and method != "HEAD"
+        raw = (
+            scrubber is None and length is not None and length >= RAW_RELAY_BYTES and method != "HEAD"
+            and status >= 200 and status not in (204, 304)
+        )
         if raw:  # a big download: raw bytes both ways, then both connections close
             response_headers = [(k, v) for k, v in response_headers if k.lower() != b"connection"]
             response_headers.append((b"connection", b"close"))
@@ -440,6 +443,9 @@ class EgressProxy:
     @staticmethod
     async def _relay_request_body(client: Peer, upstream: Peer) -> int:
         count = 0
+        if client.conn.client_is_waiting_for_100_continue:
+            # The body comes only once asked for: ask at once (the upstream's own 100 is skipped).
+            await client.send(h11.InformationalResponse(status_code=100, headers=[]))
         while True:
             event = await client.next_event()
             if isinstance(event, h11.Data):
