@@ -103,6 +103,14 @@ class Settings:
     """How often pending preview domains are checked again (`CORRAL_PREVIEW_DNS_RECHECK_SECONDS`)."""
     preview_ready_timeout: float = 300.0
     """How long an exposed port is polled for `sandbox.preview.ready`."""
+    # The egress proxy (issue 15; contract §11).
+    egress_proxy: bool = True
+    """Run the egress proxy and send instances' ports 80 and 443 through it (`CORRAL_EGRESS_PROXY`)."""
+    egress_port: int = 3128
+    """The egress proxy's port on the bridge address (`CORRAL_EGRESS_PORT`)."""
+    egress_allowed_destinations: tuple[str, ...] = ()
+    """Test-only: private CIDRs the egress proxy may reach without `CORRAL_ALLOW_PRIVATE_DESTINATIONS`
+    (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -161,6 +169,11 @@ class Settings:
             "dns_servers": env.get("CORRAL_DNS_SERVERS", ""),
             "preview_dns_recheck_seconds": float(env.get("CORRAL_PREVIEW_DNS_RECHECK_SECONDS", "60")),
             "prepare_templates": _env_flag("CORRAL_PREPARE_TEMPLATES", default=True),
+            "egress_proxy": _env_flag("CORRAL_EGRESS_PROXY", default=True),
+            "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
+            "egress_allowed_destinations": tuple(
+                item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
+            ),
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)  # type: ignore[arg-type]

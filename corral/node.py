@@ -42,8 +42,10 @@ from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
-from corral.net import HostNetwork, NetworkConfig
+from corral.net import HostNetwork, NetworkConfig, gateway_address
+from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
+from corral.vm import EgressTrust
 
 log = logging.getLogger("corral")
 
@@ -89,6 +91,8 @@ class Platform:
     """Previews whose port is being polled for `sandbox.preview.ready`."""
     webhooks: WebhookRuntime | None = None
     """The webhook sender, delivery worker and dispatcher of this node."""
+    egress_proxy: EgressProxy | None = None
+    """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -140,9 +144,34 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
             netns_prefix=settings.netns_prefix,
             dns_forwarder=nursery is not None,
             upstream_dns=upstream,
+            egress_port=settings.egress_port if settings.egress_proxy else None,
         ),
         nursery,
     )
+
+
+def egress_proxy(settings: Settings) -> EgressProxy | None:
+    """The node's egress proxy on the bridge address, with its CA under the data directory."""
+    if not settings.egress_proxy:
+        return None
+    config = EgressProxyConfig(
+        listen_host=gateway_address(settings.subnet),
+        port=settings.egress_port,
+        destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
+        ca_bundle=settings.ca_bundle,
+    )
+    return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
+
+
+async def _start_egress(platform: Platform) -> None:
+    """Listen for instances' HTTP(S); a node that cannot bind says so and runs on without it."""
+    proxy = platform.egress_proxy
+    if proxy is None:
+        return
+    try:
+        await platform.nursery.start(proxy.serve)
+    except OSError as exc:
+        log.error("the egress proxy cannot listen on %s:%s: %s", proxy.config.listen_host, proxy.config.port, exc)
 
 
 async def _start_parts(platform: Platform) -> None:
@@ -182,6 +211,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
         admin_key = bootstrap_admin_key(settings)
         events = EventLog(db, settings.event_retention_seconds)
         async with trio.open_nursery() as nursery:
+            proxy = egress_proxy(settings)
+            trust = EgressTrust(proxy.config.port, proxy.ca.cert_pem.decode()) if proxy is not None else None
             platform = Platform(
                 settings=settings,
                 db=db,
@@ -191,8 +222,9 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
                 bus=EventBus(events),
-                runtime=RuntimeHolder(settings, lambda: host_network(settings, nursery)),
+                runtime=RuntimeHolder(settings, lambda: host_network(settings, nursery), trust),
                 agents=AgentPool(settings.agent_timeout),
+                egress_proxy=proxy,
             )
             platform.system = ActorSystem(
                 db,
@@ -201,6 +233,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
             await nursery.start(platform.system.run)
+            await _start_egress(platform)
             await _start_parts(platform)
             await billing.start_metering(platform)  # billing charges running instances
             await nursery.start(run_webhooks, platform)

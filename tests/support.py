@@ -251,6 +251,7 @@ def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table:
         if name.startswith(link_prefix) or name == bridge:
             subprocess.run(["ip", "link", "delete", name], capture_output=True)
     subprocess.run(["nft", "delete", "table", "inet", nft_table], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "ip", f"{nft_table}_egress"], capture_output=True)
 
 
 def cleanup_runtime_host() -> None:

@@ -18,7 +18,14 @@ import trio
 
 from corral.config import Settings
 from corral.net import NetworkPolicy
-from corral.vm import CgroupV1, InstanceNetwork, NamespaceDriver, RuntimeDriver, TemplateStore
+from corral.vm import (
+    CgroupV1,
+    EgressTrust,
+    InstanceNetwork,
+    NamespaceDriver,
+    RuntimeDriver,
+    TemplateStore,
+)
 
 log = logging.getLogger("corral.runtime")
 
@@ -36,9 +43,13 @@ class NodeNetwork(InstanceNetwork, Protocol):
 
 
 class RuntimeHolder:
-    def __init__(self, settings: Settings, make_network: Callable[[], NodeNetwork]) -> None:
+    def __init__(
+        self, settings: Settings, make_network: Callable[[], NodeNetwork], egress: EgressTrust | None = None
+    ) -> None:
         self.settings = settings
         self._make_network = make_network
+        self.egress = egress
+        """The node's egress proxy port and CA, which every instance uses from boot (None: no proxy)."""
         self._driver: RuntimeDriver | None = None
         self._network: NodeNetwork | None = None
         self._lock = trio.Lock()
@@ -67,6 +78,7 @@ class RuntimeHolder:
                     network,
                     CgroupV1(parent=settings.cgroup_parent),
                     launch_timeout=settings.instance_launch_timeout,
+                    egress=self.egress,
                 )
                 adopted = await driver.adopt()
                 if adopted:

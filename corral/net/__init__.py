@@ -1,6 +1,6 @@
 """net layer: instance networking on the host (bridge, veth, addresses, nftables)."""
 
-from .addresses import AddressAllocator
+from .addresses import AddressAllocator, gateway_address
 from .dns_check import CnameCheck, NameServer, cname_points_to, parse_name_servers
 from .dns_forwarder import DnsForwarder
 from .errors import AddressExhausted, NetworkError
@@ -37,6 +37,7 @@ __all__ = [
     "PolicyError",
     "PolicyRule",
     "cname_points_to",
+    "gateway_address",
     "host_dns_servers",
     "instance_key",
     "parse_name_servers",

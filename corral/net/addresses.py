@@ -20,11 +20,16 @@ from pathlib import Path
 from .errors import AddressExhausted
 
 
+def gateway_address(subnet: str) -> str:
+    """The bridge's address in the instances' range (its first host): where node services listen."""
+    return str(next(ipaddress.IPv4Network(subnet).hosts()))
+
+
 class AddressAllocator:
     def __init__(self, path: Path, subnet: str) -> None:
         self.path = Path(path)
         self.network = ipaddress.IPv4Network(subnet)
-        self.gateway = next(self.network.hosts())
+        self.gateway = ipaddress.IPv4Address(gateway_address(subnet))
 
     @contextmanager
     def _locked(self) -> Iterator[dict[str, str]]:

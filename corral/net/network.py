@@ -33,6 +33,7 @@ import trio
 from . import links
 from .addresses import AddressAllocator
 from .dns_forwarder import DnsForwarder
+from .egress.redirect import EgressRedirect, RedirectConfig
 from .firewall import CHAIN_PREFIX, Firewall, FirewallConfig, chain_name
 from .links import Netlink
 from .policy import UNRESTRICTED, NetworkPolicy, PolicyRule, hostname_sets
@@ -82,6 +83,8 @@ class NetworkConfig:
     upstream_dns: tuple[str, ...] = ()
     """Where the forwarder asks, `host[:port]`; empty: the system's resolvers (loopback ones too)."""
     dns_port: int = 53
+    egress_port: int | None = None
+    """The egress proxy's port on the gateway: instances' ports 80 and 443 are redirected to it (None: not)."""
 
     def __post_init__(self) -> None:
         if len(self.link_prefix) > 3:
@@ -142,6 +145,11 @@ class HostNetwork:
             )
         )
         self.netlink = Netlink()
+        self.redirect = (
+            EgressRedirect(RedirectConfig(config.nft_table, config.bridge, config.subnet, self.gateway, config.egress_port))
+            if config.egress_port is not None
+            else None
+        )
         self._ready = False
         self._nursery = nursery
         self._policies_path = Path(config.state_dir) / "policies.json"
@@ -181,6 +189,8 @@ class HostNetwork:
                 self._dns_running = True
             except OSError as exc:  # instances fall back to the upstream resolvers
                 log.error("the DNS forwarder could not listen on %s:%d: %s", self.gateway, self.config.dns_port, exc)
+        if self.redirect is not None:
+            await self.redirect.install()
         self._ready = True
 
     @property
@@ -334,6 +344,8 @@ class HostNetwork:
     async def teardown(self) -> None:
         """Remove the bridge and the table too (tests; uninstall). Instances must be gone."""
         await self.cleanup_stale(set())
+        if self.redirect is not None:
+            await self.redirect.remove()
         await self.firewall.delete_table()
         await self.netlink.call(links.delete_link, self.config.bridge)
         self._ready = False

@@ -3,6 +3,7 @@
 from .cgroups import CgroupLimits, CgroupV1
 from .client import AgentClient, ExecEvent, ExecResult, FileContent
 from .driver import SIZES, InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
+from .egress import EgressTrust
 from .errors import (
     AgentError,
     AgentUnavailable,
@@ -50,6 +51,7 @@ __all__ = [
     "CgroupLimits",
     "CgroupV1",
     "DestinationExists",
+    "EgressTrust",
     "ExecEvent",
     "ExecResult",
     "FileContent",

@@ -40,6 +40,7 @@ import trio
 
 from .cgroups import CgroupLimits, CgroupV1
 from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
+from .egress import EgressTrust
 from .errors import (
     InstanceExists,
     InstanceNotFound,
@@ -81,6 +82,7 @@ class NamespaceDriver(RuntimeDriver):
         cgroups: CgroupV1 | None = None,
         python: str = sys.executable,
         launch_timeout: float = 15.0,
+        egress: EgressTrust | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.instances_dir = self.data_dir / "instances"
@@ -90,6 +92,8 @@ class NamespaceDriver(RuntimeDriver):
         self.uid_base = templates.uid_base
         self.agent_port = network.agent_port
         self.launch_timeout = launch_timeout
+        self.egress = egress
+        """The node's egress proxy and CA, which every instance uses from boot (None: no proxy)."""
         self.zygote = Zygote(python)
         self.snapshots = SnapshotStore(self.data_dir / "snapshots")
         self._locks: dict[str, trio.Lock] = {}
@@ -410,6 +414,7 @@ class NamespaceDriver(RuntimeDriver):
         directory = self.instance_dir(state["id"])
         hostname = state["hostname"]
         dns = attachment.dns_servers or (attachment.gateway,)
+        egress_env = self.egress.env(attachment.gateway) if self.egress is not None else {}
         return {
             "op": "launch",
             "timeout": self.launch_timeout,
@@ -427,9 +432,10 @@ class NamespaceDriver(RuntimeDriver):
             "address": attachment.address,
             "agent_port": self.agent_port,
             "token": state["token"],
-            "env": {**(state.get("env") or {}), **(boot_env or {})},  # boot_env stays off the disk
+            "env": {**egress_env, **(state.get("env") or {}), **(boot_env or {})},  # boot_env stays off the disk
             "resolv_conf": "".join(f"nameserver {s}\n" for s in dns),
             "hosts": f"127.0.0.1\tlocalhost\n{attachment.address}\t{hostname}\n",
+            **(self.egress.launch_fields() if self.egress is not None else {}),
         }
 
     async def _boot(self, state: dict[str, Any], boot_env: dict[str, str] | None = None) -> None:

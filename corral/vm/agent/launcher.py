@@ -170,6 +170,8 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     sc.pivot_root(".", ".")
     sc.umount(".", sc.MNT_DETACH)
     os.chdir("/")
+    if req.get("trust_ca"):
+        _trust_ca(req["trust_ca"], base)
 
     sc.unshare(sc.CLONE_NEWUSER)
     os.write(userns_w, b"userns")
@@ -182,6 +184,25 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     os.setresuid(0, 0, 0)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
     _reap_forever(req, report_fd)
+
+
+def _trust_ca(trust: dict[str, str], uid: int) -> None:
+    """Install the node's egress CA: its own file, and appended to the system bundle.
+
+    Runs after pivot_root, so every path (and any symlink the instance made) resolves
+    inside the instance's own root.
+    """
+    pem = trust["pem"]
+    for path in (trust["file"], trust["bundle"]):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_file(trust["file"], pem, uid)
+    try:
+        with open(trust["bundle"]) as handle:
+            current = handle.read()
+    except OSError:
+        current = ""
+    if pem.strip() not in current:
+        write_file(trust["bundle"], (current.rstrip("\n") + "\n" if current.strip() else "") + pem, uid)
 
 
 def _start_agent(req: dict[str, Any], ready_fd: int | None) -> int:

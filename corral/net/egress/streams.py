@@ -1,0 +1,134 @@
+"""Small stream helpers of the proxy: h11 over a trio stream, replayed bytes, the original destination."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import select
+import socket
+import struct
+from typing import Any
+
+import h11
+import trio
+
+SO_ORIGINAL_DST = 80
+READ_SIZE = 1048576
+
+
+class Prefixed(trio.abc.Stream):
+    """A stream that first gives back bytes already read from it (a peeked ClientHello)."""
+
+    def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
+        self.inner = inner
+        self.prefix = prefix
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self.prefix:
+            size = len(self.prefix) if max_bytes is None else max_bytes
+            data, self.prefix = self.prefix[:size], self.prefix[size:]
+            return data
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class Peer:
+    """One side of an exchange: a stream and its h11 state machine."""
+
+    def __init__(self, stream: trio.abc.Stream, role: Any) -> None:
+        self.stream = stream
+        self.conn = h11.Connection(role)
+
+    async def next_event(self) -> Any:
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self.stream.receive_some(READ_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            self.conn.receive_data(bytes(data))
+
+    async def send(self, event: Any) -> None:
+        data = self.conn.send(event)
+        if data:
+            await self.stream.send_all(data)
+
+    def reusable(self) -> bool:
+        """Both sides finished their message and may start another on this connection."""
+        return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await self.stream.aclose()
+
+
+def original_destination(sock: trio.socket.SocketType) -> tuple[str, int] | None:
+    """Where a connection redirected by nftables was going, or None if it came to the proxy itself."""
+    if sock.family != socket.AF_INET:
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_IP, SO_ORIGINAL_DST, 16)
+    except OSError:
+        return None
+    port = struct.unpack_from("!H", raw, 2)[0]
+    address = socket.inet_ntoa(raw[4:8])
+    local = sock.getsockname()
+    if (address, port) == (local[0], local[1]):
+        return None
+    return address, int(port)
+
+
+def looks_closed(sock: trio.socket.SocketType) -> bool:
+    """A kept-alive connection the peer closed (or that has unread bytes: unusable too)."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    return bool(poller.poll(0))
+
+
+def split_host_port(value: str, default_port: int, *, port_required: bool = False) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]:port` -> (host without brackets, port).
+
+    Some clients leave the brackets off an IPv6 literal (`CONNECT 2002:a00:1::1:443`);
+    where a port is required (CONNECT's authority form) the last group is the port.
+    """
+    value = value.strip()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            raise ValueError(f"bad host {value!r}")
+        host, rest = value[1:end], value[end + 1 :]
+        port = int(rest[1:]) if rest.startswith(":") else default_port
+    elif value.count(":") == 1:
+        host, port_text = value.split(":")
+        port = int(port_text)
+    else:
+        host, port = _bare_ipv6(value, default_port, port_required)
+    if not host or not 0 < port < 65536:
+        raise ValueError(f"bad host {value!r}")
+    return host.lower().rstrip("."), port
+
+
+def _bare_ipv6(value: str, default_port: int, port_required: bool) -> tuple[str, int]:
+    left, _, right = value.rpartition(":")
+    with_port: tuple[str, int] | None = None
+    with contextlib.suppress(ValueError):
+        with_port = str(ipaddress.IPv6Address(left)), int(right)
+    if port_required and with_port is not None:
+        return with_port
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.IPv6Address(value)), default_port
+    if with_port is not None:
+        return with_port
+    return value, default_port

@@ -1,0 +1,229 @@
+"""Egress proxy cost: added latency (p50, p99) and throughput, proxied against bypassed.
+
+An instance's network (namespace, veth, chain) and a stand-in internet namespace
+with one server listening on four ports: 80 and 443 are redirected to the egress
+proxy by nftables, 8080 and 8443 are not (the bypass). A client inside the
+instance's namespace makes kept-alive GETs, HTTP and HTTPS, on both ways in
+alternating rounds of the same run, then downloads 100 MB both ways. The client
+trusts the egress CA for 443 and the internet's own CA for 8443.
+
+Goals (issue 15): at most 1 ms added at p50 for HTTP, 3 ms for HTTPS; at least 0.8x
+the direct throughput.
+
+    sudo .venv/bin/python -m tools.bench.egress [--requests 2000] [--megabytes 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+import trio
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from corral.net import HostNetwork, NetworkConfig
+from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
+from tools.bench.common import free_port
+
+INTERNET_HOST, INTERNET = "10.221.0.1", "10.221.0.2"
+NETNS, OUTSIDE, INSIDE = "bench-egress-inet", "bneginet", "bneginetp"
+
+SERVER = r'''
+import ssl, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+CHUNK = b"x" * 65536
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    def log_message(self, *args): pass
+    def do_GET(self):
+        if self.path.startswith("/big/"):
+            size = int(self.path.split("/")[2])
+            self.send_response(200); self.send_header("Content-Length", str(size)); self.end_headers()
+            while size:
+                piece = CHUNK[:min(size, len(CHUNK))]; self.wfile.write(piece); size -= len(piece)
+        else:
+            self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+cert, key, host = sys.argv[1], sys.argv[2], sys.argv[3]
+for port, tls in ((80, False), (8080, False), (443, True), (8443, True)):
+    server = ThreadingHTTPServer((host, port), Handler)
+    if tls:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+'''
+
+CLIENT = r'''
+import http.client, json, ssl, sys, time
+host, requests, megabytes, egress_ca, internet_ca = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+def connection(port):
+    if port in (443, 8443):
+        context = ssl.create_default_context(cafile=egress_ca if port == 443 else internet_ca)
+        return http.client.HTTPSConnection(host, port, context=context)
+    return http.client.HTTPConnection(host, port)
+def get(conn, path):
+    conn.request("GET", path); response = conn.getresponse(); return len(response.read())
+results = {}
+pairs = {"http": (80, 8080), "https": (443, 8443)}
+for name, (proxied, direct) in pairs.items():
+    conns = {"proxied": connection(proxied), "direct": connection(direct)}
+    times = {"proxied": [], "direct": []}
+    for way, conn in conns.items():
+        for _ in range(20): get(conn, "/")  # warm up: connections, leaf certificate
+    for round_ in range(10):
+        for way, conn in conns.items():
+            for _ in range(requests // 10):
+                start = time.perf_counter(); get(conn, "/"); times[way].append((time.perf_counter() - start) * 1000)
+    results[name] = times
+size = megabytes * 1024 * 1024
+speeds = {"proxied": [], "direct": []}
+for round_ in range(3):
+    for way, port in (("proxied", 80), ("direct", 8080)):
+        conn = connection(port)
+        start = time.perf_counter(); got = get(conn, f"/big/{size}"); elapsed = time.perf_counter() - start
+        assert got == size, got
+        speeds[way].append(size / elapsed / 1e6)
+for way, values in speeds.items():
+    results[f"download_{way}"] = sorted(values)[1]
+print(json.dumps(results))
+'''
+
+
+def sh(*argv: str) -> None:
+    subprocess.run(list(argv), check=True, capture_output=True)
+
+
+def internet_tls(directory: Path) -> tuple[Path, Path, Path]:
+    """A CA of the stand-in internet and a leaf for its address: (ca, cert, key) files."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench internet CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (
+        x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, INTERNET)]))
+        .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(INTERNET))]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = (directory / "ca.pem", directory / "leaf.pem", directory / "leaf.key")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return paths
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def bench(requests: int, megabytes: int, work: Path) -> dict[str, object]:
+    ca_file, cert, key = internet_tls(work)
+    network = HostNetwork(
+        NetworkConfig(
+            state_dir=work / "network", bridge="corralbeg0", subnet="10.222.0.0/24", nft_table="corral_bench_egress",
+            link_prefix="cb", netns_prefix="corralb-", egress_port=free_port(),
+        )
+    )
+    for argv in (["ip", "netns", "delete", NETNS], ["ip", "link", "delete", OUTSIDE]):
+        subprocess.run(argv, capture_output=True)
+    server: subprocess.Popen[bytes] | None = None
+    try:
+        await network.setup()
+        sh("ip", "netns", "add", NETNS)
+        sh("ip", "link", "add", OUTSIDE, "type", "veth", "peer", "name", INSIDE, "netns", NETNS)
+        sh("ip", "addr", "add", f"{INTERNET_HOST}/24", "dev", OUTSIDE)
+        sh("ip", "link", "set", OUTSIDE, "up")
+        sh("ip", "-n", NETNS, "addr", "add", f"{INTERNET}/24", "dev", INSIDE)
+        sh("ip", "-n", NETNS, "link", "set", INSIDE, "up")
+        sh("ip", "-n", NETNS, "link", "set", "lo", "up")
+        sh("ip", "-n", NETNS, "route", "add", "default", "via", INTERNET_HOST)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", NETNS, sys.executable, "-c", SERVER, str(cert), str(key), INTERNET], stdout=subprocess.PIPE
+        )
+        assert server.stdout is not None and server.stdout.readline().strip() == b"ready"
+        instance = await network.attach(str(uuid.uuid4()))
+        ca = EgressCA(work / "egress-ca")
+        assert network.config.egress_port is not None
+        config = EgressProxyConfig(
+            network.gateway, network.config.egress_port, DestinationPolicy.build(False, [f"{INTERNET}/32"]), ca_bundle=str(ca_file)
+        )
+        proxy = EgressProxy(config, ca)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            result = await trio.run_process(
+                ["ip", "netns", "exec", instance.netns, sys.executable, "-c", CLIENT, INTERNET, str(requests), str(megabytes),
+                 str(ca.cert_path), str(ca_file)],
+                capture_stdout=True,
+            )
+            nursery.cancel_scope.cancel()
+        data: dict[str, object] = json.loads(result.stdout)
+        return data
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "delete", OUTSIDE], capture_output=True)
+        subprocess.run(["ip", "netns", "delete", NETNS], capture_output=True)
+        await network.teardown()
+        network.close()
+
+
+def report(data: dict[str, object], megabytes: int) -> None:
+    goals = {"http": 1.0, "https": 3.0}
+    for name in ("http", "https"):
+        times = data[name]
+        assert isinstance(times, dict)
+        proxied, direct = times["proxied"], times["direct"]
+        p50 = percentile(proxied, 0.5) - percentile(direct, 0.5)
+        p99 = percentile(proxied, 0.99) - percentile(direct, 0.99)
+        print(
+            f"{name:5} GET  direct p50 {percentile(direct, 0.5):.3f} ms p99 {percentile(direct, 0.99):.3f} ms | "
+            f"proxied p50 {percentile(proxied, 0.5):.3f} ms p99 {percentile(proxied, 0.99):.3f} ms | "
+            f"added p50 {p50:.3f} ms p99 {p99:.3f} ms (goal p50 <= {goals[name]} ms: {'met' if p50 <= goals[name] else 'MISSED'})"
+            f" mean added {statistics.mean(proxied) - statistics.mean(direct):.3f} ms"
+        )
+    proxied_mbps, direct_mbps = float(str(data["download_proxied"])), float(str(data["download_direct"]))
+    ratio = proxied_mbps / direct_mbps
+    print(
+        f"{megabytes} MB download (median of 3): direct {direct_mbps:.0f} MB/s, proxied {proxied_mbps:.0f} MB/s, "
+        f"ratio {ratio:.2f} (goal >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--requests", type=int, default=2000, help="GETs per way and scheme")
+    parser.add_argument("--megabytes", type=int, default=100)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("needs root (namespaces and nftables)")
+    with tempfile.TemporaryDirectory() as work:
+        data = trio.run(bench, args.requests, args.megabytes, Path(work))
+    report(data, args.megabytes)
+
+
+if __name__ == "__main__":
+    main()
