@@ -34,6 +34,7 @@ from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
+from corral.actors.egress import PolicyHooks
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
@@ -233,6 +234,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
             await nursery.start(platform.system.run)
+            if proxy is not None:
+                proxy.hooks = PolicyHooks(platform, platform.runtime)
             await _start_egress(platform)
             await _start_parts(platform)
             await billing.start_metering(platform)  # billing charges running instances

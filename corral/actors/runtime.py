@@ -41,6 +41,10 @@ class NodeNetwork(InstanceNetwork, Protocol):
 
     def forget_policy(self, instance_id: str) -> None: ...
 
+    def instance_at(self, address: str) -> str | None: ...
+
+    def allows(self, source: str, destination: str, port: int, protocol: str = "tcp") -> bool: ...
+
 
 class RuntimeHolder:
     def __init__(
@@ -91,6 +95,14 @@ class RuntimeHolder:
         await self.driver()
         assert self._network is not None
         await self._network.apply_policy(instance_id, policy)
+
+    def instance_at(self, address: str) -> str | None:
+        """The instance at `address` on the bridge (None before the network is up, or for no one)."""
+        return None if self._network is None else self._network.instance_at(address)
+
+    def network_allows(self, source: str, destination: str, port: int) -> bool:
+        """Whether the network policy of the instance at `source` lets it reach destination:port."""
+        return self._network is None or self._network.allows(source, destination, port)
 
     async def forget_network_policy(self, instance_id: str) -> None:
         """The instance is gone: its policy too."""

@@ -232,10 +232,14 @@ class HostNetwork:
             known.update({address: now + ttl for address, ttl in addresses})
             await self.firewall.add_addresses(sorted(sets), addresses)
 
+    def instance_at(self, address: str) -> str | None:
+        """The instance whose address on the bridge is `address` (who is asking the egress proxy)."""
+        return next((i for i, a in self.addresses.assignments().items() if a == address), None)
+
     def allows(self, source: str, destination: str, port: int, protocol: str = "tcp") -> bool:
         """Whether the policy of the instance at `source` lets it open a connection to
         destination:port (for the egress proxy; an unknown source is refused)."""
-        owner = next((i for i, a in self.addresses.assignments().items() if a == source), None)
+        owner = self.instance_at(source)
         if owner is None:
             return False
         now = trio.current_time()

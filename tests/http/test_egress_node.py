@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 
 from corral.net.egress import AuditEntry
 from tests.net.egress_support import INTERNET, Recording, internet
@@ -50,3 +52,60 @@ async def test_a_sandbox_goes_through_the_node_egress_proxy(egress_api: Api) -> 
     # private destinations other than the allowed one are refused
     refused = await run(egress_api, tenant, sid, "curl -sS --max-time 10 http://169.254.169.254/latest/meta-data/")
     assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED"
+
+
+async def egress(api: Api, tenant: Tenant, method: str, path: str, body: dict[str, object] | None = None) -> dict[str, Any]:
+    response = await api.request(method, f"/api/v1/egress{path}", key=tenant.key, json=body)
+    assert response.status_code in (200, 201), response.text
+    found: dict[str, Any] = response.json()
+    return found
+
+
+async def audit_rows(api: Api, tenant: Tenant, count: int) -> list[dict[str, Any]]:
+    with trio.fail_after(10):
+        while len(rows := (await egress(api, tenant, "GET", "/audit"))["data"]) < count:
+            await trio.sleep(0.05)
+    return list(rows)
+
+
+async def test_the_node_proxy_substitutes_bound_secrets_and_enforces_policies(egress_api: Api) -> None:
+    """The real hooks: a placeholder becomes the value only towards an allowed host, an
+    echoed value comes back as the placeholder, every request is audited, enforce rejects."""
+    tenant: Tenant = await egress_api.create_tenant()
+    sandbox = await create(egress_api, tenant)
+    sid = sandbox["id"]
+    value = "sk_live_" + "9" * 24
+    allowed = await egress(egress_api, tenant, "POST", "/secrets", {
+        "name": "api", "value": value, "type": "api_key", "scope": "tenant", "allowed_hosts": [INTERNET],
+    })
+    elsewhere = await egress(egress_api, tenant, "POST", "/secrets", {
+        "name": "other", "value": value + "x", "type": "api_key", "scope": "tenant", "allowed_hosts": ["api.example.com"],
+    })
+    bindings = {}
+    for env, secret in (("API_KEY", allowed), ("OTHER_KEY", elsewhere)):
+        bound = await egress(egress_api, tenant, "POST", "/bindings", {
+            "secret_id": secret["data"]["id"], "resource_id": sid, "resource_type": "sandbox", "expose_as_env": env,
+        })
+        bindings[env] = bound["data"]["placeholder_token"]
+    assert (await run(egress_api, tenant, sid, 'printf %s "$API_KEY"'))["stdout"] == bindings["API_KEY"]
+
+    curl = f"curl -sS --noproxy '*' --max-time 10 https://{INTERNET}/echo"
+    sent = await run(egress_api, tenant, sid, f'{curl} -H "Authorization: Bearer $API_KEY" -H "X-Other: $OTHER_KEY"')
+    assert sent["exit_code"] == 0, sent
+    echoed = json.loads(sent["stdout"])["headers"]
+    assert echoed["authorization"] == f"Bearer {bindings['API_KEY']}"  # the value went up, the placeholder came back
+    assert echoed["x-other"] == bindings["OTHER_KEY"]  # not an allowed host for it: never replaced
+    assert value not in sent["stdout"]
+    row = (await audit_rows(egress_api, tenant, 1))[0]
+    assert (row["host"], row["action"], row["status_code"], row["resource_id"]) == (INTERNET, "allow", 200, sid)
+    assert row["request_transforms"] == [{"type": "placeholder", "header": "authorization", "secret_id": allowed["data"]["id"]}]
+    assert row["rejected_by"] == "secret_host"  # audit_only: recorded, not enforced
+
+    await egress(egress_api, tenant, "POST", "/policies", {
+        "resource_id": sid, "resource_type": "sandbox", "mode": "enforce", "default_action": "deny",
+    })
+    await trio.sleep(1.1)  # the proxy's context of the sandbox lives a second
+    refused = await run(egress_api, tenant, sid, curl)
+    assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED"
+    row = (await audit_rows(egress_api, tenant, 2))[0]
+    assert (row["action"], row["rejected_by"]) == ("reject", "default_action")

@@ -13,6 +13,7 @@ Modules, one job each:
 - `audit`: audit rows (record, query, suggestions, retention);
 - `proxy_api`: the interface the egress proxy calls (`load_context`, `evaluate`,
   `record_request`, `denied_body`);
+- `proxy_hooks`: the node's proxy hooks over all of that (`PolicyHooks`);
 - `services`: what the package needs of its node.
 """
 
@@ -54,6 +55,7 @@ from .proxy_api import (
     load_context,
     load_context_for_instance,
 )
+from .proxy_hooks import PolicyHooks
 from .resources import Resource, ResourceIdentity, find_resource, in_scope
 from .services import EgressServices
 from .spec import NewBinding, NewPolicy, NewRule, NewSecret, PolicyChange, SecretChange
@@ -95,6 +97,7 @@ __all__ = [
     "NewRule",
     "NewSecret",
     "PolicyChange",
+    "PolicyHooks",
     "PolicyRecord",
     "Request",
     "Resource",

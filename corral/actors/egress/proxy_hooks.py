@@ -1,0 +1,144 @@
+"""The node's egress proxy hooks: each instance's policy, secrets and audit (`corral.net.egress.EgressHooks`).
+
+The proxy (in `net`) asks, per request: may it go (`decide`), with which headers
+(`transform_headers`: placeholders become values only towards a secret's allowed
+hosts), how the answer reaches the instance (`scrub_response`: echoed values become
+placeholders again) and what to keep (`record`: one audit row). Who is asking is
+the instance at the request's source address; its resource's context (policy,
+rules, bound secrets) is loaded once and kept for `CONTEXT_TTL`. The network policy
+governs ports 80 and 443 too (contract §11): the redirect hides them from the
+instance's chain, so a destination the policy blocks is refused here.
+
+Not yet: rejecting a request under `enforce` because it carries a placeholder
+towards a host outside the secret's `allowed_hosts` (the proxy asks `decide` before
+it has the headers); such a request goes out with the placeholder unreplaced, so the
+value never leaves, and its audit row says `rejected_by: "secret_host"`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Protocol
+
+from corral.net.egress import (
+    AuditEntry as ProxyAudit,
+)
+from corral.net.egress import (
+    Decision as ProxyDecision,
+)
+from corral.net.egress import (
+    Headers,
+    RequestInfo,
+    Transform,
+)
+
+from .audit import record_request
+from .decision import Request
+from .proxy_api import EgressContext, Verdict, evaluate, load_context_for_instance
+from .services import EgressServices
+from .substitution import Scrubber
+
+CONTEXT_TTL = 1.0
+
+
+class InstanceLocator(Protocol):
+    def instance_at(self, address: str) -> str | None: ...
+
+    def network_allows(self, source: str, destination: str, port: int) -> bool: ...
+
+
+class _BodyScrubber:
+    def __init__(self, scrubber: Scrubber) -> None:
+        self._scrubber = scrubber
+
+    def feed(self, data: bytes) -> bytes:
+        return self._scrubber.feed(data)
+
+    def finish(self) -> bytes:
+        return self._scrubber.flush()
+
+
+def _text(headers: Headers) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers]
+
+
+def _bytes(headers: Sequence[tuple[str, str]]) -> Headers:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+class PolicyHooks:
+    """`EgressHooks` over the egress package and the host network's policy."""
+
+    def __init__(self, services: EgressServices, network: InstanceLocator) -> None:
+        self.services = services
+        self.network = network
+        self._contexts: dict[str, tuple[EgressContext | None, float]] = {}
+        self._verdicts: dict[str, tuple[EgressContext, Verdict]] = {}
+
+    async def _context(self, address: str) -> EgressContext | None:
+        now = time.monotonic()
+        cached = self._contexts.get(address)
+        if cached is not None and now - cached[1] < CONTEXT_TTL:
+            return cached[0]
+        instance_id = self.network.instance_at(address)
+        context = None if instance_id is None else await load_context_for_instance(self.services, instance_id)
+        if len(self._contexts) > 10_000:
+            self._contexts.clear()
+        self._contexts[address] = (context, now)
+        return context
+
+    @staticmethod
+    def _request(info: RequestInfo) -> Request:
+        if info.method == "CONNECT":
+            return Request(info.host, None, None)
+        return Request(info.host, info.method, info.path.split("?", 1)[0] or "/")
+
+    async def decide(self, info: RequestInfo) -> ProxyDecision:
+        address = info.destination_address
+        if address is not None and not self.network.network_allows(info.client_address, address, info.port):
+            return ProxyDecision(allow=False, rejected_by="network_policy", message="blocked by the network policy")
+        context = await self._context(info.client_address)
+        if context is None:  # not a sandbox's or computer's instance: nothing to judge by
+            return ProxyDecision()
+        verdict = evaluate(context, self._request(info), [])
+        self._verdicts[info.request_id] = (context, verdict)
+        if not verdict.allowed:
+            return ProxyDecision(allow=False, rejected_by=verdict.rejected_by)
+        return ProxyDecision(rejected_by=verdict.rejected_by)
+
+    async def transform_headers(self, info: RequestInfo, headers: Headers) -> tuple[Headers, Sequence[Transform]]:
+        context = await self._context(info.client_address)
+        if context is None:
+            return headers, ()
+        verdict = evaluate(context, self._request(info), _text(headers))
+        self._verdicts[info.request_id] = (context, verdict)
+        transforms = [Transform(str(t.get("type")), str(t.get("header")), t.get("secret_id")) for t in verdict.request_transforms]
+        return _bytes(verdict.headers), transforms
+
+    def scrub_response(self, info: RequestInfo, headers: Headers) -> tuple[Headers, _BodyScrubber | None]:
+        found = self._verdicts.get(info.request_id)
+        if found is None or not found[1].used:
+            return headers, None
+        scrubber = found[1].scrubber()
+        return _bytes(scrubber.headers(_text(headers))), _BodyScrubber(scrubber)
+
+    async def record(self, entry: ProxyAudit) -> None:
+        found = self._verdicts.pop(entry.info.request_id, None)
+        if found is None:
+            return  # not a resource's request: nothing to attribute it to
+        context, verdict = found
+        action = "reject" if not entry.decision.allow else ("error" if entry.error else "allow")
+        row = verdict.audit_entry(
+            context,
+            action=action,
+            rejected_by=entry.decision.rejected_by or verdict.rejected_by,
+            status_code=entry.status_code,
+            duration_ms=round(entry.duration_ms),
+            bytes_in=entry.bytes_received,
+            bytes_out=entry.bytes_sent,
+            sni=entry.info.host if entry.info.scheme == "https" else None,
+            remote_addr=entry.upstream_address,
+            error_message=entry.error,
+        )
+        await record_request(self.services, row)
