@@ -98,7 +98,8 @@ DESKTOP_SERVICES = [
         "name": "wm",
         "command": (
             f"rm -f {WM_READY}; mkdir -p /run/corral; "
-            "for i in $(seq 200); do [ -S /tmp/.X11-unix/X0 ] && break; sleep 0.05; done; "
+            # Until X answers (a socket file alone may be a stale one from a snapshot's files).
+            "for i in $(seq 1200); do xdpyinfo -display :0 >/dev/null 2>&1 && break; sleep 0.05; done; "
             f"xsetroot -solid '#30506e'; exec openbox --startup 'touch {WM_READY}'"
         ),
     },
@@ -119,7 +120,7 @@ RECIPES: dict[str, Recipe] = {
         variant="minbase",
         packages=DESKTOP_PACKAGES,
         files=((SERVICES_FILE, json.dumps(DESKTOP_SERVICES, indent=1)),),
-        revision=4,
+        revision=5,
     ),
 }
 

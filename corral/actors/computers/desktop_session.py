@@ -21,7 +21,7 @@ from corral.vm import (
 )
 
 DISPLAY = ":0"
-READY_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
 READY_CHECK = (
     f"test -S {VNC_SOCKET} && test -e {WM_READY} "
     f"&& ss -Hltn src {DESKTOP_GATEWAY[0]}:{DESKTOP_GATEWAY[1]} | grep -q ."
