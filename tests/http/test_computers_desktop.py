@@ -10,6 +10,7 @@ import pytest
 import trio
 from PIL import Image
 
+from corral.actors.computers.desktop import REMAPPED_GAP_MS, typing_runs
 from tests.http.computer_support import call, create_running, run, wait_for, windows
 from tests.support import Api, Tenant, assert_error
 
@@ -285,3 +286,10 @@ async def test_resolution_on_create(runtime_api: Api, owner: Tenant) -> None:
     assert screen.json() == {"width": 640, "height": 480}
     dims = await run(runtime_api, owner, smallest.json()["id"], "echo $DISPLAY; xdpyinfo | grep dimensions")
     assert dims["output"].startswith(":0\n") and "640x480 pixels" in dims["output"]
+
+
+def test_characters_off_the_keyboard_map_are_typed_with_a_gap() -> None:
+    assert typing_runs("abc", 12) == [("abc", 12)]
+    assert typing_runs("wörld!", 12) == [("w", 12), ("ö", REMAPPED_GAP_MS), ("rld!", 12)]
+    assert typing_runs("éé", 200) == [("éé", 200)]  # a longer delay asked for is kept
+    assert typing_runs("a\\nb", 0) == [("a\\nb", 0)]

