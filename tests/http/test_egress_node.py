@@ -101,11 +101,24 @@ async def test_the_node_proxy_substitutes_bound_secrets_and_enforces_policies(eg
     assert row["request_transforms"] == [{"type": "placeholder", "header": "authorization", "secret_id": allowed["data"]["id"]}]
     assert row["rejected_by"] == "secret_host"  # audit_only: recorded, not enforced
 
-    await egress(egress_api, tenant, "POST", "/policies", {
-        "resource_id": sid, "resource_type": "sandbox", "mode": "enforce", "default_action": "deny",
+    policy = await egress(egress_api, tenant, "POST", "/policies", {
+        "resource_id": sid, "resource_type": "sandbox", "mode": "enforce", "default_action": "allow",
     })
     await trio.sleep(1.1)  # the proxy's context of the sandbox lives a second
-    refused = await run(egress_api, tenant, sid, curl)
+    # Under enforce, a placeholder towards a host its secret does not allow refuses the request.
+    refused = await run(egress_api, tenant, sid, f'{curl} -H "X-Other: $OTHER_KEY"')
     assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED"
     row = (await audit_rows(egress_api, tenant, 2))[0]
+    assert (row["action"], row["rejected_by"]) == ("reject", "secret_host")
+    allowed_only = await run(egress_api, tenant, sid, f'{curl} -H "Authorization: Bearer $API_KEY"')
+    assert json.loads(allowed_only["stdout"])["headers"]["authorization"] == f"Bearer {bindings['API_KEY']}"
+
+    changed = await egress_api.request(
+        "PATCH", f"/api/v1/egress/policies/{policy['data']['id']}", key=tenant.key, json={"default_action": "deny"}
+    )
+    assert changed.status_code == 200, changed.text
+    await trio.sleep(1.1)
+    refused = await run(egress_api, tenant, sid, curl)
+    assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED"
+    row = (await audit_rows(egress_api, tenant, 4))[0]
     assert (row["action"], row["rejected_by"]) == ("reject", "default_action")

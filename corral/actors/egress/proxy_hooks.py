@@ -8,11 +8,6 @@ the instance at the request's source address; its resource's context (policy,
 rules, bound secrets) is loaded once and kept for `CONTEXT_TTL`. The network policy
 governs ports 80 and 443 too (contract §11): the redirect hides them from the
 instance's chain, so a destination the policy blocks is refused here.
-
-Not yet: rejecting a request under `enforce` because it carries a placeholder
-towards a host outside the secret's `allowed_hosts` (the proxy asks `decide` before
-it has the headers); such a request goes out with the placeholder unreplaced, so the
-value never leaves, and its audit row says `rejected_by: "secret_host"`.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from corral.net.egress import (
 )
 from corral.net.egress import (
     Headers,
+    Rejected,
     RequestInfo,
     Transform,
 )
@@ -113,6 +109,14 @@ class PolicyHooks:
             return headers, ()
         verdict = evaluate(context, self._request(info), _text(headers))
         self._verdicts[info.request_id] = (context, verdict)
+        if not verdict.allowed:  # under enforce: a placeholder towards a host its secret does not allow
+            raise Rejected(
+                ProxyDecision(
+                    allow=False,
+                    rejected_by=verdict.rejected_by,
+                    message="a secret's placeholder was sent to a host the secret does not allow",
+                )
+            )
         transforms = [Transform(str(t.get("type")), str(t.get("header")), t.get("secret_id")) for t in verdict.request_transforms]
         return _bytes(verdict.headers), transforms
 

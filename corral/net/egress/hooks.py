@@ -75,6 +75,15 @@ class AuditEntry:
     """Why the request failed at the proxy (refused destination, TLS failure, ...)."""
 
 
+class Rejected(Exception):
+    """What `transform_headers` raises when the headers themselves make the request refused
+    (a placeholder towards a host its secret does not allow, under `enforce`)."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.message)
+        self.decision = decision
+
+
 class ResponseScrubber(Protocol):
     """Rewrites a response body on its way to the instance (e.g. secret values to placeholders)."""
 
@@ -95,7 +104,8 @@ class EgressHooks(Protocol):
         ...
 
     async def transform_headers(self, info: RequestInfo, headers: Headers) -> tuple[Headers, Sequence[Transform]]:
-        """The headers to send upstream (placeholders substituted), and what changed."""
+        """The headers to send upstream (placeholders substituted), and what changed; raise
+        `Rejected` to refuse the request because of them."""
         ...
 
     def scrub_response(self, info: RequestInfo, headers: Headers) -> tuple[Headers, ResponseScrubber | None]:

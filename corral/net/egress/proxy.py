@@ -48,6 +48,7 @@ from .hooks import (
     Decision,
     EgressHooks,
     Headers,
+    Rejected,
     RequestInfo,
     ResponseScrubber,
     Transform,
@@ -342,7 +343,11 @@ class EgressProxy:
             if _header(headers, b"host") is None:
                 default = DEFAULT_PORTS[scheme]
                 headers.insert(0, (b"host", (host if port == default else f"{host}:{port}").encode()))
-            headers, transforms = await self.hooks.transform_headers(info, headers)
+            try:
+                headers, transforms = await self.hooks.transform_headers(info, headers)
+            except Rejected as rejected:
+                decision = rejected.decision
+                raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by) from None
             upstream = await self._upstream_for(upstream, target, scheme, host, port, address)
             upstream_request = h11.Request(method=request.method, target=path.encode("latin-1"), headers=headers)
         except ProxyFailure as failure:
