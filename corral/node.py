@@ -194,6 +194,7 @@ async def _start_parts(platform: Platform) -> None:
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
     )
+    await platform.nursery.start(egress.forget_gone_resources, platform)
     await platform.nursery.start(
         partial(run_periodically, wait_first=False),
         partial(egress.prune, platform.db),

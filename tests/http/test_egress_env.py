@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import trio
+
 from corral.actors import egress
 from tests.http.computer_support import create_running
 from tests.http.computer_support import run as computer_run
@@ -68,3 +70,29 @@ async def test_computer_gets_placeholders_in_execs(runtime_api: Api, owner: Tena
     context = await egress.load_context_for_instance(runtime_api.platform, instance_id)
     assert context is not None and context.resource_type == "computer" and context.resource.id == computer["id"]
     assert [(s.placeholder, s.value) for s in context.secrets] == [(created["binding"]["placeholder_token"], VALUE)]
+
+
+async def test_bindings_and_policy_go_with_their_sandbox(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    sid = sandbox["id"]
+    secret = await egress_post(runtime_api, owner, "/secrets", {"name": "gone", "value": VALUE, "type": "api_key", "scope": "tenant"})
+    await egress_post(runtime_api, owner, "/bindings", {
+        "secret_id": secret["data"]["id"], "resource_id": sid, "resource_type": "sandbox", "expose_as_env": "GONE_KEY",
+    })
+    policy = await egress_post(runtime_api, owner, "/policies", {"resource_id": sid, "resource_type": "sandbox", "mode": "enforce", "default_action": "deny"})
+    await egress_post(runtime_api, owner, "/allowlist", {"policy_id": policy["data"]["id"], "pattern": "api.example.com", "kind": "exact"})
+
+    async def listed(path: str) -> list[dict[str, Any]]:
+        response = await runtime_api.request("GET", f"{API}/egress{path}", key=owner.key)
+        assert response.status_code == 200, response.text
+        return [item for item in response.json()["data"] if item.get("resource_id") == sid or item.get("policy_id") == policy["data"]["id"]]
+
+    assert len(await listed("/bindings")) == 1 and len(await listed("/policies")) == 1
+    destroyed = await runtime_api.request("DELETE", f"{API}/sandboxes/{sid}", key=owner.key)
+    assert destroyed.status_code in (200, 204), destroyed.text
+    with trio.fail_after(10):
+        while await listed("/bindings") or await listed("/policies"):
+            await trio.sleep(0.05)
+    assert await listed("/allowlist") == []
+    # The secret itself stays (it belongs to the tenant, not the sandbox).
+    assert (await runtime_api.request("GET", f"{API}/egress/secrets/{secret['data']['id']}", key=owner.key)).status_code == 200

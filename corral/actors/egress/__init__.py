@@ -14,6 +14,7 @@ Modules, one job each:
 - `proxy_api`: the interface the egress proxy calls (`load_context`, `evaluate`,
   `record_request`, `denied_body`);
 - `proxy_hooks`: the node's proxy hooks over all of that (`PolicyHooks`);
+- `cleanup`: a resource's bindings and policy go with it;
 - `services`: what the package needs of its node.
 """
 
@@ -32,6 +33,7 @@ from .audit import (
     record_request,
     suggestions,
 )
+from .cleanup import forget_gone_resources
 from .decision import Decision, Request, decide, host_matches
 from .policies import (
     create_policy,
@@ -124,6 +126,7 @@ __all__ = [
     "effective_policy",
     "evaluate",
     "find_resource",
+    "forget_gone_resources",
     "get_audit",
     "get_binding",
     "get_policy",

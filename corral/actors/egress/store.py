@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.actors.record import RowStore
-from corral.storage import Database
+from corral.storage import Database, Transaction
 
 SECRET_SCOPES = ("tenant", "workspace", "user", "external_user", "external_workspace")
 SCOPE_COLUMN: dict[str, str | None] = {
@@ -199,3 +199,26 @@ async def find_rule(db: Database, tenant_id: str, rule_id: str) -> RuleRecord | 
 
 async def list_rules(db: Database, tenant_id: str, filters: list[tuple[str, Any]]) -> list[RuleRecord]:
     return await RULES.where(db, [("tenant_id", tenant_id), *filters], order_by="priority DESC, created_at, id")
+
+
+# -- resources that went -----------------------------------------------------------
+
+
+def forget_resource(tx: Transaction, resource_id: str) -> int:
+    """Drop the bindings and the policy (with its rules) of a sandbox or computer that went."""
+    policies = POLICIES.records(tx.fetch_all("SELECT * FROM egress_policies WHERE resource_id = ?", (resource_id,)))
+    for policy in policies:
+        tx.execute("DELETE FROM egress_rules WHERE policy_id = ?", (policy.id,))
+    tx.execute("DELETE FROM egress_policies WHERE resource_id = ?", (resource_id,))
+    return tx.execute("DELETE FROM egress_bindings WHERE resource_id = ?", (resource_id,)) + len(policies)
+
+
+async def orphaned_resources(db: Database) -> list[str]:
+    """Resources named by bindings or policies that no longer exist (gone while no node listened)."""
+    named = await db.fetch_all(
+        "SELECT resource_id AS id FROM egress_bindings WHERE resource_id IS NOT NULL"
+        " UNION SELECT resource_id AS id FROM egress_policies WHERE resource_id IS NOT NULL"
+    )
+    alive = await db.fetch_all("SELECT id FROM sandboxes WHERE status != 'destroyed' UNION SELECT id FROM computers")
+    living = {str(value) for row in alive for value in row.values()}
+    return sorted({str(value) for row in named for value in row.values()} - living)
