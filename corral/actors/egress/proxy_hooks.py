@@ -98,6 +98,8 @@ class PolicyHooks:
         if context is None:  # not a sandbox's or computer's instance: nothing to judge by
             return ProxyDecision()
         verdict = evaluate(context, self._request(info), [])
+        if len(self._verdicts) > 10_000:  # requests the proxy never recorded (it always should)
+            self._verdicts.clear()
         self._verdicts[info.request_id] = (context, verdict)
         if not verdict.allowed:
             return ProxyDecision(allow=False, rejected_by=verdict.rejected_by)
