@@ -24,9 +24,13 @@ import httpx
 import pytest
 import trio
 
+from corral.actors import egress
+from corral.ids import new_uuid
+from corral.storage import utc_now_iso
 from tests.support import API, Api, Tenant, assert_error, free_port, member_key, running_server
 
 ACCESS = "gho_access-0123456789abcdefTOKEN"
+ACCESS_2 = "gho_access-refreshed-0123456789TOKEN"
 REFRESH = "ghr_refresh-0123456789abcdef"
 CLIENT_SECRET = "operator-client-secret-0123456789"
 TENANT_SECRET = "tenant-client-secret-0123456789"
@@ -42,6 +46,7 @@ class AuthServer:
     codes: dict[str, dict[str, str]] = field(default_factory=dict)
     token_requests: list[dict[str, str]] = field(default_factory=list)
     token_status: int = 200
+    refresh_token: str = REFRESH
 
     @property
     def base(self) -> str:
@@ -57,6 +62,12 @@ class AuthServer:
 
     def token(self, form: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         self.token_requests.append(form)
+        if form.get("grant_type") == "refresh_token":
+            if form.get("refresh_token") != self.refresh_token or form.get("client_secret") != self.client_secret:
+                return 400, {"content-type": "application/json"}, b'{"error": "invalid_grant"}'
+            self.refresh_token = REFRESH + "-rotated"
+            body = {"access_token": ACCESS_2, "refresh_token": self.refresh_token, "expires_in": 3600}
+            return 200, {"content-type": "application/json"}, json.dumps(body).encode()
         issued = self.codes.pop(form.get("code", ""), None)
         verifier = form.get("code_verifier", "")
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
@@ -136,7 +147,7 @@ async def oauth_api(tmp_path: Path, auth_server: AuthServer) -> AsyncIterator[Ap
 async def call(api: Api, tenant: Tenant, method: str, path: str, **kwargs: Any) -> httpx.Response:
     key = kwargs.pop("key", tenant.key)
     response = await api.request(method, f"{API}/egress/oauth{path}", key=key, **kwargs)
-    for secret in (ACCESS, REFRESH, CLIENT_SECRET, TENANT_SECRET):
+    for secret in (ACCESS, ACCESS_2, REFRESH, CLIENT_SECRET, TENANT_SECRET):
         assert secret not in response.text
     return response
 
@@ -305,3 +316,50 @@ async def test_a_tenant_provider_connects_end_to_end(tmp_path: Path, auth_server
         status = (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]
         secret = (await api.request("GET", f"{API}/egress/secrets/{status['secret_id']}", key=tenant.key)).json()["data"]
         assert (secret["scope"], secret["type"], secret["allowed_hosts"]) == ("tenant", "oauth_connect", ["api.acme.test"])
+
+
+async def sandbox_row(api: Api, tenant: Tenant) -> str:
+    sandbox_id = new_uuid()
+    now = utc_now_iso()
+    await api.platform.db.insert(
+        "sandboxes",
+        {
+            "id": sandbox_id, "tenant_id": tenant.id, "owner_user_id": tenant.owner_id,
+            "name": "connected", "slug": f"connected-{sandbox_id[:8]}", "template_id": "default", "size": "small",
+            "status": "stopped", "region": "local", "auto_stop": None, "workspace_id": tenant.workspace_id,
+            "project_id": tenant.project_id, "external_workspace_id": None,
+            "external_user_id": None, "external_project_id": None, "metadata": "{}",
+            "error": None, "forked_from": None, "last_activity_at": None, "created_at": now, "updated_at": now,
+        },
+    )
+    return sandbox_id
+
+
+async def test_an_expiring_token_is_refreshed_before_it_is_substituted(oauth_api: Api, auth_server: AuthServer) -> None:
+    api = oauth_api
+    tenant = await api.create_tenant()
+    sandbox_id = await sandbox_row(api, tenant)
+    started = await start(api, tenant, expose_as_env="GITHUB_TOKEN")
+    assert (await browse(api, started["authorize_url"])).status_code == 200
+    secret_id = (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]["secret_id"]
+
+    context = await egress.load_context(api.platform, "sandbox", sandbox_id)
+    assert context is not None and [s.value for s in context.secrets] == [ACCESS]
+    assert len(auth_server.token_requests) == 1  # far from expiry: no refresh
+
+    await api.platform.db.execute("UPDATE egress_secrets SET expires_at = ? WHERE id = ?", ("2000-01-01T00:00:00.000000Z", secret_id))
+    context = await egress.load_context(api.platform, "sandbox", sandbox_id)
+    assert context is not None and [s.value for s in context.secrets] == [ACCESS_2]
+    refresh = auth_server.token_requests[-1]
+    assert (refresh["grant_type"], refresh["refresh_token"], refresh["client_id"]) == ("refresh_token", REFRESH, "op-client")
+    secret = (await api.request("GET", f"{API}/egress/secrets/{secret_id}", key=tenant.key)).json()["data"]
+    assert secret["expires_at"] > utc_now_iso()
+    placeholder = context.secrets[0].placeholder
+    assert (await egress.load_context(api.platform, "sandbox", sandbox_id)).secrets[0].placeholder == placeholder  # type: ignore[union-attr]
+
+    # The rotated refresh token is the one used next; a refused refresh leaves the secret out.
+    await api.platform.db.execute("UPDATE egress_secrets SET expires_at = ? WHERE id = ?", ("2000-01-01T00:00:00.000000Z", secret_id))
+    auth_server.refresh_token = "revoked"
+    context = await egress.load_context(api.platform, "sandbox", sandbox_id)
+    assert context is not None and context.secrets == []
+    assert auth_server.token_requests[-1]["refresh_token"] == REFRESH + "-rotated"

@@ -13,7 +13,9 @@ the code at `token_url` (with the PKCE verifier) and stores the access token as 
 `oauth_connect` vault secret whose `allowed_hosts` are the provider's, bound
 scope-wide under `expose_as_env` when asked; the refresh token is kept sealed on the
 flow. A flow is `pending`, then `complete` (with `secret_id`) or `failed` (with
-`error`). Not done yet: refreshing an expired access token before substitution.
+`error`). `refresh_expiring` (called by the proxy before it loads a resource's bound
+secrets) trades the refresh token for a new access token when the secret's expiry is
+near; a refresh that fails leaves the secret expired (it is then not substituted).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import logging
 import re
 import secrets as random
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from typing import Annotated, Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx
+import trio
 
 from corral.actors.record import RowStore
 from corral.actors.webhooks.destinations import (
@@ -45,12 +49,18 @@ from corral.models import Rule, model
 from corral.storage import associated_data, iso_in, parse_iso, utc_now, utc_now_iso
 
 from .services import EgressServices
-from .spec import EnvName, Hosts, NewSecret
-from .vault import Caller, _check_role, create_secret
+from .spec import EnvName, Hosts, NewSecret, SecretChange
+from .store import SECRETS
+from .vault import Caller, _check_role, create_secret, update_secret
 
 FLOW_TTL = timedelta(minutes=10)
 """A flow's callback must arrive within this long of its start."""
 TOKEN_TIMEOUT = 15.0
+REFRESH_MARGIN = 60.0
+"""An access token this close to its expiry (seconds) is refreshed before it is used."""
+
+log = logging.getLogger(__name__)
+_refreshing = trio.Lock()
 PROVIDER_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
@@ -389,28 +399,9 @@ async def _exchange(provider: Provider, flow: FlowRecord, code: str) -> dict[str
         "grant_type": "authorization_code",
         "code": code,
         "redirect_uri": flow.redirect_uri,
-        "client_id": provider.client_id,
         "code_verifier": flow.code_verifier,
     }
-    if provider.client_secret:
-        form["client_secret"] = provider.client_secret
-    try:
-        async with httpx.AsyncClient(timeout=TOKEN_TIMEOUT, follow_redirects=False) as client:
-            response = await client.post(provider.token_url, data=form, headers={"Accept": "application/json"})
-    except httpx.HTTPError as exc:
-        raise CallbackError(502, f"token endpoint unreachable: {type(exc).__name__}") from None
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise CallbackError(502, f"token endpoint answered {response.status_code} without a JSON object")
-    if response.status_code != 200 or "error" in body:
-        error = str(body.get("error") or response.status_code)
-        raise CallbackError(502, f"token endpoint refused the code: {error[:200]}")
-    if not isinstance(body.get("access_token"), str) or not body["access_token"]:
-        raise CallbackError(502, "token endpoint answered without an access_token")
-    return body
+    return await _token_request(provider, form)
 
 
 async def callback(
@@ -469,3 +460,79 @@ async def callback(
         values["refresh_token"] = services.secrets.encrypt_text(refresh, _refresh_aad(flow.tenant_id, flow.id))
     await FLOWS.update(services.db, flow.id, values)
     return FLOWS.replaced(flow, values)
+
+
+# -- refresh ------------------------------------------------------------------------
+
+
+async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, Any]:
+    """POST `form` (with the client's credentials) to the token endpoint; its JSON tokens."""
+    form = {**form, "client_id": provider.client_id}
+    if provider.client_secret:
+        form["client_secret"] = provider.client_secret
+    try:
+        async with httpx.AsyncClient(timeout=TOKEN_TIMEOUT, follow_redirects=False) as client:
+            response = await client.post(provider.token_url, data=form, headers={"Accept": "application/json"})
+    except httpx.HTTPError as exc:
+        raise CallbackError(502, f"token endpoint unreachable: {type(exc).__name__}") from None
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise CallbackError(502, f"token endpoint answered {response.status_code} without a JSON object")
+    if response.status_code != 200 or "error" in body:
+        error = str(body.get("error") or response.status_code)
+        raise CallbackError(502, f"token endpoint refused: {error[:200]}")
+    if not isinstance(body.get("access_token"), str) or not body["access_token"]:
+        raise CallbackError(502, "token endpoint answered without an access_token")
+    return body
+
+
+async def refresh_expiring(services: EgressServices, tenant_id: str) -> int:
+    """Refresh the tenant's `oauth_connect` secrets that expire within `REFRESH_MARGIN`;
+    how many were refreshed. Failures are logged (without tokens) and leave the secret."""
+    rows = await services.db.fetch_all(
+        "SELECT * FROM egress_oauth_flows WHERE tenant_id = ? AND status = 'complete' AND refresh_token IS NOT NULL"
+        " AND secret_id IN (SELECT id FROM egress_secrets WHERE tenant_id = ? AND expires_at IS NOT NULL"
+        " AND expires_at <= ?)",
+        (tenant_id, tenant_id, iso_in(REFRESH_MARGIN)),
+    )
+    due = FLOWS.records(rows)
+    refreshed = 0
+    for flow in due:
+        async with _refreshing:
+            try:
+                refreshed += await _refresh(services, flow.id)
+            except CallbackError as exc:
+                log.warning("OAuth refresh of secret %s failed: %s", flow.secret_id, exc.message)
+    return refreshed
+
+
+async def _refresh(services: EgressServices, flow_id: str) -> int:
+    flow = await FLOWS.load(services.db, flow_id)
+    if flow is None or flow.secret_id is None or flow.refresh_token is None:
+        return 0
+    secret = await SECRETS.load(services.db, flow.secret_id)
+    if secret is None or secret.expires_at is None or parse_iso(secret.expires_at) > parse_iso(iso_in(REFRESH_MARGIN)):
+        return 0  # gone, or refreshed meanwhile
+    providers = {p.provider: p for p in await providers_of(services, flow.tenant_id, services.settings.oauth_providers)}
+    provider = providers.get(flow.provider)
+    if provider is None:
+        raise CallbackError(400, "the provider is no longer configured")
+    if provider.source == "tenant" and not services.settings.allow_private_destinations:
+        try:
+            await check_destination(parse_url(provider.token_url), allow_private=False)
+        except (InvalidUrl, DestinationRefused) as exc:
+            raise CallbackError(502, f"token_url refused: {exc}") from None
+    refresh_token = services.secrets.decrypt_text(flow.refresh_token, _refresh_aad(flow.tenant_id, flow.id))
+    tokens = await _token_request(provider, {"grant_type": "refresh_token", "refresh_token": refresh_token})
+    expires_in = tokens.get("expires_in")
+    expires_at = iso_in(float(expires_in)) if isinstance(expires_in, int | float) else None
+    change = SecretChange(value=tokens["access_token"], expires_at=expires_at)
+    await update_secret(services, Caller(flow.tenant_id, True), secret, change)
+    rotated = tokens.get("refresh_token")
+    if isinstance(rotated, str) and rotated:
+        sealed = services.secrets.encrypt_text(rotated, _refresh_aad(flow.tenant_id, flow.id))
+        await FLOWS.update(services.db, flow.id, {"refresh_token": sealed, "updated_at": utc_now_iso()})
+    return 1

@@ -39,3 +39,4 @@ CREATE TABLE egress_oauth_flows (
     updated_at TEXT NOT NULL
 );
 CREATE UNIQUE INDEX egress_oauth_flows_state ON egress_oauth_flows (state);
+CREATE INDEX egress_oauth_flows_secret ON egress_oauth_flows (tenant_id, secret_id);
