@@ -139,8 +139,9 @@ def _providers_file(tmp_path: Path, server: AuthServer) -> str:
 
 
 @pytest.fixture
-async def oauth_api(tmp_path: Path, auth_server: AuthServer) -> AsyncIterator[Api]:
-    async with running_server(tmp_path / "node", egress_proxy=False, oauth_providers=_providers_file(tmp_path, auth_server)) as api:
+async def oauth_api(tmp_path: Path, auth_server: AuthServer, database_url: str) -> AsyncIterator[Api]:
+    """A node with the operator's provider file, on SQLite and on PostgreSQL."""
+    async with running_server(tmp_path / "node", database_url, egress_proxy=False, oauth_providers=_providers_file(tmp_path, auth_server)) as api:
         yield api
 
 
