@@ -236,6 +236,12 @@ async def test_callback_and_start_errors(oauth_api: Api, auth_server: AuthServer
     status = (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]
     assert status["status"] == "failed" and "access_denied" in status["error"] and status["secret_id"] is None
 
+    # The provider sends the browser back without a code.
+    started = await start(api, tenant)
+    page = await api.client.get(f"{API}/egress/oauth/callback?state={started['state']}")
+    assert page.status_code == 400 and "no code" in page.text
+    assert (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]["status"] == "failed"
+
     # A code the token endpoint does not know.
     started = await start(api, tenant)
     page = await api.client.get(f"{API}/egress/oauth/callback?code=forged&state={started['state']}")
@@ -364,3 +370,7 @@ async def test_an_expiring_token_is_refreshed_before_it_is_substituted(oauth_api
     context = await egress.load_context(api.platform, "sandbox", sandbox_id)
     assert context is not None and context.secrets == []
     assert auth_server.token_requests[-1]["refresh_token"] == REFRESH + "-rotated"
+    # Not tried again at once (the provider is not asked on every request).
+    asked = len(auth_server.token_requests)
+    assert (await egress.load_context(api.platform, "sandbox", sandbox_id)).secrets == []  # type: ignore[union-attr]
+    assert len(auth_server.token_requests) == asked

@@ -61,6 +61,9 @@ REFRESH_MARGIN = 60.0
 
 log = logging.getLogger(__name__)
 _refreshing = trio.Lock()
+REFRESH_RETRY_SECONDS = 60.0
+"""After a refused refresh, the flow is not tried again for this long (per process)."""
+_failed_at: dict[str, float] = {}
 PROVIDER_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
@@ -501,11 +504,16 @@ async def refresh_expiring(services: EgressServices, tenant_id: str) -> int:
     due = FLOWS.records(rows)
     refreshed = 0
     for flow in due:
+        if trio.current_time() - _failed_at.get(flow.id, float("-inf")) < REFRESH_RETRY_SECONDS:
+            continue
         async with _refreshing:
             try:
                 refreshed += await _refresh(services, flow.id)
             except CallbackError as exc:
+                _failed_at[flow.id] = trio.current_time()
                 log.warning("OAuth refresh of secret %s failed: %s", flow.secret_id, exc.message)
+            else:
+                _failed_at.pop(flow.id, None)
     return refreshed
 
 
