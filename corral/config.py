@@ -111,6 +111,8 @@ class Settings:
     egress_allowed_destinations: tuple[str, ...] = ()
     """Test-only: private CIDRs the egress proxy may reach without `CORRAL_ALLOW_PRIVATE_DESTINATIONS`
     (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet."""
+    oauth_providers: str | None = None
+    """The operator's OAuth providers: a JSON file path (`CORRAL_OAUTH_PROVIDERS`; contract §11)."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -171,6 +173,7 @@ class Settings:
             "prepare_templates": _env_flag("CORRAL_PREPARE_TEMPLATES", default=True),
             "egress_proxy": _env_flag("CORRAL_EGRESS_PROXY", default=True),
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
+            "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),

@@ -15,6 +15,8 @@ Modules, one job each:
   `record_request`, `denied_body`);
 - `proxy_hooks`: the node's proxy hooks over all of that (`PolicyHooks`);
 - `cleanup`: a resource's bindings and policy go with it;
+- `oauth`: OAuth connect (operator and tenant providers, PKCE flows, the callback
+  that stores an `oauth_connect` secret);
 - `services`: what the package needs of its node.
 """
 
@@ -35,6 +37,21 @@ from .audit import (
 )
 from .cleanup import forget_gone_resources
 from .decision import Decision, Request, decide, host_matches
+from .oauth import (
+    CallbackError,
+    FlowRecord,
+    NewProvider,
+    OAuthStart,
+    Provider,
+    callback,
+    delete_provider,
+    flow_public,
+    flow_status,
+    provider_public,
+    providers_of,
+    register_provider,
+)
+from .oauth import start as start_oauth
 from .policies import (
     create_policy,
     create_rule,
@@ -90,17 +107,22 @@ __all__ = [
     "AuditRecord",
     "BindingRecord",
     "BoundSecret",
+    "CallbackError",
     "Caller",
     "Decision",
     "EgressContext",
     "EgressServices",
+    "FlowRecord",
     "NewBinding",
     "NewPolicy",
+    "NewProvider",
     "NewRule",
     "NewSecret",
+    "OAuthStart",
     "PolicyChange",
     "PolicyHooks",
     "PolicyRecord",
+    "Provider",
     "Request",
     "Resource",
     "ResourceIdentity",
@@ -114,18 +136,22 @@ __all__ = [
     "binding_public",
     "bindings_of",
     "bound_secrets",
+    "callback",
     "create_binding",
     "create_policy",
     "create_rule",
     "create_secret",
     "decide",
     "delete_binding",
+    "delete_provider",
     "delete_rule",
     "delete_secret",
     "denied_body",
     "effective_policy",
     "evaluate",
     "find_resource",
+    "flow_public",
+    "flow_status",
     "forget_gone_resources",
     "get_audit",
     "get_binding",
@@ -140,13 +166,17 @@ __all__ = [
     "placeholder_env",
     "policies_of",
     "policy_public",
+    "provider_public",
+    "providers_of",
     "prune",
     "query_audit",
     "record_request",
+    "register_provider",
     "rule_public",
     "rules_of",
     "secret_public",
     "secrets_of",
+    "start_oauth",
     "substitute",
     "suggestions",
     "tenant_default",

@@ -14,7 +14,7 @@ For each request from an instance, the proxy (corral/net or its actor) does::
     await egress.record_request(platform, verdict.audit_entry(context, status_code=..., duration_ms=...,
                                 bytes_in=..., bytes_out=..., sni=..., remote_addr=...))
 
-`load_context` reads the database and decrypts the resource's bound secrets; the proxy
+`load_context` refreshes the tenant's OAuth tokens that are about to expire, reads the database and decrypts the resource's bound secrets; the proxy
 may keep a context for a short while (a second) and reuse it for a kept-alive
 connection. `evaluate` and everything below it are pure: no I/O, no clock.
 Headers are `(name, value)` string pairs (decode h11's bytes as latin-1).
@@ -29,6 +29,7 @@ from typing import Any
 
 from .audit import AuditEntry
 from .decision import Decision, Request, decide
+from .oauth import refresh_expiring
 from .policies import effective_policy
 from .resources import ResourceIdentity, find_resource, resource_of_instance
 from .services import EgressServices
@@ -54,6 +55,7 @@ async def load_context(services: EgressServices, resource_type: str, resource_id
     if resource is None:
         return None
     policy, rules = await effective_policy(services.db, resource.tenant_id, resource.id)
+    await refresh_expiring(services, resource.tenant_id)
     return EgressContext(resource, resource_type, policy, rules, await bound_secrets(services, resource))
 
 
@@ -64,6 +66,7 @@ async def load_context_for_instance(services: EgressServices, instance_id: str) 
         return None
     resource_type, resource = found
     policy, rules = await effective_policy(services.db, resource.tenant_id, resource.id)
+    await refresh_expiring(services, resource.tenant_id)
     return EgressContext(resource, resource_type, policy, rules, await bound_secrets(services, resource))
 
 

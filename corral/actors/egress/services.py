@@ -1,10 +1,11 @@
-"""What the egress package needs of its node: the store, the secret box and the bus."""
+"""What the egress package needs of its node: the store, the secret box, the bus and settings."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
 from corral.actors.bus import EventBus
+from corral.config import Settings
 from corral.storage import Database, SecretBox
 
 
@@ -12,3 +13,4 @@ class EgressServices(Protocol):
     db: Database
     secrets: SecretBox
     bus: EventBus
+    settings: Settings

@@ -16,6 +16,7 @@ from . import (
     computers,
     credits,
     egress,
+    egress_oauth,
     invite_pages,
     invites,
     members,
@@ -44,4 +45,4 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router]
+        network_policy.router, egress.router, egress_oauth.router]
