@@ -51,7 +51,7 @@ from corral.storage import associated_data, iso_in, parse_iso, utc_now, utc_now_
 from .services import EgressServices
 from .spec import EnvName, Hosts, NewSecret, SecretChange
 from .store import SECRETS
-from .vault import Caller, _check_role, create_secret, update_secret
+from .vault import Caller, create_secret, require_role, update_secret
 
 FLOW_TTL = timedelta(minutes=10)
 """A flow's callback must arrive within this long of its start."""
@@ -321,7 +321,7 @@ async def start(
             raise validation_error({"owner_user_id": "is required for scope user"}, "scope and identity mismatch")
     elif fields.owner_user_id:
         raise validation_error({"owner_user_id": "must not be set for scope tenant"}, "scope and identity mismatch")
-    _check_role(caller, scope, owner)
+    require_role(caller, scope, owner)
     state = random.token_urlsafe(32)
     verifier = random.token_urlsafe(48)
     redirect_uri = api_base.rstrip("/") + "/api/v1/egress/oauth/callback"

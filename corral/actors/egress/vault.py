@@ -111,7 +111,7 @@ def _scope_key(fields: NewSecret) -> str:
     return str(value)
 
 
-def _check_role(caller: Caller, scope: str, owner_user_id: str | None) -> None:
+def require_role(caller: Caller, scope: str, owner_user_id: str | None) -> None:
     """Tenant-scoped secrets need an owner or admin; another user's own secrets too."""
     if caller.is_admin:
         return
@@ -130,7 +130,7 @@ async def create_secret(
 ) -> tuple[SecretRecord, BindingRecord | None]:
     """A new secret, and the scope-wide binding `expose_as_env` asks for."""
     scope_key = _scope_key(fields)
-    _check_role(caller, fields.scope, fields.owner_user_id)
+    require_role(caller, fields.scope, fields.owner_user_id)
     now = utc_now_iso()
     secret_id = new_uuid()
     secret = SecretRecord(
@@ -194,7 +194,7 @@ async def secrets_of(services: EgressServices, tenant_id: str, filters: dict[str
 
 async def update_secret(services: EgressServices, caller: Caller, secret: SecretRecord, change: SecretChange) -> SecretRecord:
     """Re-seal a new value (bindings and placeholders stay) or change expiry and hosts."""
-    _check_role(caller, secret.scope, secret.owner_user_id)
+    require_role(caller, secret.scope, secret.owner_user_id)
     values: dict[str, Any] = {"updated_at": utc_now_iso()}
     if not isinstance(change.value, Unset):
         values["value"] = services.secrets.encrypt_text(change.value, _aad(secret.tenant_id, secret.id))
@@ -208,7 +208,7 @@ async def update_secret(services: EgressServices, caller: Caller, secret: Secret
 
 
 async def delete_secret(services: EgressServices, caller: Caller, secret: SecretRecord) -> None:
-    _check_role(caller, secret.scope, secret.owner_user_id)
+    require_role(caller, secret.scope, secret.owner_user_id)
 
     def work(tx: Transaction) -> None:
         tx.execute("DELETE FROM egress_bindings WHERE secret_id = ?", (secret.id,))
