@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+from trio_websocket import open_websocket_url
 
 from corral.net.egress import AuditEntry
 from tests.net.egress_support import INTERNET, Recording, internet
@@ -122,3 +123,16 @@ async def test_the_node_proxy_substitutes_bound_secrets_and_enforces_policies(eg
     assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED"
     row = (await audit_rows(egress_api, tenant, 4))[0]
     assert (row["action"], row["rejected_by"]) == ("reject", "default_action")
+
+
+async def test_the_live_tail_sees_a_proxied_request(egress_api: Api) -> None:
+    tenant: Tenant = await egress_api.create_tenant()
+    sandbox = await create(egress_api, tenant)
+    url = f"ws://127.0.0.1:{egress_api.platform.settings.port}/api/v1/egress/audit/resource/{sandbox['id']}?token={tenant.key}"
+    async with open_websocket_url(url, subprotocols=["svc-egress-audit-v1"]) as tail:
+        sent = await run(egress_api, tenant, sandbox["id"], f"curl -sS --noproxy '*' --max-time 10 https://{INTERNET}/tailed")
+        assert sent["exit_code"] == 0, sent
+        with trio.fail_after(5):  # contract §11: within a second of the request; 5 s of slack under load
+            frame = json.loads(await tail.get_message())
+    assert frame["type"] == "audit_event"
+    assert (frame["data"]["host"], frame["data"]["path"], frame["data"]["status_code"]) == (INTERNET, "/tailed", 200)
