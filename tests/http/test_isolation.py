@@ -187,6 +187,17 @@ async def _egress_binding(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": response.json()["binding"]["id"]}
 
 
+async def _egress_oauth_provider(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {
+        "provider": "isolated", "name": "Mine", "client_id": "mine", "client_secret": "mine-secret-value",
+        "authorize_url": "https://auth.example/authorize", "token_url": "https://auth.example/token",
+        "allowed_hosts": ["api.example"],
+    }
+    response = await api.request("POST", "/api/v1/egress/oauth/admin/providers", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
 async def _egress_policy(api: Api, tenant: Tenant, _: Params) -> Params:
     response = await api.request("GET", "/api/v1/egress/policies", key=tenant.key)
     assert response.status_code == 200, response.text
@@ -231,6 +242,7 @@ FACTORIES: dict[str, Factory] = {
     "/egress/secrets/{id}": _egress_secret,
     "/egress/bindings/{id}": _egress_binding,
     "/egress/policies/{id}": _egress_policy,
+    "/egress/oauth/admin/providers/{id}": _egress_oauth_provider,
     "/egress/allowlist/{id}": _egress_rule,
     "/egress/audit/{id}": _egress_audit,
 }
