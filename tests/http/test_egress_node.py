@@ -136,3 +136,19 @@ async def test_the_live_tail_sees_a_proxied_request(egress_api: Api) -> None:
             frame = json.loads(await tail.get_message())
     assert frame["type"] == "audit_event"
     assert (frame["data"]["host"], frame["data"]["path"], frame["data"]["status_code"]) == (INTERNET, "/tailed", 200)
+
+
+async def test_an_isolated_sandbox_cannot_reach_further_through_the_proxy(egress_api: Api) -> None:
+    """The network policy governs ports 80 and 443 at the proxy: redirected or asked by name."""
+    tenant: Tenant = await egress_api.create_tenant()
+    sandbox = await create(egress_api, tenant)
+    sid = sandbox["id"]
+    reached = await run(egress_api, tenant, sid, f"curl -sS --max-time 10 http://{INTERNET}/before")
+    assert json.loads(reached["stdout"]).get("target") == "/before", reached
+    isolated = await egress_api.request(
+        "PUT", f"/api/v1/sandboxes/{sid}/network-policy", key=tenant.key, json={"mode": "isolated"}
+    )
+    assert isolated.status_code == 200, isolated.text
+    for how in ("--noproxy '*'", ""):  # redirected by nftables, and sent to the proxy by HTTP_PROXY
+        refused = await run(egress_api, tenant, sid, f"curl -sS {how} --max-time 10 http://{INTERNET}/after")
+        assert json.loads(refused["stdout"])["error"]["code"] == "EGRESS_DENIED", (how, refused)

@@ -12,9 +12,13 @@ instance's chain, so a destination the policy blocks is refused here.
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 import time
 from collections.abc import Sequence
 from typing import Protocol
+
+import trio
 
 from corral.net.egress import (
     AuditEntry as ProxyAudit,
@@ -63,6 +67,20 @@ def _bytes(headers: Sequence[tuple[str, str]]) -> Headers:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
+async def _addresses_of(host: str, port: int) -> list[str]:
+    """The IPv4 addresses of `host` (itself when it is one); none when it does not resolve."""
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    try:
+        found = await trio.socket.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
+    except OSError:
+        return []
+    return sorted({str(entry[4][0]) for entry in found})
+
+
 class PolicyHooks:
     """`EgressHooks` over the egress package and the host network's policy."""
 
@@ -91,8 +109,11 @@ class PolicyHooks:
         return Request(info.host, info.method, info.path.split("?", 1)[0] or "/")
 
     async def decide(self, info: RequestInfo) -> ProxyDecision:
-        address = info.destination_address
-        if address is not None and not self.network.network_allows(info.client_address, address, info.port):
+        # A redirected connection names its address; a request sent to the proxy by name
+        # (HTTP_PROXY, CONNECT) is judged by every address the name has, so that an
+        # isolated or allowlisted instance cannot reach further by asking the proxy.
+        addresses = [info.destination_address] if info.destination_address else await _addresses_of(info.host, info.port)
+        if any(not self.network.network_allows(info.client_address, address, info.port) for address in addresses):
             return ProxyDecision(allow=False, rejected_by="network_policy", message="blocked by the network policy")
         context = await self._context(info.client_address)
         if context is None:  # not a sandbox's or computer's instance: nothing to judge by
