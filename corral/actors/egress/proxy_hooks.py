@@ -12,7 +12,6 @@ instance's chain, so a destination the policy blocks is refused here.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import time
 from collections.abc import Sequence
@@ -34,7 +33,7 @@ from corral.net.egress import (
 )
 
 from .audit import record_request
-from .decision import Request
+from .decision import Request, ip_literal
 from .proxy_api import EgressContext, Verdict, evaluate, load_context_for_instance
 from .services import EgressServices
 from .substitution import Scrubber
@@ -69,11 +68,9 @@ def _bytes(headers: Sequence[tuple[str, str]]) -> Headers:
 
 async def _addresses_of(host: str, port: int) -> list[str]:
     """The IPv4 addresses of `host` (itself when it is one); none when it does not resolve."""
-    try:
-        ipaddress.ip_address(host)
-        return [host]
-    except ValueError:
-        pass
+    literal = ip_literal(host)
+    if literal is not None:
+        return [str(literal)]
     try:
         found = await trio.socket.getaddrinfo(host, port, family=socket.AF_INET, type=socket.SOCK_STREAM)
     except OSError:
