@@ -23,11 +23,11 @@ import contextvars
 import json
 import logging
 import math
+import socket as stdlib_socket
 import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from urllib.parse import urlsplit
 
 import h11
@@ -35,7 +35,6 @@ import trio
 
 from corral.ids import new_ulid
 
-from ..listener import serve_tcp
 from .ca import EgressCA
 from .destinations import (
     DestinationPolicy,
@@ -158,15 +157,31 @@ class EgressProxy:
     # -- listening ------------------------------------------------------------
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled; `task_status.started(port)` once listening.
-
-        The bridge address may not exist yet when the node starts (it comes with the
-        first instance): the listener binds to it regardless."""
-        async with trio.open_nursery() as nursery:
-            self.bound_port = await nursery.start(
-                partial(serve_tcp, freebind=True), self.config.listen_host, self.config.port, self._connection, "egress proxy"
-            )
+        """Listen until cancelled; `task_status.started(port)` once listening."""
+        host = self.config.listen_host
+        family = stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET
+        listener = trio.socket.socket(family, stdlib_socket.SOCK_STREAM)
+        listener.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+        # The bridge address may not exist yet when the node starts (it comes with the
+        # first instance): bind to it regardless.
+        listener.setsockopt(stdlib_socket.SOL_IP, 15, 1)  # IP_FREEBIND
+        try:
+            await listener.bind((host, self.config.port))
+            listener.listen(1024)
+            self.bound_port = int(listener.getsockname()[1])
             task_status.started(self.bound_port)
+            async with trio.open_nursery() as nursery:
+                while True:
+                    try:
+                        sock, address = await listener.accept()
+                    except OSError as exc:
+                        log.warning("egress proxy accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+                    nursery.start_soon(self._connection, sock, str(address[0]))
+        finally:
+            listener.close()
 
     async def _connection(self, sock: trio.socket.SocketType, peer: str) -> None:
         self.connections += 1

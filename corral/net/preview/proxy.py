@@ -23,7 +23,6 @@ import socket as stdlib_socket
 
 import trio
 
-from ..listener import serve_tcp
 from . import pages
 from .http1 import (
     Buffered,
@@ -95,9 +94,26 @@ class PreviewRouter:
 
     async def serve(self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on host:port until cancelled; `task_status.started(port)` once listening."""
-        async with trio.open_nursery() as nursery:
-            self.bound_port = await nursery.start(serve_tcp, host, port, self._connection, "preview router")
+        family = stdlib_socket.AF_INET6 if ":" in host else stdlib_socket.AF_INET
+        listener = trio.socket.socket(family, stdlib_socket.SOCK_STREAM)
+        listener.setsockopt(stdlib_socket.SOL_SOCKET, stdlib_socket.SO_REUSEADDR, 1)
+        try:
+            await listener.bind((host, port))
+            listener.listen(1024)
+            self.bound_port = int(listener.getsockname()[1])
             task_status.started(self.bound_port)
+            async with trio.open_nursery() as nursery:
+                while True:
+                    try:
+                        sock, address = await listener.accept()
+                    except OSError as exc:  # EMFILE and friends: do not spin
+                        log.warning("preview router accept failed: %s", exc)
+                        await trio.sleep(0.1)
+                        continue
+                    sock.setsockopt(stdlib_socket.IPPROTO_TCP, stdlib_socket.TCP_NODELAY, 1)
+                    nursery.start_soon(self._connection, sock, str(address[0]))
+        finally:
+            listener.close()
 
     async def _connection(self, sock: trio.socket.SocketType, peer: str) -> None:
         self.connections += 1
