@@ -116,6 +116,17 @@ class Settings:
     public_api_url: str | None = None
     """How the outside world reaches this API (`CORRAL_PUBLIC_API_URL`), e.g. for OAuth redirect URIs;
     unset: the Host of each request."""
+    # The TLS edge (`corral edge`, contract §12).
+    acme_ca: str = ""
+    """ACME directory of the edge (`CORRAL_ACME_CA`): empty is Let's Encrypt, `internal` Caddy's own CA, else a URL."""
+    acme_ca_roots: str | None = None
+    """PEM file of roots the edge trusts for the ACME directory's HTTPS (`CORRAL_ACME_CA_ROOTS`), e.g. Pebble's."""
+    acme_email: str | None = None
+    """Contact address for the ACME account (`CORRAL_ACME_EMAIL`)."""
+    edge_https_port: int = 443
+    edge_http_port: int = 80
+    edge_secret: str | None = None
+    """Shared by the edge and the router (`CORRAL_EDGE_SECRET`); unset: `<data-dir>/edge-secret`, made once."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -178,6 +189,12 @@ class Settings:
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
             "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
             "public_api_url": env.get("CORRAL_PUBLIC_API_URL") or None,
+            "acme_ca": env.get("CORRAL_ACME_CA", ""),
+            "acme_ca_roots": env.get("CORRAL_ACME_CA_ROOTS") or None,
+            "acme_email": env.get("CORRAL_ACME_EMAIL") or None,
+            "edge_https_port": int(env.get("CORRAL_EDGE_HTTPS_PORT", "443")),
+            "edge_http_port": int(env.get("CORRAL_EDGE_HTTP_PORT", "80")),
+            "edge_secret": env.get("CORRAL_EDGE_SECRET") or None,
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),

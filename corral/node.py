@@ -20,14 +20,14 @@ import hmac
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import billing, computers, domains, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -44,7 +44,9 @@ from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig, gateway_address
+from corral.net.edge import edge_secret
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
+from corral.net.preview import RouteTable
 from corral.storage import (
     BlobStore,
     Database,
@@ -105,6 +107,16 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
+    """Custom domains in memory: what the router and the TLS edge's question read."""
+    deployment_domains: domains.DeploymentDomains | None = None
+    """Registered by the deployments part; None: deployments are read from their table."""
+    preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
+    """Parts that add hosts to the preview router's table when it is built."""
+    edge_secret: str = ""
+    """Shared with `corral edge`: the header that proves a request came through it over HTTPS."""
+    edge_hosts: domains.EdgeHosts | None = None
+    """What `GET /tls/ask` answers from."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -206,6 +218,9 @@ async def _start_parts(platform: Platform) -> None:
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
     )
     await platform.nursery.start(egress.forget_gone_resources, platform)
+    platform.edge_secret = edge_secret(platform.settings.data_dir, platform.settings.edge_secret)
+    platform.edge_hosts = domains.EdgeHosts(platform)
+    await platform.nursery.start(domains.start, platform, platform.edge_hosts, platform.edge_secret)
     await platform.nursery.start(
         partial(run_periodically, wait_first=False),
         partial(egress.prune, platform.db),

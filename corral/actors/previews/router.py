@@ -28,6 +28,8 @@ def build_router(platform: PreviewServices) -> PreviewRouter:
     table = RouteTable()
     table.add_pattern("sandbox-port", SANDBOX_HOST_PATTERN, access.resolve_sandbox)
     table.add_pattern("computer", COMPUTER_HOST_PATTERN, DesktopAccess(platform).resolve_computer)
+    for plug in platform.preview_route_plugins:
+        plug(table)
     return PreviewRouter(table, scheme=platform.settings.preview_url_scheme)
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from corral.actors.sandboxes.services import SandboxServices
-from corral.net.preview import PreviewRouter
+from corral.net.preview import PreviewRouter, RouteTable
 
 from .access_cache import AccessCache
 
@@ -17,3 +18,5 @@ class PreviewServices(SandboxServices, Protocol):
     preview_router: PreviewRouter | None
     preview_polls: set[str]
     """Previews whose port is being polled for `sandbox.preview.ready`."""
+    preview_route_plugins: list[Callable[[RouteTable], None]]
+    """Parts that add their hosts to the router's table when it is built (custom domains)."""

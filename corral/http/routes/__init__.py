@@ -15,6 +15,7 @@ from . import (
     computer_streams,
     computers,
     credits,
+    custom_domains,
     egress,
     egress_oauth,
     invite_pages,
@@ -29,6 +30,7 @@ from . import (
     sandbox_processes,
     sandboxes,
     tenant,
+    tls,
     webhooks,
     white_label,
     workspaces,
@@ -45,4 +47,5 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router, egress_oauth.router]
+        network_policy.router, egress.router, egress_oauth.router,
+        custom_domains.router, tls.router]

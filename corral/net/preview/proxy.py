@@ -47,6 +47,8 @@ HOP_BY_HOP = frozenset({
     "proxy-authenticate",
 })
 FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
+EDGE_ONLY = frozenset({"x-corral-edge"})
+"""Headers the TLS edge adds for the router (`corral.net.edge`): never passed to an app."""
 
 
 class _AppConnection:
@@ -217,7 +219,7 @@ class PreviewRouter:
         forwarded_for = None
         drop = decision.drop_headers | {name.lower() for name, _ in decision.add_headers}
         for lower, name, value in request.headers:
-            if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop:
+            if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop or lower in EDGE_ONLY:
                 continue
             if lower in FORWARDED:
                 if lower == "x-forwarded-for":
