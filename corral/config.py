@@ -211,6 +211,8 @@ class Settings:
             database_url=args.database_url,
             preview_port=args.preview_port,
             public_domain=args.public_domain,
+            edge_https_port=getattr(args, "https_port", None),
+            edge_http_port=getattr(args, "http_port", None),
         )
 
     def preview_origin(self, host: str, *, websocket: bool = False) -> str:

@@ -44,7 +44,7 @@ from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig, gateway_address
-from corral.net.edge import edge_secret
+from corral.net.edge import edge_config, edge_secret, run_edge_process
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.net.preview import RouteTable
 from corral.storage import (
@@ -227,6 +227,11 @@ async def _start_parts(platform: Platform) -> None:
         lambda: EGRESS_PRUNE_SECONDS,
         "egress audit retention",
     )
+
+
+async def run_edge(settings: Settings, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The TLS edge (Caddy) in front of this node's preview router (`corral serve --edge`)."""
+    await run_edge_process(edge_config(settings), task_status=task_status)
 
 
 @contextlib.asynccontextmanager

@@ -169,7 +169,7 @@ async def _listening(host: str, port: int) -> bool:
     return True
 
 
-async def run_edge(config: EdgeConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+async def run_edge_process(config: EdgeConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Run Caddy until cancelled, restarting it with backoff; started once it listens."""
     binary = caddy_binary()
     path = write_config(config)
