@@ -22,8 +22,8 @@ from tests.support import Api, free_port
 @contextlib.asynccontextmanager
 async def edge_server(tmp_path_factory: pytest.TempPathFactory, **overrides: Any) -> AsyncIterator[tuple[Api, DnsServer]]:
     """A node running real instances and its edge on free ports (`edge_https_port`, `edge_http_port`)."""
-    ports = {"edge_https_port": free_port(), "edge_http_port": free_port()}
-    async with domain_server(tmp_path_factory, **ports, **overrides) as (api, dns), trio.open_nursery() as nursery:
+    settings: dict[str, Any] = {"edge_https_port": free_port(), "edge_http_port": free_port(), **overrides}
+    async with domain_server(tmp_path_factory, **settings) as (api, dns), trio.open_nursery() as nursery:
         with trio.fail_after(60):
             await nursery.start(run_edge, api.platform.settings)
         yield api, dns
