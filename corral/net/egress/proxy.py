@@ -54,7 +54,16 @@ from .hooks import (
     ResponseScrubber,
     Transform,
 )
-from .streams import READ_SIZE, Peer, Prefixed, looks_closed, original_destination, split_host_port
+from .streams import (
+    READ_SIZE,
+    Peer,
+    Prefixed,
+    looks_closed,
+    original_destination,
+    plain_socket,
+    splice,
+    split_host_port,
+)
 
 log = logging.getLogger("corral.net.egress")
 
@@ -483,7 +492,8 @@ class EgressProxy:
 
     @staticmethod
     async def _relay_raw(upstream: Peer, client: Peer, length: int) -> int:
-        """A Content-Length body past h11 (what it already holds, then straight from the socket).
+        """A Content-Length body past h11 (what it already holds, then straight from the socket,
+        spliced in the kernel when neither side is TLS).
 
         Parsing adds nothing to a body of known length but copies; the connections are
         not reused afterwards (the response said `Connection: close`).
@@ -498,6 +508,11 @@ class EgressProxy:
                 return count
             else:
                 break
+        source, sink = plain_socket(upstream.stream), plain_socket(client.stream)
+        if source is not None and sink is not None and count < length:  # plain HTTP both ways: in the kernel
+            count += await splice(source, sink, length - count)
+            if count < length:
+                raise trio.BrokenResourceError("the upstream closed the response")
         while count < length:
             data = await upstream.stream.receive_some(min(READ_SIZE, length - count))
             if not data:
