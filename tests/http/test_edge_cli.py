@@ -1,0 +1,76 @@
+"""`corral edge` as its own process in front of a node started separately: it shares the
+node's data directory (the edge secret), asks the node's `tls/ask`, and serves its hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import sys
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from corral.net.edge import edge_config, internal_root
+from tests.dns_server import DnsServer
+from tests.http.domain_support import SERVICE_DOMAIN, add_domain, domain_server, new_computer, verify
+from tests.http.edge_support import https_get, names_in, served_certificate
+from tests.support import Api, free_port
+
+
+@pytest.fixture
+async def server(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Api, DnsServer]]:
+    async with domain_server(tmp_path_factory, edge_https_port=free_port(), edge_http_port=free_port()) as found:
+        yield found
+
+
+@contextlib.asynccontextmanager
+async def corral_edge(api: Api) -> AsyncIterator[trio.Process]:
+    settings = api.platform.settings
+    command = [
+        sys.executable, "-m", "corral", "edge", "--port", str(settings.port), "--preview-port", str(settings.preview_port),
+        "--data-dir", str(settings.data_dir), "--https-port", str(settings.edge_https_port),
+        "--http-port", str(settings.edge_http_port),
+    ]
+    env = {**os.environ, "CORRAL_ACME_CA": "internal"}
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            lambda task_status: trio.run_process(command, env=env, check=False, task_status=task_status)
+        )
+        with trio.fail_after(60):
+            while True:
+                with contextlib.suppress(OSError):
+                    await (await trio.open_tcp_stream("127.0.0.1", settings.edge_https_port)).aclose()
+                    break
+                assert process.returncode is None, "corral edge exited"
+                await trio.sleep(0.1)
+        try:
+            yield process
+        finally:
+            process.terminate()
+            with trio.move_on_after(10):
+                await process.wait()
+            nursery.cancel_scope.cancel()
+
+
+async def test_corral_edge_serves_a_nodes_hosts(server: tuple[Api, DnsServer]) -> None:
+    api, dns = server
+    tenant = await api.create_tenant()
+    computer = await new_computer(api, tenant)
+    domain = await add_domain(api, tenant, computer["id"], "cli.edge-test.example")
+    dns.records["cli.edge-test.example"] = domain["verification_target"]
+    assert (await verify(api, tenant, domain["id"])).status_code == 200
+    async with corral_edge(api):
+        root = internal_root(edge_config(api.platform.settings))
+        with trio.fail_after(30):
+            while not root.exists():
+                await trio.sleep(0.1)
+        roots = ssl.create_default_context(cafile=str(root))
+        for host in ("cli.edge-test.example", f"{computer['slug']}.{SERVICE_DOMAIN}"):
+            response = await https_get(api, host, roots)
+            assert response.status_code == 401 and response.headers["X-Corral-Preview-Error"] == "token_required"
+            assert names_in(await served_certificate(api, host, roots)) == {host}
+    with trio.fail_after(10):
+        while (await api.request("GET", f"/api/v1/custom-domains/{domain['id']}", key=tenant.key)).json()["data"]["status"] != "active":
+            await trio.sleep(0.05)
