@@ -109,8 +109,8 @@ class Platform:
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
     custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
     """Custom domains in memory: what the router and the TLS edge's question read."""
-    deployment_domains: domains.DeploymentDomains | None = None
-    """Registered by the deployments part; None: deployments are read from their table."""
+    deployment_sites: domains.DeploymentHosts | None = None
+    """The deployments part's hosts, which the TLS edge's question asks (None: no deployments)."""
     preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
     """Parts that add hosts to the preview router's table when it is built."""
     edge_secret: str = ""

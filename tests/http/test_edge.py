@@ -14,11 +14,24 @@ import httpx
 import pytest
 import trio
 
-from corral.net.edge import EDGE_HEADER, internal_root, edge_config
+from corral.net.edge import EDGE_HEADER, edge_config, internal_root
 from tests.dns_server import DnsServer
 from tests.http.computer_support import call, wait_for
-from tests.http.domain_support import API, SERVICE_DOMAIN, add_domain, new_computer, router_get, verify
-from tests.http.edge_support import edge_server, https_get, issuer_of, names_in, served_certificate, trusting
+from tests.http.domain_support import (
+    API,
+    SERVICE_DOMAIN,
+    add_domain,
+    new_computer,
+    router_get,
+    verify,
+)
+from tests.http.edge_support import (
+    edge_server,
+    https_get,
+    issuer_of,
+    names_in,
+    served_certificate,
+)
 from tests.support import Api, Tenant
 
 

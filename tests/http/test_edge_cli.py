@@ -14,7 +14,13 @@ import trio
 
 from corral.net.edge import edge_config, internal_root
 from tests.dns_server import DnsServer
-from tests.http.domain_support import SERVICE_DOMAIN, add_domain, domain_server, new_computer, verify
+from tests.http.domain_support import (
+    SERVICE_DOMAIN,
+    add_domain,
+    domain_server,
+    new_computer,
+    verify,
+)
 from tests.http.edge_support import https_get, names_in, served_certificate
 from tests.support import Api, free_port
 

@@ -30,7 +30,7 @@ from .store import CustomDomainRecord
 from .targets import (
     COMPUTER,
     DEPLOYMENT,
-    DeploymentDomains,
+    DeploymentHosts,
     DomainTarget,
     computer_target,
     deployment_not_found,
@@ -59,7 +59,7 @@ __all__ = [
     "CustomDomainRecord",
     "CustomDomainRoutes",
     "CustomDomainServices",
-    "DeploymentDomains",
+    "DeploymentHosts",
     "DomainDraft",
     "DomainMap",
     "DomainRoute",

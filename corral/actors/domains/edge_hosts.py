@@ -7,7 +7,7 @@ the answer comes from memory and fails closed. A name is allowed when it is
   `{slug}.{domain}` of a live sandbox or computer, where `domain` is the service's
   own or a preview domain (pending or configured) of that resource's tenant,
   workspace or project;
-- a host the deployments part says is live (`DeploymentDomains.live_host`).
+- a host the deployments part says is live (`live_deployment_host` of its sites).
 
 The index is loaded at start and follows the bus (`computer.created/deleted`,
 `sandbox.created/destroyed`); preview domains are re-read every few seconds and
@@ -66,8 +66,8 @@ class EdgeHosts:
         found = _COMPUTER.fullmatch(host)
         if found is not None and self._names_live("computer", found["slug"], found["domain"]):
             return True
-        hooks = self.platform.deployment_domains
-        return hooks is not None and hooks.live_host(host)
+        sites = self.platform.deployment_sites
+        return sites is not None and sites.live_deployment_host(host)
 
     def _names_live(self, kind: str, slug: str, domain: str) -> bool:
         owner = self.hosts[kind].get(slug)

@@ -9,13 +9,15 @@ from corral.actors.computers.services import ComputerServices
 from corral.net.preview import RouteTable
 
 from .routing_map import DomainMap
-from .targets import DeploymentDomains
+from .targets import DeploymentHosts
 
 
 class CustomDomainServices(ComputerServices, Protocol):
     custom_domains: DomainMap
     """The node's domains in memory, for the router and the TLS edge's question."""
-    deployment_domains: DeploymentDomains | None
-    """Registered by the deployments part; None: deployments are read from their table."""
+
+    @property
+    def deployment_sites(self) -> DeploymentHosts | None:
+        """The deployments part's hosts (None before it routes any): the TLS edge asks it."""
     preview_route_plugins: list[Callable[[RouteTable], None]]
     """Where the custom domains' plug-in for the preview router is registered."""

@@ -1,9 +1,8 @@
 """What a custom domain is attached to: a computer or a deployment, as one shape.
 
-Computers are found through the computers part. Deployments belong to another part
-that may register `DeploymentDomains` on the platform; until it does, they are read
-from its `deployments` table (when the store has one), so the nested and flat routes
-work as soon as deployments exist. A deployment's domains inherit its workspace,
+Computers are found through the computers part; deployments are read from the
+deployments part's `deployments` table (when the store has one), so the nested and
+flat routes work as soon as deployments exist. A deployment's domains inherit its workspace,
 project and external attribution (spec "Custom domain").
 """
 
@@ -38,15 +37,11 @@ class DomainTarget:
     owner_user_id: str | None = None
 
 
-class DeploymentDomains(Protocol):
-    """What the deployments part offers custom domains and the TLS edge."""
+class DeploymentHosts(Protocol):
+    """What the TLS edge's question needs of the deployments part (its `DeploymentSites`)."""
 
-    async def find_deployment(self, tenant_id: str, deployment_id: str) -> DomainTarget | None:
-        """The tenant's live deployment, or None."""
-
-    def live_host(self, host: str) -> bool:
-        """Whether `host` (lowercase, no port) is a URL host of a live deployment or version,
-        answered from memory (the TLS edge asks before every certificate)."""
+    def live_deployment_host(self, host: str) -> bool:
+        """Whether `host` (lowercase, no port) serves a live deployment or version now, from memory."""
 
 
 def deployment_not_found() -> ApiError:
@@ -67,19 +62,16 @@ async def find_computer_target(platform: ComputerServices, tenant_id: str, compu
 
 
 async def find_deployment_target(
-    db: Database, hooks: DeploymentDomains | None, tenant_id: str, deployment_id: str, key_workspace_id: str | None
+    db: Database, tenant_id: str, deployment_id: str, key_workspace_id: str | None
 ) -> DomainTarget:
-    """The caller's deployment (404 `DEPLOYMENT_NOT_FOUND` otherwise)."""
-    if hooks is not None:
-        target = await hooks.find_deployment(tenant_id, deployment_id)
-    else:
-        row = await store.deployment_row(db, tenant_id, deployment_id)
-        target = None if row is None else DomainTarget(
-            kind=DEPLOYMENT, id=str(row["id"]), tenant_id=str(row["tenant_id"]), workspace_id=str(row["workspace_id"]),
-            project_id=str(row["project_id"]), slug=str(row["slug"]),
-            external_workspace_id=_text(row["external_workspace_id"]), external_user_id=_text(row["external_user_id"]),
-            external_project_id=_text(row["external_project_id"]),
-        )
+    """The caller's deployment, read from the deployments part's table (404 `DEPLOYMENT_NOT_FOUND` otherwise)."""
+    row = await store.deployment_row(db, tenant_id, deployment_id)
+    target = None if row is None else DomainTarget(
+        kind=DEPLOYMENT, id=str(row["id"]), tenant_id=str(row["tenant_id"]), workspace_id=str(row["workspace_id"]),
+        project_id=str(row["project_id"]), slug=str(row["slug"]),
+        external_workspace_id=_text(row["external_workspace_id"]), external_user_id=_text(row["external_user_id"]),
+        external_project_id=_text(row["external_project_id"]),
+    )
     if target is None or (key_workspace_id is not None and target.workspace_id != key_workspace_id):
         raise deployment_not_found()
     return target

@@ -69,10 +69,7 @@ async def _computer(ctx: RequestContext, id: str, *, change: bool) -> domains.Do
 
 
 async def _deployment(ctx: RequestContext, id: str) -> domains.DomainTarget:
-    platform = ctx.platform
-    target = await domains.find_deployment_target(
-        platform.db, platform.deployment_domains, ctx.tenant_id, id, ctx.principal.workspace_id
-    )
+    target = await domains.find_deployment_target(ctx.db, ctx.tenant_id, id, ctx.principal.workspace_id)
     _audit(ctx, target)
     return target
 

@@ -36,7 +36,7 @@ async def test_fqdn_held_once_among_live_domains(db: Database) -> None:
     assert await store.find(db, new_uuid(), first.id) is None
     assert await db.transaction(lambda tx: store.fqdn_taken(tx, "app.example.com"))
 
-    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         await db.transaction(lambda tx: store.insert(tx, _record(*ids, "app.example.com")))
 
     await store.DOMAINS.update(db, first.id, {"status": "removed"})
@@ -46,7 +46,7 @@ async def test_fqdn_held_once_among_live_domains(db: Database) -> None:
     assert [r.id for r in await store.live(db)] == [again.id]
     assert await store.find(db, created.tenant.id, first.id) is None  # removed answers 404
 
-    with pytest.raises(Exception, match="(?i)check|constraint"):
+    with pytest.raises(Exception, match=r"(?i)check|constraint"):
         both = dataclasses.replace(_record(*ids, "both.example.com"), deployment_id="dep_x")
         await db.transaction(lambda tx: store.insert(tx, both))
 
