@@ -20,7 +20,7 @@ from tests.http.domain_support import (
     router_get,
     verify,
 )
-from tests.support import Api, Tenant, assert_error, create_key
+from tests.support import Api, Tenant, assert_error, create_key, member_key
 
 
 @pytest.fixture
@@ -379,3 +379,34 @@ async def test_deleting_the_computer_removes_its_domains(api: Api, dns: DnsServe
             await trio.sleep(0.05)
     assert_error(await api.request("GET", f"{API}/custom-domains/{domain['id']}", key=tenant.key), 404, "DOMAIN_NOT_FOUND")
     assert (await router_get(api, "owned.example.com")).status_code == 404
+
+
+async def test_a_viewer_cannot_change_domains(api: Api, tenant: Tenant, computer: dict[str, Any]) -> None:
+    domain = await add_domain(api, tenant, computer["id"], "viewed.example.com")
+    user_id, key = await member_key(api, tenant, "member")
+    added = await api.request(
+        "POST", f"{API}/workspaces/{tenant.workspace_id}/members", key=tenant.key, json={"user_id": user_id, "role": "viewer"}
+    )
+    if added.status_code == 409:
+        added = await api.request(
+            "PATCH", f"{API}/workspaces/{tenant.workspace_id}/members/{user_id}", key=tenant.key, json={"role": "viewer"}
+        )
+    assert added.status_code in (200, 201), added.text
+    listed = await api.request("GET", f"{API}/computers/{computer['id']}/domains", key=key)
+    assert listed.status_code == 200
+    refused = await api.request("DELETE", f"{API}/custom-domains/{domain['id']}", key=key)
+    assert_error(refused, 403, "FORBIDDEN")
+
+
+async def test_tls_ask_under_a_tenants_preview_domain(api: Api, dns: DnsServer, tenant: Tenant, computer: dict[str, Any]) -> None:
+    """A computer's host under its tenant's preview domain may be certified; another
+    tenant's computer under that domain may not."""
+    put = await api.request("PUT", f"{API}/tenant/preview-domain", key=tenant.key, json={"preview_domain": "acme-preview.com"})
+    assert put.status_code == 200, put.text
+    other = await api.create_tenant("Other")
+    theirs = await new_computer(api, other)
+    with trio.fail_after(15):  # the edge's index re-reads preview domains every 5 s
+        while await ask(api, f"{computer['slug']}.acme-preview.com") != 200:
+            await trio.sleep(0.1)
+    assert await ask(api, f"{theirs['slug']}.acme-preview.com") == 404
+    assert await ask(api, f"{theirs['slug']}.{SERVICE_DOMAIN}") == 200
