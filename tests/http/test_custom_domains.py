@@ -410,3 +410,15 @@ async def test_tls_ask_under_a_tenants_preview_domain(api: Api, dns: DnsServer, 
             await trio.sleep(0.1)
     assert await ask(api, f"{theirs['slug']}.acme-preview.com") == 404
     assert await ask(api, f"{theirs['slug']}.{SERVICE_DOMAIN}") == 200
+
+
+async def test_tls_ask_has_its_own_rate_limit(api: Api, computer: dict[str, Any]) -> None:
+    """Caddy asks from one address: more than the anonymous limit (600 a minute) passes,
+    and the other anonymous requests of that address keep their own budget."""
+    host = f"{computer['slug']}.{SERVICE_DOMAIN}"
+    for _ in range(650):
+        response = await api.request("GET", f"{API}/tls/ask", params={"domain": host})
+        assert response.status_code == 200, response.text
+    assert int(response.headers["X-RateLimit-Limit"]) == 30_000
+    other = await api.request("GET", f"{API}/tls/ask-nothing")
+    assert int(other.headers["X-RateLimit-Limit"]) == 600

@@ -18,8 +18,12 @@ from ..routing import Router
 router = Router("tls")
 
 
+ASK_RPM = 30_000
+"""Per client address: Caddy asks from one address, before every certificate it needs."""
+
+
 @router.get("/tls/ask", summary="200 if the edge may get a certificate for ?domain=, else 404", auth="public",
-            query={"domain": "the host name Caddy asks about"})
+            query={"domain": "the host name Caddy asks about"}, public_rpm=ASK_RPM)
 async def ask(ctx: RequestContext) -> Reply:
     name = (ctx.query("domain") or "").strip().lower().rstrip(".")
     hosts = ctx.platform.edge_hosts
