@@ -217,6 +217,37 @@ async def _egress_audit(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": row.id}
 
 
+async def _computer_domain(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"domain": f"isolated-{params['id'][:8]}.example.com"}
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/domains", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"domain_id": response.json()["data"]["id"]}
+
+
+async def _custom_domain(api: Api, tenant: Tenant, _: Params) -> Params:
+    computer = await api.request("POST", "/api/v1/computers", key=tenant.key, json={"name": "domains", "template_type": "svc-desktop"})
+    assert computer.status_code == 201, computer.text
+    body = {"domain": "isolated-flat.example.com", "computer_id": computer.json()["id"]}
+    response = await api.request("POST", "/api/v1/custom-domains", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _deployment_for_domains(api: Api, tenant: Tenant, _: Params) -> Params:
+    """A deployment where the deployments part is present, else an id no tenant has."""
+    created = await api.request("POST", f"/api/v1/projects/{tenant.project_id}/deployments", key=tenant.key, json={"name": "isolated"})
+    return {"id": created.json()["data"]["id"] if created.status_code == 201 else "dep_01isolatednotadeployment"}
+
+
+async def _deployment_domain(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"domain": "isolated-deployment.example.com"}
+    response = await api.request("POST", f"/api/v1/deployments/{params['id']}/domains", key=tenant.key, json=body)
+    if response.status_code == 404:  # no deployments part on this branch
+        return {"domain_id": "00000000-0000-4000-8000-000000000000"}
+    assert response.status_code == 201, response.text
+    return {"domain_id": response.json()["data"]["id"]}
+
+
 FACTORIES: dict[str, Factory] = {
     "/workspaces/{id}/members/{user_id}": _workspace_member,
     "/workspaces/{id}/invites/{invite_id}": _workspace_invite,
@@ -245,6 +276,10 @@ FACTORIES: dict[str, Factory] = {
     "/egress/oauth/admin/providers/{id}": _egress_oauth_provider,
     "/egress/allowlist/{id}": _egress_rule,
     "/egress/audit/{id}": _egress_audit,
+    "/computers/{id}/domains/{domain_id}": _computer_domain,
+    "/custom-domains/{id}": _custom_domain,
+    "/deployments/{id}": _deployment_for_domains,
+    "/deployments/{id}/domains/{domain_id}": _deployment_domain,
 }
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
@@ -268,6 +303,7 @@ OWNER_CHECKS: dict[str, str] = {
     "/webhooks/{id}": "/api/v1/webhooks/{id}",
     "/egress/secrets/{id}": "/api/v1/egress/secrets/{id}",
     "/egress/policies/{id}": "/api/v1/egress/policies/{id}",
+    "/custom-domains/{id}": "/api/v1/custom-domains/{id}",
 }
 
 
