@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.dns_server import DnsServer
+from tests.dns_server import DnsServer, dns_server
 from tests.http.domain_support import (
     API,
     SERVICE_DOMAIN,
@@ -20,7 +20,15 @@ from tests.http.domain_support import (
     router_get,
     verify,
 )
-from tests.support import Api, Tenant, assert_error, create_key, member_key
+from tests.support import (
+    RUNTIME_SETTINGS,
+    Api,
+    Tenant,
+    assert_error,
+    create_key,
+    member_key,
+    running_server,
+)
 
 
 @pytest.fixture
@@ -422,3 +430,30 @@ async def test_tls_ask_has_its_own_rate_limit(api: Api, computer: dict[str, Any]
     assert int(response.headers["X-RateLimit-Limit"]) == 30_000
     other = await api.request("GET", f"{API}/tls/ask-nothing")
     assert int(other.headers["X-RateLimit-Limit"]) == 600
+
+
+async def test_domains_route_again_after_a_restart(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The domain map is loaded at start: a verified domain routes and is certified after a
+    restart of the node, a pending one is still pending."""
+    data_dir = tmp_path_factory.mktemp("restart")
+    async with dns_server() as dns:
+        settings = {**RUNTIME_SETTINGS, "dns_servers": dns.address}
+        async with running_server(data_dir, **settings) as first:
+            tenant = await first.create_tenant()
+            computer = await new_computer(first, tenant)
+            kept = await add_domain(first, tenant, computer["id"], "kept.example.com")
+            waiting = await add_domain(first, tenant, computer["id"], "waiting.example.com")
+            dns.records["kept.example.com"] = kept["verification_target"]
+            assert (await verify(first, tenant, kept["id"])).status_code == 200
+        async with running_server(data_dir, **settings) as second:
+            try:
+                assert (await router_get(second, "kept.example.com")).status_code == 401  # the desktop, asking for its token
+                assert await ask(second, "kept.example.com") == 200
+                assert (await router_get(second, "waiting.example.com")).status_code == 404
+                assert await ask(second, "waiting.example.com") == 404
+                response = await second.request("GET", f"{API}/custom-domains/{waiting['id']}", key=tenant.key)
+                assert response.json()["data"]["status"] == "pending"
+            finally:
+                driver = await second.platform.runtime.driver()
+                for info in await driver.instances():
+                    await driver.destroy(info.id)
