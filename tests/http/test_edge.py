@@ -5,6 +5,9 @@ one, reaches the computer's desktop through the router and makes the domain `act
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -144,3 +147,33 @@ async def test_only_the_edge_can_make_a_domain_active(server: tuple[Api, DnsServ
     await trio.sleep(0.3)
     assert (await domain_status(api, tenant, domain["id"]))["status"] == "verified"
     assert secret and not Path(api.platform.settings.data_dir, "edge-secret").stat().st_mode & 0o077
+
+
+def caddy_pids(api: Api) -> list[int]:
+    """The edge's caddy processes (their command line names this node's config file)."""
+    config = str(edge_config(api.platform.settings).storage / "caddy.json")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if config in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+    return found
+
+
+async def test_caddy_is_restarted_when_it_dies(server: tuple[Api, DnsServer]) -> None:
+    api, _ = server
+    tenant = await api.create_tenant()
+    computer = await new_computer(api, tenant)
+    roots = await caddy_root(api)
+    host = f"{computer['slug']}.{SERVICE_DOMAIN}"
+    assert (await https_get(api, host, roots)).status_code == 401
+    [pid] = caddy_pids(api)
+    os.kill(pid, signal.SIGKILL)
+    with trio.fail_after(30):
+        while True:
+            with contextlib.suppress(httpx.HTTPError, ssl.SSLError, OSError):
+                if (await https_get(api, host, roots)).status_code == 401:
+                    break
+            await trio.sleep(0.1)
+    assert caddy_pids(api) and caddy_pids(api) != [pid]

@@ -12,6 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
+from corral.cli import build_parser
+from corral.config import Settings
 from corral.net.edge import edge_config, internal_root
 from tests.dns_server import DnsServer
 from tests.http.domain_support import (
@@ -80,3 +82,11 @@ async def test_corral_edge_serves_a_nodes_hosts(server: tuple[Api, DnsServer]) -
     with trio.fail_after(10):
         while (await api.request("GET", f"/api/v1/custom-domains/{domain['id']}", key=tenant.key)).json()["data"]["status"] != "active":
             await trio.sleep(0.05)
+
+
+def test_serve_takes_the_edge_options() -> None:
+    args = build_parser().parse_args(["serve", "--edge", "--https-port", "8443", "--http-port", "8880"])
+    settings = Settings.from_args(args)
+    assert args.edge and (settings.edge_https_port, settings.edge_http_port) == (8443, 8880)
+    defaults = Settings.from_args(build_parser().parse_args(["serve"]))
+    assert (defaults.edge_https_port, defaults.edge_http_port) == (443, 80)
