@@ -134,7 +134,9 @@ async def _remove(ctx: RequestContext, record: domains.CustomDomainRecord) -> Re
 # -- nested: computers and deployments ----------------------------------------------------
 
 def _nested_routes(kind: str, prefix: str) -> None:
+    """The four nested routes of one kind (`computer`, `deployment`), declared once."""
     noun = kind
+
     @router.post(f"{prefix}/{{id}}/domains", summary=f"Attach a custom domain to a {noun} (201, status pending)",
                  scope=WRITE, action="domains.create", status=201, request=NewDomain, idempotent=True)
     async def register(ctx: RequestContext, id: str) -> Reply:
