@@ -41,6 +41,8 @@ class Route:
     """Query parameter name -> description."""
     prefix: str = "/api/v1"
     content_type: str = "application/json"
+    idempotent: bool = False
+    """POST routes that honour the `Idempotency-Key` header (contract §12)."""
     ticket_purpose: str | None = None
     """A `ticket` route that also takes a narrower ticket than the general `sse` one:
     its purpose, with path parameters in braces (`cua:{session_id}`)."""
@@ -98,6 +100,7 @@ class Router:
         status: int = 200,
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
+        idempotent: bool = False,
         ticket_purpose: str | None = None,
     ) -> Callable[[Handler], Handler]:
         if request is not None and not is_model(request):
@@ -119,6 +122,7 @@ class Router:
                     query=query or {},
                     prefix=self.prefix,
                     content_type=content_type,
+                    idempotent=idempotent,
                     ticket_purpose=ticket_purpose,
                 )
             )
