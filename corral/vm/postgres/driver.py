@@ -30,7 +30,15 @@ from ..cgroups import CgroupLimits, CgroupV1
 from ..driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from ..errors import InstanceNotFound, InvalidInstanceState, LaunchFailed
 from . import admin, files
-from .layout import ADMIN_ROLE, ENGINE_VERSION, PG_BIN, REPLICATION_ROLE, SOCKET_PORT, Layout, ServerState
+from .layout import (
+    ADMIN_ROLE,
+    ENGINE_VERSION,
+    PG_BIN,
+    REPLICATION_ROLE,
+    SOCKET_PORT,
+    Layout,
+    ServerState,
+)
 
 log = logging.getLogger("corral.vm.postgres")
 
@@ -61,6 +69,9 @@ class PostgresDriver(RuntimeDriver):
 
     def socket_dir(self, server_id: str) -> Path:
         return self.layout.run(server_id)
+
+    def socket_path(self, server_id: str) -> Path:
+        return self.layout.socket(server_id)
 
     def log_path(self, server_id: str) -> Path:
         return self.layout.log(server_id)
