@@ -27,6 +27,7 @@ DATABASE_SETTINGS: dict[str, Any] = {
     **RUNTIME_SETTINGS,
     "database_ports": DB_PORTS,
     "database_check_seconds": 0.2,
+    "regions": "local,eu-west",
 }
 
 
