@@ -241,6 +241,8 @@ class PostgresDriver(RuntimeDriver):
         state = self._state(instance_id)
         async with self._lock(instance_id):
             if files.postmaster_pid(self.layout.data(instance_id)) is None:
+                if self.cgroups is not None:  # backends a crashed postmaster left would hold its shared memory
+                    await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
                 await self._pg_ctl_start(state)
             if not self._is_replica(instance_id):
                 password = (boot_env or {}).get("password")
