@@ -139,13 +139,12 @@ async def _sample(platform: DatabaseServices, database_id: str, size: str, vcpus
     cpu_ns = int(usage.get("cpu_ns", 0))
     previous = _cpu_last.get(database_id)
     _cpu_last[database_id] = (now, cpu_ns)
-    if previous is None:
-        return
-    elapsed = now - previous[0]
-    cpu = 100.0 * (cpu_ns - previous[1]) / 1e9 / max(elapsed, 1e-6) / max(vcpus, 1.0)
+    cpu = None
+    if previous is not None:  # CPU is a rate: it needs two readings
+        cpu = round(100.0 * (cpu_ns - previous[1]) / 1e9 / max(now - previous[0], 1e-6) / max(vcpus, 1.0), 2)
     limit = int(usage.get("memory_limit_bytes") or 0)
     memory = 100.0 * int(usage.get("memory_working_set_bytes", 0)) / limit if limit else 0.0
-    platform.databases.record_sample(database_id, {"ts": utc_now_iso(), "cpu": round(cpu, 2), "memory": round(memory, 2)})
+    platform.databases.record_sample(database_id, {"ts": utc_now_iso(), "cpu": cpu, "memory": round(memory, 2)})
 
 
 async def allowed_pairs(platform: DatabaseServices) -> set[tuple[str, int]]:

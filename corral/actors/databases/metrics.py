@@ -37,7 +37,7 @@ async def database_metrics(platform: DatabaseServices, row: DatabaseRecord) -> d
         "connections": 0,
         "size_bytes": 0,
         "transactions_per_second": 0.0,
-        "cpu_percent": [{"ts": s["ts"], "value": s["cpu"]} for s in samples],
+        "cpu_percent": [{"ts": s["ts"], "value": s["cpu"]} for s in samples if s["cpu"] is not None],
         "memory_percent": [{"ts": s["ts"], "value": s["memory"]} for s in samples],
     }
     info = await node.driver.info(row.id)
