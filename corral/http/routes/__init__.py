@@ -16,6 +16,8 @@ from . import (
     computers,
     credits,
     custom_domains,
+    database_ops,
+    databases,
     egress,
     egress_oauth,
     invite_pages,
@@ -48,4 +50,5 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
-        custom_domains.router, tls.router]
+        custom_domains.router, tls.router,
+        databases.router, database_ops.router]
