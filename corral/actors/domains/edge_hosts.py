@@ -85,6 +85,8 @@ class EdgeHosts:
 
     async def reload(self) -> None:
         db = self.platform.db
+        if self.loaded:
+            await self.platform.custom_domains.reload(db)  # other nodes' changes
         self.hosts = await store.live_hosts(db)
         self.preview_domains = await store.preview_domain_scopes(db)
         self.loaded = True
