@@ -43,9 +43,9 @@ from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
-from corral.config import ADMIN_KEY_PREFIX, Settings
+from corral.config import ADMIN_KEY_PREFIX, Settings, SettingsError
 from corral.net import HostNetwork, NetworkConfig, gateway_address
-from corral.net.edge import edge_config, edge_secret, run_edge_process
+from corral.net.edge import caddy_binary, edge_config, edge_secret, run_edge_process
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.net.preview import RouteTable
@@ -259,6 +259,14 @@ async def _start_parts(platform: Platform) -> None:
         "egress audit retention",
     )
     await databases.start_background(platform)
+
+
+def check_edge() -> None:
+    """`corral serve --edge` needs Caddy: a `SettingsError` (said, exit 2) before anything starts."""
+    try:
+        caddy_binary()
+    except FileNotFoundError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 async def run_edge(settings: Settings, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -15,7 +15,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from corral.actors.previews import run_preview
 from corral.config import Settings
-from corral.node import Platform, open_node, run_edge
+from corral.node import Platform, check_edge, open_node, run_edge
 
 from .app import create_app
 
@@ -50,6 +50,8 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
 
 
 async def serve(settings: Settings, edge: bool = False) -> None:
+    if edge:
+        check_edge()
     stop = trio.Event()
     async with open_node(settings) as platform, trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 import ssl
+import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
@@ -90,3 +92,15 @@ def test_serve_takes_the_edge_options() -> None:
     assert args.edge and (settings.edge_https_port, settings.edge_http_port) == (8443, 8880)
     defaults = Settings.from_args(build_parser().parse_args(["serve"]))
     assert (defaults.edge_https_port, defaults.edge_http_port) == (443, 80)
+
+
+def test_serve_edge_without_caddy_says_so(tmp_path: Path) -> None:
+    """No `caddy` on PATH: `corral serve --edge` exits 2 with the reason, before starting."""
+    env = {**os.environ, "PATH": str(tmp_path), "CORRAL_DATA_DIR": str(tmp_path / "data")}
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", "serve", "--edge", "--port", str(free_port())], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "caddy is not installed" in done.stderr
+    edge = subprocess.run([sys.executable, "-m", "corral", "edge"], env=env, capture_output=True, text=True, timeout=60)
+    assert edge.returncode == 2 and "caddy is not installed" in edge.stderr
