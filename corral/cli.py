@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 import trio
 
 from corral.config import Settings, SettingsError
+from corral.net.edge import EdgeConfig, caddy_binary, edge_config, run_edge_process
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,18 +139,26 @@ def _edge_settings(args: argparse.Namespace) -> Settings:
 
 def edge_command(args: argparse.Namespace) -> int:
     """`corral edge`: Caddy in front of a node started separately (same data directory)."""
-    from corral.net.edge import edge_config, run_edge_process
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = edge_config(_edge_settings(args))
-        trio.run(run_edge_process, config)
-    except FileNotFoundError as exc:
+        caddy_binary()
+    except (FileNotFoundError, ValueError) as exc:
         print(f"corral: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 0
+    trio.run(_run_edge_until_signalled, config)
     return 0
+
+
+async def _run_edge_until_signalled(config: EdgeConfig) -> None:
+    """Caddy until SIGTERM or SIGINT; then Caddy is stopped too (never left running alone)."""
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(run_edge_process, config)
+            async for _ in signals:
+                break
+        nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import trio
 
+from corral.net.edge import edge_config
 from corral.node import run_edge
 from tests.dns_server import DnsServer
 from tests.http.domain_support import domain_server
@@ -68,3 +69,15 @@ def names_in(cert: dict[str, Any]) -> set[str]:
 
 def issuer_of(cert: dict[str, Any]) -> str:
     return " ".join(value for rdn in cert["issuer"] for _, value in rdn)
+
+
+def caddy_pids(api: Api) -> list[int]:
+    """The edge's caddy processes (their command line names this node's config file)."""
+    config = str(edge_config(api.platform.settings).storage / "caddy.json")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if config in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+    return found

@@ -29,6 +29,7 @@ from tests.http.domain_support import (
     verify,
 )
 from tests.http.edge_support import (
+    caddy_pids,
     edge_server,
     https_get,
     issuer_of,
@@ -147,18 +148,6 @@ async def test_only_the_edge_can_make_a_domain_active(server: tuple[Api, DnsServ
     await trio.sleep(0.3)
     assert (await domain_status(api, tenant, domain["id"]))["status"] == "verified"
     assert secret and not Path(api.platform.settings.data_dir, "edge-secret").stat().st_mode & 0o077
-
-
-def caddy_pids(api: Api) -> list[int]:
-    """The edge's caddy processes (their command line names this node's config file)."""
-    config = str(edge_config(api.platform.settings).storage / "caddy.json")
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if config in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    found.append(int(entry.name))
-    return found
 
 
 async def test_caddy_is_restarted_when_it_dies(server: tuple[Api, DnsServer]) -> None:

@@ -25,7 +25,7 @@ from tests.http.domain_support import (
     new_computer,
     verify,
 )
-from tests.http.edge_support import https_get, names_in, served_certificate
+from tests.http.edge_support import caddy_pids, https_get, names_in, served_certificate
 from tests.support import Api, free_port
 
 
@@ -81,6 +81,7 @@ async def test_corral_edge_serves_a_nodes_hosts(server: tuple[Api, DnsServer]) -
             response = await https_get(api, host, roots)
             assert response.status_code == 401 and response.headers["X-Corral-Preview-Error"] == "token_required"
             assert names_in(await served_certificate(api, host, roots)) == {host}
+    assert caddy_pids(api) == []  # SIGTERM to `corral edge` stops its Caddy too
     with trio.fail_after(10):
         while (await api.request("GET", f"/api/v1/custom-domains/{domain['id']}", key=tenant.key)).json()["data"]["status"] != "active":
             await trio.sleep(0.05)
