@@ -92,10 +92,10 @@ class EdgeHosts:
         self.loaded = True
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await self.reload()
+        """Follow the bus and refresh until cancelled; started once the index is loaded."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._refresh_preview_domains)
             await nursery.start(self._follow)
+            nursery.start_soon(self._refresh_preview_domains)
             task_status.started()
 
     async def _refresh_preview_domains(self) -> None:
@@ -113,21 +113,24 @@ class EdgeHosts:
                 log.exception("refreshing the TLS edge's hosts failed")
 
     async def _follow(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Subscribe first, then load: nothing that happens in between is missed. A lagging
+        subscription (or a failing store) starts over the same way."""
         started = False
         while True:
-            subscription = self.platform.bus.subscribe(types=FOLLOWED)
             try:
-                with subscription:
+                with self.platform.bus.subscribe(types=FOLLOWED) as subscription:
+                    await self.reload()
                     if not started:
                         started = True
                         task_status.started()
-                    else:
-                        await self.reload()  # events may have been missed while lagging
                     async for event in subscription:
                         await self._apply(event.type, event.resource_type, event.resource_id)
-                return
+                return  # the bus closed: the node is stopping
             except SubscriberLagged:
                 log.warning("the TLS edge's host index lagged behind the bus; reloading")
+            except Exception:
+                log.exception("loading the TLS edge's hosts failed; trying again")
+                await trio.sleep(1.0)
 
     async def _apply(self, event_type: str, kind: str, resource_id: str) -> None:
         try:
