@@ -3,7 +3,9 @@ by name to a loopback port (SNI and Host set to the name), the served certificat
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import os
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -81,3 +83,33 @@ def caddy_pids(api: Api) -> list[int]:
                 if config in (entry / "cmdline").read_bytes().decode(errors="replace"):
                     found.append(int(entry.name))
     return found
+
+
+async def wss_first_frame(api: Api, name: str, roots: ssl.SSLContext, target: str, cookie: str) -> tuple[int, bytes]:
+    """A WebSocket upgrade of `target` on `name` through the edge (TLS); the status and,
+    after a 101, the payload of the server's first (short, binary) frame."""
+    key = base64.b64encode(os.urandom(16)).decode()
+    head = (
+        f"GET {target} HTTP/1.1\r\nHost: {name}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: binary\r\nCookie: {cookie}\r\n\r\n"
+    )
+    tcp = await trio.open_tcp_stream("127.0.0.1", api.platform.settings.edge_https_port)
+    stream = trio.SSLStream(tcp, roots, server_hostname=name)
+    async with stream:
+        await stream.send_all(head.encode())
+        data = b""
+        with trio.fail_after(20):
+            while b"\r\n\r\n" not in data:
+                chunk = await stream.receive_some(65536)
+                assert chunk, data
+                data += chunk
+            response_head, _, rest = data.partition(b"\r\n\r\n")
+            status = int(response_head.split(b"\r\n", 1)[0].split(b" ", 2)[1])
+            if status != 101:
+                return status, rest
+            while len(rest) < 2:
+                rest += await stream.receive_some(65536)
+            length = rest[1] & 0x7F
+            while len(rest) < 2 + length:
+                rest += await stream.receive_some(65536)
+            return status, rest[2 : 2 + length]

@@ -35,6 +35,7 @@ from tests.http.edge_support import (
     issuer_of,
     names_in,
     served_certificate,
+    wss_first_frame,
 )
 from tests.support import Api, Tenant
 
@@ -102,6 +103,9 @@ async def test_a_verified_domain_gets_a_certificate_and_the_desktop(server: tupl
             await trio.sleep(0.2)
     assert page.status_code == 200, page.text
     assert "noVNC" in page.text
+    # the desktop's RFB stream: a WebSocket through Caddy and the router, over TLS
+    status, first_frame = await wss_first_frame(api, "desk.edge-test.example", roots, "/stream", cookie)
+    assert status == 101 and first_frame.startswith(b"RFB "), (status, first_frame)
 
     # removed: the edge still holds the certificate, but the router answers 404
     assert (await api.request("DELETE", f"{API}/custom-domains/{domain['id']}", key=tenant.key)).status_code == 200
