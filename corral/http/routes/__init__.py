@@ -7,6 +7,8 @@ from . import (
     admin,
     api_keys,
     auth,
+    branding,
+    browser_tokens,
     computer_cua,
     computer_desktop,
     computer_logs,
@@ -45,4 +47,5 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router, egress_oauth.router]
+        network_policy.router, egress.router, egress_oauth.router,
+        branding.router, browser_tokens.router]
