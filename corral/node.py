@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import agent_profiles, billing, computers, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -241,6 +241,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 blobs=LocalBlobStore(data_dir / "blobs"),
                 egress_proxy=proxy,
             )
+            platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,

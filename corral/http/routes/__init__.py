@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runtime_profiles,
     api_keys,
     auth,
     branding,
@@ -48,4 +49,4 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
-        branding.router, browser_tokens.router]
+        branding.router, browser_tokens.router, agent_runtime_profiles.router]
