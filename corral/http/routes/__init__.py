@@ -30,6 +30,7 @@ from . import (
     sandbox_env,
     sandbox_events,
     sandbox_processes,
+    sandbox_templates,
     sandboxes,
     tenant,
     webhooks,
@@ -49,4 +50,4 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
-        branding.router, browser_tokens.router, agent_runtime_profiles.router]
+        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router]
