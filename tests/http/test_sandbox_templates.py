@@ -83,3 +83,181 @@ async def test_build_with_a_package_and_start_sandboxes_from_it(runtime_api: Api
     refused = await api.request("POST", f"{API}/sandboxes", key=owner.key, json={"template_id": template["id"]})
     assert_error(refused, 400, "INVALID_TEMPLATE")
     assert_error(await api.request("GET", f"{PATH}/{template['id']}", key=owner.key), 404, "TEMPLATE_NOT_FOUND")
+
+
+async def wait_status(api: Api, tenant: Tenant, build_id: str, status: str, timeout: float = 120) -> None:
+    with trio.fail_after(timeout):
+        while (await api.request("GET", f"{BUILDS}/{build_id}", key=tenant.key)).json()["data"]["status"] != status:
+            await trio.sleep(0.2)
+
+
+async def wait_log(api: Api, tenant: Tenant, build_id: str, text: str, timeout: float = 120) -> None:
+    with trio.fail_after(timeout):
+        while True:
+            lines = (await api.request("GET", f"{BUILDS}/{build_id}/logs", key=tenant.key)).json()["data"]["lines"]
+            if any(text in line["line"] for line in lines):
+                return
+            await trio.sleep(0.2)
+
+
+async def test_cancel_retry_and_rebuild(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    created = await create_template(api, owner, name="slow", setup=["echo started-slow", "sleep 120"])
+    template, build = created["template"], created["build"]
+    await wait_log(api, owner, build["id"], "started-slow")
+    # One build at a time; a running build is not retryable; the template is not ready yet.
+    assert_error(await api.request("POST", f"{PATH}/{template['id']}/builds", key=owner.key), 409, "BUILD_IN_PROGRESS")
+    assert_error(await api.request("POST", f"{BUILDS}/{build['id']}/retry", key=owner.key), 409, "BUILD_NOT_RETRYABLE")
+    assert_error(await api.request("POST", f"{API}/sandboxes", key=owner.key, json={"template_id": "slow"}), 409, "TEMPLATE_NOT_READY")
+
+    cancelled = await api.request("POST", f"{BUILDS}/{build['id']}/cancel", key=owner.key)
+    assert cancelled.status_code == 200, cancelled.text
+    assert cancelled.json()["data"]["status"] == "cancelled" and cancelled.json()["data"]["finished_at"]
+    driver = await api.platform.runtime.driver()
+    assert build["id"] not in {info.id for info in await driver.instances()}  # its instance is gone
+    assert_error(await api.request("POST", f"{BUILDS}/{build['id']}/cancel", key=owner.key), 409, "BUILD_ALREADY_TERMINAL")
+    assert (await api.request("GET", f"{PATH}/slow", key=owner.key)).json()["data"]["status"] == "failed"
+    lines = (await api.request("GET", f"{BUILDS}/{build['id']}/logs", key=owner.key)).json()["data"]["lines"]
+    assert lines[-1]["line"] == "build cancelled"
+
+    retried = await api.request("POST", f"{BUILDS}/{build['id']}/retry", key=owner.key)
+    assert retried.status_code == 201, retried.text
+    second = retried.json()["data"]
+    assert second["id"] != build["id"] and second["template_id"] == template["id"] and second["status"] in ("queued", "building")
+    assert (await api.request("GET", f"{PATH}/slow", key=owner.key)).json()["data"]["status"] == "building"
+    # Deleting the template cancels its running build.
+    assert (await api.request("DELETE", f"{PATH}/slow", key=owner.key)).status_code == 200
+    assert (await api.request("GET", f"{BUILDS}/{second['id']}", key=owner.key)).json()["data"]["status"] == "cancelled"
+
+    # A failing step fails the build with its exit code; a failed build can be retried.
+    failing = await create_template(api, owner, name="broken", setup=["echo about-to-fail", "exit 3"])
+    failed = await wait_build(api, owner, failing["build"]["id"])
+    assert failed["status"] == "failed" and "exited with 3" in failed["error"]
+    assert_error(await api.request("POST", f"{API}/sandboxes", key=owner.key, json={"template_id": "broken"}), 409, "TEMPLATE_NOT_READY")
+    again = await api.request("POST", f"{BUILDS}/{failed['id']}/retry", key=owner.key)
+    assert again.status_code == 201
+    assert (await wait_build(api, owner, again.json()["data"]["id"]))["status"] == "failed"
+
+    # A rebuild of a ready template: the new layer is what new sandboxes get.
+    versioned = await create_template(api, owner, name="versioned", setup=["echo v1 > /opt/version"])
+    assert (await wait_build(api, owner, versioned["build"]["id"]))["status"] == "ready"
+    first_sandbox = await create_sandbox(api, owner, template_id="versioned")
+    await api.platform.db.execute(
+        "UPDATE sandbox_templates SET setup = ? WHERE id = ?", ('["echo v2 > /opt/version"]', versioned["template"]["id"])
+    )  # (templates are immutable through the API; this stands in for a changed apt archive)
+    rebuilt = await api.request("POST", f"{PATH}/versioned/builds", key=owner.key)
+    assert rebuilt.status_code == 201, rebuilt.text
+    assert (await api.request("GET", f"{PATH}/versioned", key=owner.key)).json()["data"]["status"] == "ready"  # still usable
+    assert (await wait_build(api, owner, rebuilt.json()["data"]["id"]))["status"] == "ready"
+    second_sandbox = await create_sandbox(api, owner, template_id="versioned")
+    assert (await run(api, owner, second_sandbox["id"], "cat /opt/version"))["stdout"] == "v2\n"
+    assert (await run(api, owner, first_sandbox["id"], "cat /opt/version"))["stdout"] == "v1\n"
+
+
+async def test_log_stream(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    created = await create_template(api, owner, name="streamed", setup=["echo line-one", "sleep 1", "echo line-two"])
+    build_id = created["build"]["id"]
+    ticket = (await api.request("POST", f"{API}/auth/sse-ticket", key=owner.key)).json()["ticket"]
+    async with open_sse(api.client, f"{BUILDS}/{build_id}/logs/stream?ticket={ticket}") as stream:
+        frames = await stream.frames_until("status", timeout=60)
+        assert frames[-1].data["status"] in ("queued", "building")
+        seen = []
+        with trio.fail_after(120):
+            while True:
+                frame = await stream.next_frame(timeout=60)
+                seen.append(frame)
+                if frame.event == "status" and frame.data["status"] in ("ready", "failed", "cancelled"):
+                    break
+        with trio.fail_after(10):  # closed after the terminal status
+            try:
+                await stream.next_frame(timeout=10)
+                raise AssertionError("the stream went on after the terminal status")
+            except EOFError:
+                pass
+    logs = [frame.data["line"] for frame in [*frames, *seen] if frame.event == "log"]
+    assert seen[-1].data == {"status": "ready"}
+    assert logs.index("line-one") < logs.index("line-two")
+    assert all(set(frame.data) == {"line", "ts"} for frame in [*frames, *seen] if frame.event == "log")
+    # Resuming from a Last-Event-ID gives only later lines, then the final status.
+    async with open_sse(api.client, f"{BUILDS}/{build_id}/logs/stream", headers={**owner.headers, "Last-Event-ID": "2"}) as resumed:
+        rest = await resumed.frames_until("status", timeout=30)
+    assert next(f.id for f in rest if f.event == "log") == "3" and rest[-1].data == {"status": "ready"}
+    assert_error(await api.client.get(f"{BUILDS}/{build_id}/logs/stream"), 401, "UNAUTHORIZED")
+
+
+async def test_errors_builtins_isolation_and_replay(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    stranger = await api.create_tenant("Stranger")
+    listed = (await api.request("GET", PATH, key=owner.key)).json()["data"]
+    assert [(t["id"], t["builtin"], t["status"]) for t in listed[:2]] == [("default", True, "ready"), ("svc-desktop", True, "ready")]
+    assert (await api.request("GET", f"{PATH}/default", key=owner.key)).json()["data"]["builtin"] is True
+    assert_error(await api.request("DELETE", f"{PATH}/default", key=owner.key), 409, "INVALID_STATE")
+    assert_error(await api.request("POST", f"{PATH}/svc-desktop/builds", key=owner.key), 409, "INVALID_STATE")
+
+    assert_error(await api.request("POST", PATH, key=owner.key, json={"packages": ["hello"]}), 400, "MISSING_PARAM")
+    assert_error(await api.request("POST", PATH, key=owner.key, content=b"not json"), 400, "INVALID_BODY")
+    assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "x", "base": "ubuntu"}), 400, "INVALID_TEMPLATE")
+    assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "default"}), 409, "TEMPLATE_NAME_TAKEN")
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"name": "Has Spaces"}, "name"),
+        ({"name": "x" * 64}, "name"),
+        ({"name": "b2c1f1a0-4c3e-4a57-9d0c-0f5a1c2b3d4e"}, "name"),
+        ({"packages": ["Hello World"]}, "packages"),
+        ({"packages": ["-o=evil"]}, "packages"),
+        ({"packages": [f"p{i}" for i in range(201)]}, "packages"),
+        ({"setup": ["true"] * 51}, "setup"),
+        ({"setup": ["  "]}, "setup"),
+        ({"env": {"bad-key": "x"}}, "env"),
+        ({"default_preview_port": 0}, "default_preview_port"),
+        ({"default_preview_port": 65536}, "default_preview_port"),
+    ]
+    for extra, field_name in bad:
+        response = await api.request("POST", PATH, key=owner.key, json={"name": "n", **extra})
+        error = assert_error(response, 422, "VALIDATION_ERROR")
+        assert field_name in error["details"], (extra, error)
+
+    # At the limits: 63-character name, 50 setup commands, ports 1 and 65535.
+    edge = await create_template(api, owner, name="e" * 63, setup=["true"] * 50, default_preview_port=65535)
+    assert edge["template"]["name"] == "e" * 63 and edge["template"]["default_preview_port"] == 65535
+    assert (await wait_build(api, owner, edge["build"]["id"]))["status"] == "ready"
+    assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "e" * 63}), 409, "TEMPLATE_NAME_TAKEN")
+
+    # Idempotency-Key: the same create answered again, no second template or build.
+    headers = {"Idempotency-Key": "template-once"}
+    body = {"name": "once", "setup": ["true"], "default_preview_port": 1}
+    first = await api.request("POST", PATH, key=owner.key, json=body, headers=headers)
+    again = await api.request("POST", PATH, key=owner.key, json=body, headers=headers)
+    assert first.status_code == again.status_code == 201 and again.headers.get("Idempotent-Replayed") == "true"
+    assert again.json() == first.json()
+    once = first.json()["data"]
+    await wait_build(api, owner, once["build"]["id"])
+
+    # Unknown ids and names.
+    assert_error(await api.request("GET", f"{PATH}/nope", key=owner.key), 404, "TEMPLATE_NOT_FOUND")
+    assert_error(await api.request("GET", f"{BUILDS}/nope", key=owner.key), 404, "BUILD_NOT_FOUND")
+    assert_error(await api.request("GET", f"{BUILDS}/{once['template']['id']}", key=owner.key), 404, "BUILD_NOT_FOUND")
+    assert_error(await api.request("POST", f"{API}/sandboxes", key=owner.key, json={"template_id": "nope"}), 400, "INVALID_TEMPLATE")
+
+    # Another tenant: 404 on every route, and no sandbox from the template by id or name.
+    tid, bid = once["template"]["id"], once["build"]["id"]
+    for method, path, code in [
+        ("GET", f"{PATH}/{tid}", "TEMPLATE_NOT_FOUND"),
+        ("GET", f"{PATH}/once", "TEMPLATE_NOT_FOUND"),
+        ("DELETE", f"{PATH}/{tid}", "TEMPLATE_NOT_FOUND"),
+        ("POST", f"{PATH}/{tid}/builds", "TEMPLATE_NOT_FOUND"),
+        ("GET", f"{BUILDS}/{bid}", "BUILD_NOT_FOUND"),
+        ("POST", f"{BUILDS}/{bid}/cancel", "BUILD_NOT_FOUND"),
+        ("POST", f"{BUILDS}/{bid}/retry", "BUILD_NOT_FOUND"),
+        ("GET", f"{BUILDS}/{bid}/logs", "BUILD_NOT_FOUND"),
+        ("GET", f"{BUILDS}/{bid}/logs/stream", "BUILD_NOT_FOUND"),
+    ]:
+        assert_error(await api.request(method, path, key=stranger.key), 404, code)
+    assert [t["id"] for t in (await api.request("GET", PATH, key=stranger.key)).json()["data"]] == ["default", "svc-desktop"]
+    for ref in (tid, "once"):
+        response = await api.request("POST", f"{API}/sandboxes", key=stranger.key, json={"template_id": ref})
+        assert_error(response, 400, "INVALID_TEMPLATE")
+    # Scopes: reading needs sandboxes:read, building sandboxes:write.
+    reader = (await api.request("POST", f"{API}/api-keys", key=owner.key, json={"name": "r", "scopes": ["sandboxes:read"]})).json()["data"]["key"]
+    assert (await api.request("GET", f"{PATH}/{tid}", key=reader)).status_code == 200
+    assert_error(await api.request("POST", f"{PATH}/{tid}/builds", key=reader), 403, "insufficient_scope")
