@@ -215,6 +215,7 @@ async def _start_parts(platform: Platform) -> None:
     interrupted_builds = await templates.recover_interrupted(platform)
     if interrupted_builds:
         log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
+    await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(

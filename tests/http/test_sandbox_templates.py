@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 
 from tests.sse_client import open_sse
-from tests.support import API, Api, Tenant, assert_error
+from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
 
 from .test_sandboxes import create as create_sandbox
 from .test_sandboxes import run
@@ -261,3 +262,29 @@ async def test_errors_builtins_isolation_and_replay(runtime_api: Api, owner: Ten
     reader = (await api.request("POST", f"{API}/api-keys", key=owner.key, json={"name": "r", "scopes": ["sandboxes:read"]})).json()["data"]["key"]
     assert (await api.request("GET", f"{PATH}/{tid}", key=reader)).status_code == 200
     assert_error(await api.request("POST", f"{PATH}/{tid}/builds", key=reader), 403, "insufficient_scope")
+
+
+async def test_a_build_cut_off_by_a_restart_fails_and_unused_layers_go(tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> None:
+    data_dir = tmp_path_factory.mktemp("corral")
+    async with running_server(data_dir, **RUNTIME_SETTINGS) as api:
+        tenant = await api.create_tenant()
+        kept = await create_template(api, tenant, name="kept", setup=["echo kept > /opt/kept"])
+        assert (await wait_build(api, tenant, kept["build"]["id"]))["status"] == "ready"
+        sandbox = await create_sandbox(api, tenant, template_id="kept")
+        assert (await api.request("DELETE", f"{PATH}/kept", key=tenant.key)).status_code == 200
+        templates_root = api.platform.runtime.templates.root
+        assert (templates_root / kept["template"]["id"]).is_dir()  # a sandbox still uses its layer
+        slow = await create_template(api, tenant, name="slow", setup=["echo going", "sleep 600"])
+        await wait_log(api, tenant, slow["build"]["id"], "going")
+        assert (await api.request("DELETE", f"{API}/sandboxes/{sandbox['id']}", key=tenant.key)).status_code == 200
+    async with running_server(data_dir, **RUNTIME_SETTINGS) as api:
+        build = await wait_build(api, tenant, slow["build"]["id"], timeout=60)
+        assert build["status"] == "failed" and "control plane stopped" in build["error"]
+        driver = await api.platform.runtime.driver()
+        assert slow["build"]["id"] not in {info.id for info in await driver.instances()}
+        assert (await api.request("GET", f"{PATH}/slow", key=tenant.key)).json()["data"]["status"] == "failed"
+        retried = await api.request("POST", f"{BUILDS}/{build['id']}/retry", key=tenant.key)
+        assert retried.status_code == 201
+        cancelled = await api.request("POST", f"{BUILDS}/{retried.json()['data']['id']}/cancel", key=tenant.key)
+        assert cancelled.status_code == 200
+        assert not (templates_root / kept["template"]["id"]).exists()  # no sandbox left: swept at start

@@ -26,6 +26,7 @@ from .service import (
     recover_interrupted,
     remove_files_if_unused,
     retry_build,
+    sweep_unused_files,
     template_public,
 )
 from .services import TemplateServices
@@ -60,5 +61,6 @@ __all__ = [
     "recover_interrupted",
     "remove_files_if_unused",
     "retry_build",
+    "sweep_unused_files",
     "template_public",
 ]

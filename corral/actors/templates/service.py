@@ -280,6 +280,18 @@ async def remove_files_if_unused(services: TemplateServices, template_id: str) -
     return True
 
 
+async def sweep_unused_files(services: TemplateServices) -> int:
+    """At start-up: remove the layers of deleted templates that no sandbox uses any more
+    (a template deleted while sandboxes used it keeps its files until then)."""
+    root = services.runtime.templates.root
+    removed = 0
+    names = [path.name for path in root.iterdir()] if root.is_dir() else []
+    for name in names:
+        if is_uuid(name) and await remove_files_if_unused(services, name):
+            removed += 1
+    return removed
+
+
 async def build_logs(services: TemplateServices, build: BuildRecord) -> list[LogLine]:
     return await store.log_lines(services.db, build.id)
 
