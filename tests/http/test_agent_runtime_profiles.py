@@ -103,6 +103,8 @@ async def test_validation_and_errors(api: Api, tenant: Tenant, other_tenant: Ten
         ({"secret_ids": [foreign]}, "secret_ids"),
         ({"is_default": "yes"}, "is_default"),
         ({"name": "x" * 101}, "name"),
+        ({"env": {f"K{i}": "v" for i in range(201)}}, "env"),
+        ({"env": {"BIG": "v" * 32769}}, "env"),
     ]
     for extra, field_name in bad:
         response = await api.request("POST", PATH, key=tenant.key, json={"name": "n", "provider": "claude", **extra})
@@ -112,6 +114,8 @@ async def test_validation_and_errors(api: Api, tenant: Tenant, other_tenant: Ten
         await api.request("POST", PATH, key=tenant.key, json={"name": "n", "provider": "claude", "workspace_id": other_tenant.workspace_id}),
         404, "NOT_FOUND",
     )
+    at_limits = await make(api, tenant, name="x" * 100, env={**{f"K{i}": "v" for i in range(199)}, "BIG": "v" * 32768})
+    assert len(at_limits["env_keys"]) == 200
     await make(api, tenant, name="taken")
     assert_error(await api.request("POST", PATH, key=tenant.key, json={"name": "taken", "provider": "pi"}), 409, "PROFILE_NAME_TAKEN")
     other = await make(api, tenant, name="other")

@@ -224,6 +224,19 @@ async def test_errors_builtins_isolation_and_replay(runtime_api: Api, owner: Ten
     assert (await wait_build(api, owner, edge["build"]["id"]))["status"] == "ready"
     assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "e" * 63}), 409, "TEMPLATE_NAME_TAKEN")
 
+    # 200 packages pass validation (the build then fails at apt: these are no packages).
+    many = await create_template(api, owner, name="many", packages=[f"no-such-package-{i}" for i in range(200)])
+    assert len(many["template"]["packages"]) == 200
+    failed_many = await wait_build(api, owner, many["build"]["id"])
+    assert failed_many["status"] == "failed" and "apt-get install" in failed_many["error"]
+
+    # A template over the desktop base.
+    desktop = await create_template(api, owner, name="desk", base="svc-desktop", setup=["test -x /usr/bin/Xvnc && echo has-x > /opt/x"])
+    assert desktop["template"]["base"] == "svc-desktop"
+    assert (await wait_build(api, owner, desktop["build"]["id"]))["status"] == "ready"
+    on_desktop = await create_sandbox(api, owner, template_id="desk")
+    assert (await run(api, owner, on_desktop["id"], "cat /opt/x; command -v xdotool"))["stdout"] == "has-x\n/usr/bin/xdotool\n"
+
     # Idempotency-Key: the same create answered again, no second template or build.
     headers = {"Idempotency-Key": "template-once"}
     body = {"name": "once", "setup": ["true"], "default_preview_port": 1}
