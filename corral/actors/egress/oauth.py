@@ -35,7 +35,6 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 import trio
 
-from corral.actors.record import RowStore
 from corral.actors.webhooks.destinations import (
     DestinationRefused,
     InvalidUrl,
@@ -49,6 +48,8 @@ from corral.ids import new_uuid
 from corral.models import Rule, model
 from corral.storage import associated_data, iso_in, parse_iso, to_iso, utc_now, utc_now_iso
 
+from . import oauth_store
+from .oauth_store import FLOWS, PROVIDERS, FlowRecord, ProviderRecord
 from .services import EgressServices
 from .spec import EnvName, Hosts, NewSecret, SecretChange
 from .store import SECRETS
@@ -125,48 +126,6 @@ class Provider:
     scopes: list[str] = field(hash=False)
     allowed_hosts: list[str] = field(hash=False)
     source: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderRecord:
-    id: str
-    tenant_id: str
-    provider: str
-    name: str
-    client_id: str
-    client_secret: bytes = field(repr=False)
-    authorize_url: str
-    token_url: str
-    scopes: list[str] = field(hash=False)
-    allowed_hosts: list[str] = field(hash=False)
-    created_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class FlowRecord:
-    id: str
-    tenant_id: str
-    state: str
-    provider: str
-    user_id: str | None
-    is_admin: int
-    scope: str
-    owner_user_id: str | None
-    expose_as_env: str | None
-    redirect_uri: str
-    code_verifier: str = field(repr=False)
-    status: str
-    secret_id: str | None
-    error: str | None
-    refresh_token: bytes | None = field(repr=False)
-    created_at: str
-    updated_at: str
-
-
-PROVIDERS = RowStore(
-    "egress_oauth_providers", ProviderRecord, json_columns=("scopes", "allowed_hosts")
-)
-FLOWS = RowStore("egress_oauth_flows", FlowRecord)
 
 
 def _provider_aad(tenant_id: str, provider_id: str) -> bytes:
@@ -317,16 +276,8 @@ async def register_provider(
         created_at=utc_now_iso(),
     )
 
-    def work(tx: Any) -> None:
-        taken = tx.fetch_value(
-            "SELECT COUNT(*) FROM egress_oauth_providers WHERE tenant_id = ? AND provider = ?",
-            (caller.tenant_id, fields.provider),
-        )
-        if taken:
-            raise conflict("PROVIDER_EXISTS", "this tenant already registered this provider")
-        PROVIDERS.insert(tx, record)
-
-    await services.db.transaction(work)
+    if not await oauth_store.add_provider(services.db, record):
+        raise conflict("PROVIDER_EXISTS", "this tenant already registered this provider")
     return _tenant_provider(services, record)
 
 
@@ -381,10 +332,7 @@ async def start(
             {"owner_user_id": "must not be set for scope tenant"}, "scope and identity mismatch"
         )
     require_role(caller, scope, owner)
-    await services.db.execute(
-        "DELETE FROM egress_oauth_flows WHERE tenant_id = ? AND status <> 'complete' AND created_at < ?",
-        (caller.tenant_id, to_iso(utc_now() - FLOW_RETENTION)),
-    )
+    await oauth_store.prune_flows(services.db, caller.tenant_id, to_iso(utc_now() - FLOW_RETENTION))
     state = random.token_urlsafe(32)
     verifier = random.token_urlsafe(48)
     redirect_uri = api_base.rstrip("/") + "/api/v1/egress/oauth/callback"
@@ -450,11 +398,7 @@ async def _claim(services: EgressServices, state: str) -> FlowRecord:
     if not found:
         raise CallbackError(404, "This sign-in link is unknown.")
     flow = found[0]
-    changed = await services.db.execute(
-        "UPDATE egress_oauth_flows SET status = 'exchanging', updated_at = ? WHERE id = ? AND status = 'pending'",
-        (utc_now_iso(), flow.id),
-    )
-    if changed != 1:
+    if not await oauth_store.mark_exchanging(services.db, flow.id):
         raise CallbackError(409, "This sign-in was already used.")
     if parse_iso(flow.created_at) + FLOW_TTL < utc_now():
         await _fail(services, flow, "the flow expired before the provider answered")
@@ -574,13 +518,7 @@ async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, 
 async def refresh_expiring(services: EgressServices, tenant_id: str) -> int:
     """Refresh the tenant's `oauth_connect` secrets that expire within `REFRESH_MARGIN`;
     how many were refreshed. Failures are logged (without tokens) and leave the secret."""
-    rows = await services.db.fetch_all(
-        "SELECT * FROM egress_oauth_flows WHERE tenant_id = ? AND status = 'complete' AND refresh_token IS NOT NULL"
-        " AND secret_id IN (SELECT id FROM egress_secrets WHERE tenant_id = ? AND expires_at IS NOT NULL"
-        " AND expires_at <= ?)",
-        (tenant_id, tenant_id, iso_in(REFRESH_MARGIN)),
-    )
-    due = FLOWS.records(rows)
+    due = await oauth_store.refreshable_flows(services.db, tenant_id, iso_in(REFRESH_MARGIN))
     refreshed = 0
     for flow in due:
         if trio.current_time() - _failed_at.get(flow.id, float("-inf")) < REFRESH_RETRY_SECONDS:

@@ -18,6 +18,8 @@ from . import (
     computer_streams,
     computers,
     credits,
+    database_ops,
+    databases,
     egress,
     egress_oauth,
     invite_pages,
@@ -50,4 +52,5 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
+        databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router]

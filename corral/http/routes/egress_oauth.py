@@ -18,7 +18,7 @@ from ..context import RequestContext
 from ..replies import Reply, data, no_content
 from ..routing import Router
 
-router = Router("egress oauth")
+router = Router("egress oauth", tenant_wide=True)  # keys restricted to a workspace: 403
 
 
 def _caller(ctx: RequestContext) -> egress.Caller:
