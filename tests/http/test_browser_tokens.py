@@ -64,6 +64,8 @@ async def test_a_token_reaches_its_sandbox_and_nothing_else(runtime_api: Api, ow
     assert rows and token not in str(rows)
     audit = await api.platform.db.fetch_all("SELECT * FROM audit_events WHERE tenant_id = ?", (owner.id,))
     assert audit and token not in str(audit)
+    by_token = [row for row in audit if row["actor_type"] == "browser_token"]
+    assert by_token and {row["path"] for row in by_token} >= {f"/api/v1/sandboxes/{sandbox['id']}/exec"}
 
 
 async def test_expires_in_limits(runtime_api: Api, owner: Tenant) -> None:

@@ -301,3 +301,23 @@ async def test_a_build_cut_off_by_a_restart_fails_and_unused_layers_go(tmp_path_
         cancelled = await api.request("POST", f"{BUILDS}/{retried.json()['data']['id']}/cancel", key=tenant.key)
         assert cancelled.status_code == 200
         assert not (templates_root / kept["template"]["id"]).exists()  # no sandbox left: swept at start
+
+
+async def test_concurrent_builds_per_tenant(runtime_api: Api, owner: Tenant) -> None:
+    """At most 5 builds of a tenant queued or building at once (each runs an instance)."""
+    api = runtime_api
+    running = [await create_template(api, owner, name=f"busy{i}", setup=["sleep 600"]) for i in range(4)]
+    fifth = await create_template(api, owner, name="busy4", setup=["true"])  # the limit: 5 at once
+    other = await api.create_tenant("Other")
+    assert (await create_template(api, other, name="theirs", setup=["true"]))["build"]["status"] in ("queued", "building")
+    if (await api.request("GET", f"{BUILDS}/{fifth['build']['id']}", key=owner.key)).json()["data"]["status"] != "ready":
+        assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "sixth"}), 409, "BUILD_LIMIT_REACHED")
+    await wait_build(api, owner, fifth["build"]["id"])
+    sixth = await create_template(api, owner, name="sixth", setup=["sleep 600"])  # room again
+    assert_error(await api.request("POST", PATH, key=owner.key, json={"name": "seventh"}), 409, "BUILD_LIMIT_REACHED")
+    assert_error(await api.request("POST", f"{PATH}/busy4/builds", key=owner.key), 409, "BUILD_LIMIT_REACHED")
+    assert_error(await api.request("GET", f"{PATH}/seventh", key=owner.key), 404, "TEMPLATE_NOT_FOUND")  # nothing left behind
+    for created in [*running, sixth]:
+        cancelled = await api.request("POST", f"{BUILDS}/{created['build']['id']}/cancel", key=owner.key)
+        assert cancelled.status_code == 200, cancelled.text
+    assert (await api.request("POST", f"{PATH}/busy4/builds", key=owner.key)).status_code == 201

@@ -45,6 +45,12 @@ MAX_PACKAGES = 200
 MAX_SETUP = 50
 BUILD_SIZE = "small"
 FOLLOW_POLL = 0.25
+MAX_ACTIVE_BUILDS = 5
+"""Builds one tenant may have queued or building at once (each runs an instance)."""
+
+
+def _build_limit_reached() -> ApiError:
+    return conflict("BUILD_LIMIT_REACHED", f"at most {MAX_ACTIVE_BUILDS} builds of a tenant may run at once")
 
 
 def _name_problem(name: str) -> str | None:
@@ -197,6 +203,8 @@ async def create_template(
     )
 
     def work(tx: Transaction) -> None:
+        if store.active_builds_of_tenant(tx, tenant_id) >= MAX_ACTIVE_BUILDS:
+            raise _build_limit_reached()
         if store.name_taken(tx, template.workspace_id, template.name):
             raise conflict("TEMPLATE_NAME_TAKEN", "template name already used in the workspace")
         store.insert_template(tx, template)
@@ -208,9 +216,13 @@ async def create_template(
 
 async def start_build(services: TemplateServices, template: TemplateRecord, owner_user_id: str | None) -> BuildRecord:
     """A new build of `template`, queued then booted (409 BUILD_IN_PROGRESS while one runs)."""
-    active = await services.db.transaction(lambda tx: store.build_active(tx, template.id))
-    if active:
-        raise conflict("BUILD_IN_PROGRESS", "a build of this template is already queued or building")
+    def check(tx: Transaction) -> None:
+        if store.build_active(tx, template.id):
+            raise conflict("BUILD_IN_PROGRESS", "a build of this template is already queued or building")
+        if store.active_builds_of_tenant(tx, template.tenant_id) >= MAX_ACTIVE_BUILDS:
+            raise _build_limit_reached()
+
+    await services.db.transaction(check)
     now = utc_now_iso()
     build_id = new_uuid()
     draft = BuildRecord(

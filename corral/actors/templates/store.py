@@ -171,6 +171,13 @@ def insert_build(tx: Transaction, record: BuildRecord) -> None:
     BUILDS.insert(tx, record)
 
 
+def active_builds_of_tenant(tx: Transaction, tenant_id: str) -> int:
+    value = tx.fetch_value(
+        "SELECT COUNT(*) FROM sandbox_template_builds WHERE tenant_id = ? AND status IN ('queued', 'building')", (tenant_id,)
+    )
+    return int(value or 0)
+
+
 def build_active(tx: Transaction, template_id: str) -> bool:
     return tx.fetch_one(
         "SELECT 1 FROM sandbox_template_builds WHERE template_id = ? AND status IN ('queued', 'building')", (template_id,)
