@@ -14,6 +14,7 @@ from . import (
     computer_snapshots,
     computer_streams,
     computers,
+    console,
     credits,
     egress,
     egress_oauth,
@@ -45,4 +46,5 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router, egress_oauth.router]
+        network_policy.router, egress.router, egress_oauth.router,
+        console.router]
