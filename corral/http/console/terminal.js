@@ -9,6 +9,12 @@ function draw(container) {
   const fit = new FitAddon();
   term.loadAddon(fit);
   term.open(container);
+  container.terminalText = () => {  // the whole buffer as text, for automation (tests read it)
+    const buffer = term.buffer.active;
+    const lines = [];
+    for (let i = 0; i < buffer.length; i++) lines.push(buffer.getLine(i).translateToString(true));
+    return lines.join("\n");
+  };
   const refit = () => { try { fit.fit(); } catch { /* hidden */ } };
   refit();
   const observer = new ResizeObserver(refit);

@@ -1,0 +1,157 @@
+"""The web console driven in a real headless Chromium against a real server with real
+instances: sign in, create a sandbox and use its terminal, processes, live logs and
+previews; create a computer, watch it provision, see its desktop (pixels checked) and
+type in its terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import trio
+from PIL import Image
+
+from tests.browser import Page, open_browser
+from tests.support import PASSWORD, Api, Tenant
+
+from .test_sandboxes import run
+
+
+async def expect(page: Page, condition: str, timeout: float = 20.0) -> Any:
+    """`page.wait_for` (an element counts as true), failing with what the page shows
+    (its markup and toasts) instead of a bare timeout."""
+    try:
+        return await page.wait_for(f"(() => {{ const v = ({condition}); return v instanceof Node ? true : v; }})()", timeout=timeout)
+    except trio.TooSlowError:
+        shown = await page.evaluate("document.getElementById('main').outerHTML.slice(0, 3000) + ' | toasts: ' + document.getElementById('toast').innerText"
+            " + ' | loaded: ' + performance.getEntriesByType('resource').map(e => e.name.split('/').slice(3).join('/') + ' ' + e.responseStatus).join(', ')")
+        raise AssertionError(f"timed out waiting for {condition}; the page shows: {shown}") from None
+
+
+async def fill(page: Page, values: dict[str, str], form: str) -> None:
+    """Sets the inputs `values` (by id) and submits `form` as a user would."""
+    script = ";".join(f"document.getElementById({json.dumps(k)}).value = {json.dumps(v)}" for k, v in values.items())
+    await page.evaluate(f"{script}; document.getElementById({json.dumps(form)}).requestSubmit(); true")
+
+
+async def click(page: Page, selector: str) -> None:
+    await expect(page, f"document.querySelector({json.dumps(selector)})")
+    await page.evaluate(f"document.querySelector({json.dumps(selector)}).click(); true")
+
+
+async def type_line(page: Page, terminal: str, text: str) -> None:
+    """Types `text` and Enter into the xterm.js terminal inside `terminal` (keyboard events)."""
+    textarea = f"document.querySelector('{terminal} .xterm-helper-textarea')"
+    await expect(page, textarea)
+    await page.evaluate(f"{textarea}.focus(); true")
+    await page.call("Input.insertText", {"text": text})
+    for kind in ("keyDown", "keyUp"):
+        await page.call(
+            "Input.dispatchKeyEvent",
+            {"type": kind, "key": "Enter", "code": "Enter", "windowsVirtualKeyCode": 13, "nativeVirtualKeyCode": 13, **({"text": "\r"} if kind == "keyDown" else {})},
+        )
+
+
+def screen_text(terminal: str) -> str:
+    """The terminal's whole buffer (the DOM renderer draws only what is on screen, and late)."""
+    return f"(document.querySelector('{terminal}')?.terminalText?.() || '')"
+
+
+async def sign_in_with_password(page: Page, tenant: Tenant) -> None:
+    await expect(page, "document.getElementById('signin-password')")
+    await fill(page, {"email": tenant.owner_email, "password": "wrong password"}, "signin-password")
+    error = await expect(page, "document.getElementById('signin-error').textContent")
+    assert "invalid email or password" in error
+    await fill(page, {"email": tenant.owner_email, "password": PASSWORD}, "signin-password")
+    await expect(page, "document.querySelector('[data-view=sandboxes] #new-sandbox')")
+    assert tenant.owner_email in await page.evaluate("document.getElementById('who').textContent")
+
+
+async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, owner: Tenant) -> None:
+    base = str(runtime_api.client.base_url)
+    async with open_browser() as browser:
+        page = await browser.new_page(f"{base}/")
+        await sign_in_with_password(page, owner)
+
+        await fill(page, {"sandbox-name": "console-box"}, "new-sandbox")
+        row = "document.querySelector('tr[data-name=\"console-box\"]')"
+        await expect(page, f"{row} && {row}.querySelector('[data-status=running]')", timeout=30)
+        sandbox_id = await page.evaluate(f"{row}.dataset.id")
+        await click(page, f"tr[data-id='{sandbox_id}'] a")
+        await expect(page, f"location.hash === '#/sandboxes/{sandbox_id}'")
+
+        # The terminal: a command's output appears in the page; the directory carries over.
+        await type_line(page, "#sandbox-terminal", "echo console-$((6*7))")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('console-42')", timeout=60)
+        await type_line(page, "#sandbox-terminal", "cd /tmp && touch made-in-console")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('/tmp$')", timeout=60)
+        await type_line(page, "#sandbox-terminal", "ls made-*; exit 3")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('[exit 3]')", timeout=60)
+        assert "made-in-console" in await page.evaluate(screen_text("#sandbox-terminal"))
+
+        # A background process, its output followed live until it exits.
+        await click(page, "button[data-tab=processes]")
+        await expect(page, "document.getElementById('new-process')")
+        await fill(page, {"process-cmd": "for i in 1 2 3; do echo tick-$i; sleep 0.3; done"}, "new-process")
+        log = "document.getElementById('process-log').textContent"
+        await expect(page, f"{log}.includes('tick-3') && {log}.includes('[exited, exit 0]')", timeout=60)
+        assert await page.evaluate(f"{log}.indexOf('tick-1') < {log}.indexOf('tick-2')")
+
+        # The sandbox's log stream is live: an exec made elsewhere shows up.
+        await click(page, "button[data-tab=logs]")
+        await expect(page, "document.getElementById('sandbox-log') && document.querySelector('[data-tab=logs] .muted').textContent === 'live'")
+        await run(runtime_api, owner, sandbox_id, "echo from-the-api")
+        await expect(page, "document.getElementById('sandbox-log').textContent.includes('from-the-api')", timeout=30)
+
+        # Previews: exposing a port shows its URL.
+        await click(page, "button[data-tab=previews]")
+        await expect(page, "document.getElementById('expose-port')")
+        await fill(page, {"expose-port-number": "8000"}, "expose-port")
+        url = await expect(page, "document.querySelector('#exposed li[data-port=\"8000\"] code')?.textContent")
+        assert url.startswith("http://8000-") and ".sandbox." in url
+
+
+def desktop_blue(png: bytes) -> tuple[int, int]:
+    """(pixels of the desktop's background colour, all pixels) in a screenshot."""
+    shot = Image.open(io.BytesIO(png)).convert("RGB")
+    colours = shot.getcolors(maxcolors=1 << 22) or []
+    blue = sum(count for count, rgb in colours if rgb == (0x30, 0x50, 0x6E))
+    return blue, shot.width * shot.height
+
+
+async def test_a_computer_provisions_then_shows_its_desktop_and_terminal(runtime_api: Api, owner: Tenant) -> None:
+    base = str(runtime_api.client.base_url)
+    async with open_browser() as browser:
+        page = await browser.new_page(f"{base}/")
+        await page.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": owner.key}, "signin-key")
+        await expect(page, "document.querySelector('[data-view=sandboxes]')")
+
+        await page.evaluate("location.hash = '#/computers'; true")
+        await expect(page, "document.getElementById('new-computer')")
+        await fill(page, {"computer-name": "Console Desk", "computer-resolution": "800x600"}, "new-computer")
+        first: Any = await expect(
+            page,
+            "(document.getElementById('computer-progress') && 'progress') || (document.getElementById('desktop-screen') && 'desktop')"
+        )
+        assert first == "progress"  # provisioning is shown while it lasts
+        assert await page.evaluate("document.querySelector('#computer-progress [data-status=provisioning]') !== null")
+
+        await expect(page, "document.getElementById('desktop-state')?.dataset.state === 'connected'", timeout=180)
+        size = await page.evaluate("(() => { const c = document.querySelector('#desktop-screen canvas'); return [c.width, c.height]; })()")
+        assert size == [800, 600]
+        blue, total = 0, 1
+        with trio.move_on_after(20):
+            while True:  # the first frames arrive
+                blue, total = desktop_blue(await page.screenshot())
+                if blue > total // 10:
+                    break
+                await trio.sleep(0.3)
+        assert blue > total // 10, f"the desktop's background is {blue} of {total} pixels"
+
+        await click(page, "button[data-tab=terminal]")
+        await expect(page, "document.getElementById('computer-terminal')?.dataset.state === 'open'", timeout=60)
+        await type_line(page, "#computer-terminal", "echo pty-$((7*6))")
+        await expect(page, f"{screen_text('#computer-terminal')}.includes('pty-42')", timeout=60)
