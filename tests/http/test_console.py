@@ -61,7 +61,7 @@ async def test_every_module_the_console_imports_is_served(api: Api) -> None:
         assert response.status_code == 200, path
         if path.startswith("vendor/"):
             continue
-        for target in re.findall(r'from "(\.{1,2}/[^"]+)"', response.text):
+        for target in re.findall(r'(?:from |import\()"(\.{1,2}/[^"]+)"', response.text):
             todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(path), target)))
     assert {"api.js", "terminal.js", "desktop.js", "vendor/novnc/core/rfb.js", "vendor/xterm/xterm.mjs"} <= seen
 

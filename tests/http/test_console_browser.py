@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -16,6 +18,9 @@ from tests.browser import Page, open_browser
 from tests.support import PASSWORD, Api, Tenant
 
 from .test_sandboxes import run
+
+SHOTS = Path(os.environ["CORRAL_CONSOLE_SHOTS"]) if os.environ.get("CORRAL_CONSOLE_SHOTS") else None
+"""A directory to keep screenshots of the console in (for a person to look at), if set."""
 
 
 async def expect(page: Page, condition: str, timeout: float = 20.0) -> Any:
@@ -89,6 +94,8 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         await type_line(page, "#sandbox-terminal", "ls made-*; exit 3")
         await expect(page, f"{screen_text('#sandbox-terminal')}.includes('[exit 3]')", timeout=60)
         assert "made-in-console" in await page.evaluate(screen_text("#sandbox-terminal"))
+        if SHOTS:
+            (SHOTS / "sandbox-terminal.png").write_bytes(await page.screenshot())
 
         # A background process, its output followed live until it exits.
         await click(page, "button[data-tab=processes]")
@@ -150,8 +157,36 @@ async def test_a_computer_provisions_then_shows_its_desktop_and_terminal(runtime
                     break
                 await trio.sleep(0.3)
         assert blue > total // 10, f"the desktop's background is {blue} of {total} pixels"
+        if SHOTS:
+            (SHOTS / "desktop.png").write_bytes(await page.screenshot())
 
         await click(page, "button[data-tab=terminal]")
         await expect(page, "document.getElementById('computer-terminal')?.dataset.state === 'open'", timeout=60)
         await type_line(page, "#computer-terminal", "echo pty-$((7*6))")
         await expect(page, f"{screen_text('#computer-terminal')}.includes('pty-42')", timeout=60)
+
+
+async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> None:
+    """No instances needed: the credit balance, deployments (404 on a server without
+    them is said plainly), a bad key refused, and signing out forgets the session."""
+    base = str(api.client.base_url)
+    async with open_browser() as browser:
+        page = await browser.new_page(f"{base}/#/credits")
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": "msk_u_not-a-key"}, "signin-key")
+        assert "invalid" in (await expect(page, "document.getElementById('signin-error').textContent")).lower()
+        await fill(page, {"api-key": tenant.key}, "signin-key")  # then the page asked for: credits
+        assert await expect(page, "document.getElementById('balance-credits')?.textContent") == "100"
+        await expect(page, "document.querySelector('[data-view=credits] tbody td:nth-child(2)')?.textContent === 'earn'")
+
+        await page.evaluate("location.hash = '#/deployments'; true")
+        listed = await expect(page, "document.getElementById('deployments-unavailable')?.textContent || document.querySelector('#deployments .card, #deployments p:not(.muted)')")
+        routes = (await api.client.get("/api/v1/openapi.json")).json()["paths"]
+        if "/api/v1/deployments" not in routes:
+            assert listed == "Deployments are not available on this server."
+
+        await click(page, "#sign-out")
+        await expect(page, "document.getElementById('signin-password')")
+        assert await page.evaluate("sessionStorage.length") == 0
+        await page.navigate(f"{base}/#/sandboxes")  # a reload stays signed out
+        await expect(page, "document.getElementById('signin-key')")

@@ -48,7 +48,7 @@ export async function signInKey(key) {
   } catch (error) {
     if (error.status !== 403) throw error;  // a valid key without org:read still signs in
   }
-  save({kind: "key", key: trimmed, label: `key ${trimmed.slice(0, 12)}…`});
+  save({kind: "key", key: trimmed, label: `key ${trimmed.slice(0, 10)}…`});
   await nameTenant();
 }
 

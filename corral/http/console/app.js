@@ -30,7 +30,7 @@ function render() {
   document.getElementById("sign-out").hidden = !session;
   document.getElementById("who").textContent = session ? [session.label, session.tenant].filter(Boolean).join(" · ") : "";
   if (!session) {
-    replace(main, signInView(() => { location.hash = "#/sandboxes"; render(); }));
+    replace(main, signInView(render));  // then the page asked for (a deep link), else sandboxes
     return;
   }
   const hash = location.hash || "#/sandboxes";

@@ -3,8 +3,7 @@
 
 import {api, follow} from "../api.js";
 import {action, describe, h, replace, status, toast, when} from "../dom.js";
-import {desktop} from "../desktop.js";
-import {ptyTerminal} from "../terminal.js";
+import {later} from "./later.js";
 import {tabs} from "./tabs.js";
 
 const SIZES = ["small", "medium", "large"];
@@ -95,19 +94,21 @@ export function computerView(root, id) {
         const newTab = h("a", {target: "_blank", rel: "noopener noreferrer", hidden: true}, "open in a new tab");
         const screen = h("div", {class: "desktop", id: "desktop-screen"});
         replace(panel, h("p", {class: "row"}, "Desktop: ", state, newTab), screen);
-        const view = desktop(screen, () => api("GET", `/computers/${id}/vnc-credentials`), (value, creds) => {
-          state.textContent = value;
-          state.dataset.state = value;
-          if (creds) { newTab.href = `${creds.desktop_url}?auth=${encodeURIComponent(creds.token)}`; newTab.hidden = false; }
+        return later(import("../desktop.js"), ({desktop}) => {
+          const view = desktop(screen, () => api("GET", `/computers/${id}/vnc-credentials`), (value, creds) => {
+            state.textContent = value;
+            state.dataset.state = value;
+            if (creds) { newTab.href = `${creds.desktop_url}?auth=${encodeURIComponent(creds.token)}`; newTab.hidden = false; }
+          });
+          return () => view.close();
         });
-        return () => view.close();
       },
       Terminal: (panel) => {
         const box = h("div", {class: "terminal", id: "computer-terminal"});
         replace(panel, box);
-        const terminal = ptyTerminal(box, async ({cols, rows}) => (await api("POST", `/computers/${id}/terminal`, {cols, rows})).data.ws_url,
-          (value) => { box.dataset.state = value; });
-        return terminal.close;
+        return later(import("../terminal.js"), ({ptyTerminal}) => ptyTerminal(box,
+          async ({cols, rows}) => (await api("POST", `/computers/${id}/terminal`, {cols, rows})).data.ws_url,
+          (value) => { box.dataset.state = value; }).close);
       },
       Logs: (panel) => {
         const output = h("pre", {class: "log", id: "computer-log"});

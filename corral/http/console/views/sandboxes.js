@@ -3,7 +3,7 @@
 
 import {api, follow} from "../api.js";
 import {action, describe, h, replace, status, toast, when} from "../dom.js";
-import {execTerminal} from "../terminal.js";
+import {later} from "./later.js";
 import {tabs} from "./tabs.js";
 
 const SIZES = ["small", "medium", "large"];
@@ -102,8 +102,8 @@ export function sandboxView(root, id) {
     Terminal: (panel) => {
       const box = h("div", {class: "terminal", id: "sandbox-terminal"});
       replace(panel, box);
-      const terminal = execTerminal(box, (body) => api("POST", `/sandboxes/${id}/exec`, {...body, timeout: 300}));
-      return terminal.close;
+      return later(import("../terminal.js"), ({execTerminal}) =>
+        execTerminal(box, (body) => api("POST", `/sandboxes/${id}/exec`, {...body, timeout: 300})).close);
     },
     Processes: (panel) => processes(panel, id),
     Logs: (panel) => liveLogs(panel, id),
