@@ -5,6 +5,7 @@ type in its terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -14,13 +15,19 @@ from typing import Any
 import trio
 from PIL import Image
 
-from tests.browser import Page, open_browser
+from tests.browser import Browser, Page, open_browser
 from tests.support import PASSWORD, Api, Tenant
 
 from .test_sandboxes import run
 
 SHOTS = Path(os.environ["CORRAL_CONSOLE_SHOTS"]) if os.environ.get("CORRAL_CONSOLE_SHOTS") else None
 """A directory to keep screenshots of the console in (for a person to look at), if set."""
+
+
+def console_browser(api: Api) -> contextlib.AbstractAsyncContextManager[Browser]:
+    """Chromium in a network of its own, reaching the server's API and preview ports only."""
+    settings = api.platform.settings
+    return open_browser(ports=[settings.port, settings.preview_port])
 
 
 async def expect(page: Page, condition: str, timeout: float = 20.0) -> Any:
@@ -43,6 +50,13 @@ async def fill(page: Page, values: dict[str, str], form: str) -> None:
 async def click(page: Page, selector: str) -> None:
     await expect(page, f"document.querySelector({json.dumps(selector)})")
     await page.evaluate(f"document.querySelector({json.dumps(selector)}).click(); true")
+
+
+async def click_button(page: Page, within: str, label: str) -> None:
+    """Clicks the button labelled `label` inside `within`, once there is one."""
+    find = f"[...document.querySelectorAll({json.dumps(within + ' button')})].find(b => b.textContent === {json.dumps(label)} && !b.disabled)"
+    await expect(page, find)
+    await page.evaluate(f"{find}.click(); true")
 
 
 async def type_line(page: Page, terminal: str, text: str) -> None:
@@ -75,7 +89,7 @@ async def sign_in_with_password(page: Page, tenant: Tenant) -> None:
 
 async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, owner: Tenant) -> None:
     base = str(runtime_api.client.base_url)
-    async with open_browser() as browser:
+    async with console_browser(runtime_api) as browser:
         page = await browser.new_page(f"{base}/")
         await sign_in_with_password(page, owner)
 
@@ -118,6 +132,17 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         url = await expect(page, "document.querySelector('#exposed li[data-port=\"8000\"] code')?.textContent")
         assert url.startswith("http://8000-") and ".sandbox." in url
 
+        # Stop, start and delete from the sandbox's page (the confirmation answered yes).
+        await click_button(page, "[data-view=sandboxes] .card .actions", "Stop")
+        await expect(page, "document.querySelector('[data-view=sandboxes] .card [data-status=stopped]')", timeout=60)
+        await click_button(page, "[data-view=sandboxes] .card .actions", "Start")
+        await expect(page, "document.querySelector('[data-view=sandboxes] .card [data-status=running]')", timeout=60)
+        await page.evaluate("window.confirm = () => true; true")
+        await click_button(page, "[data-view=sandboxes] .card .actions", "Delete")
+        await expect(page, "location.hash === '#/sandboxes' && document.querySelector('[data-view=sandboxes] p.muted')?.textContent === 'No sandboxes yet.'")
+        gone = await runtime_api.request("GET", f"/api/v1/sandboxes/{sandbox_id}", key=owner.key)
+        assert gone.status_code == 404
+
 
 def desktop_blue(png: bytes) -> tuple[int, int]:
     """(pixels of the desktop's background colour, all pixels) in a screenshot."""
@@ -129,7 +154,7 @@ def desktop_blue(png: bytes) -> tuple[int, int]:
 
 async def test_a_computer_provisions_then_shows_its_desktop_and_terminal(runtime_api: Api, owner: Tenant) -> None:
     base = str(runtime_api.client.base_url)
-    async with open_browser() as browser:
+    async with console_browser(runtime_api) as browser:
         page = await browser.new_page(f"{base}/")
         await page.call("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 1000, "deviceScaleFactor": 1, "mobile": False})
         await expect(page, "document.getElementById('signin-key')")
@@ -165,12 +190,21 @@ async def test_a_computer_provisions_then_shows_its_desktop_and_terminal(runtime
         await type_line(page, "#computer-terminal", "echo pty-$((7*6))")
         await expect(page, f"{screen_text('#computer-terminal')}.includes('pty-42')", timeout=60)
 
+        # Stop and start again: the page follows, and the desktop comes back.
+        await click_button(page, "[data-view=computers] .card .actions", "Stop")
+        await expect(page, "document.querySelector('[data-view=computers] .card [data-status=stopped]')", timeout=60)
+        await click_button(page, "[data-view=computers] .card .actions", "Start")
+        await expect(page, "document.getElementById('desktop-state')?.dataset.state === 'connected'", timeout=120)
+        await page.evaluate("window.confirm = () => true; true")
+        await click_button(page, "[data-view=computers] .card .actions", "Delete")
+        await expect(page, "location.hash === '#/computers' && document.querySelector('[data-view=computers] p.muted')?.textContent === 'No computers yet.'")
+
 
 async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> None:
     """No instances needed: the credit balance, deployments (404 on a server without
     them is said plainly), a bad key refused, and signing out forgets the session."""
     base = str(api.client.base_url)
-    async with open_browser() as browser:
+    async with console_browser(api) as browser:
         page = await browser.new_page(f"{base}/#/credits")
         await expect(page, "document.getElementById('signin-key')")
         await fill(page, {"api-key": "msk_u_not-a-key"}, "signin-key")
