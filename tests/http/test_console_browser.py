@@ -189,6 +189,10 @@ async def test_a_computer_provisions_then_shows_its_desktop_and_terminal(runtime
         await expect(page, "document.getElementById('computer-terminal')?.dataset.state === 'open'", timeout=60)
         await type_line(page, "#computer-terminal", "echo pty-$((7*6))")
         await expect(page, f"{screen_text('#computer-terminal')}.includes('pty-42')", timeout=60)
+        # The shell exits: the session ends, and the page says so (after one try to reconnect).
+        await type_line(page, "#computer-terminal", "exit")
+        await expect(page, "document.getElementById('computer-terminal')?.dataset.state === 'closed'", timeout=30)
+        assert "[connection closed]" in await page.evaluate(screen_text("#computer-terminal"))
 
         # Stop and start again: the page follows, and the desktop comes back.
         await click_button(page, "[data-view=computers] .card .actions", "Stop")

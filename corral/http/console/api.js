@@ -86,7 +86,17 @@ async function send(method, path, body, bearer) {
   const headers = {};
   if (bearer) headers.Authorization = `Bearer ${bearer}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(BASE + path, {method, headers, body: body === undefined ? undefined : JSON.stringify(body)});
+  const init = {method, headers, body: body === undefined ? undefined : JSON.stringify(body)};
+  let response;
+  try {
+    response = await fetch(BASE + path, init);
+  } catch (error) {
+    // A network failure (the browser aborts requests when the machine's network
+    // changes): a read is tried once more; a change is not, as it may have happened.
+    if (method !== "GET") throw new ApiError(0, "NETWORK_ERROR", `${error.message}: check the result before retrying`);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    response = await fetch(BASE + path, init);
+  }
   const text = await response.text();
   let parsed = null;
   try { parsed = text ? JSON.parse(text) : null; } catch { parsed = null; }

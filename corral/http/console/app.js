@@ -1,7 +1,17 @@
-// The console's entry point: loads the shell, and says so plainly when a file of it
-// could not be downloaded (a module graph that fails to load runs nothing at all).
+// The console's entry point: loads the shell. A module graph with one file that failed
+// to download runs nothing at all (browsers abort requests in flight when the
+// machine's network changes), so the page reloads itself once, and if that fails
+// too, says so with a Reload button instead of staying blank.
+
+const RELOADED = "corral.console.reloaded";
 
 import("./shell.js").catch((error) => {
+  const last = Number(sessionStorage.getItem(RELOADED) || 0);
+  if (Date.now() - last > 60_000) {
+    sessionStorage.setItem(RELOADED, String(Date.now()));
+    location.reload();
+    return;
+  }
   const main = document.getElementById("main");
   main.replaceChildren();
   const message = document.createElement("p");

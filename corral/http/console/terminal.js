@@ -22,30 +22,53 @@ function draw(container) {
   return {term, dispose: () => { observer.disconnect(); term.dispose(); }};
 }
 
-// `open()` resolves to a WebSocket URL of a PTY session (`POST /computers/{id}/terminal`);
-// bytes go both ways, a resize is the text frame {"type":"resize","cols","rows"}.
-export function ptyTerminal(container, open, onState = () => {}) {
+// `open(size)` resolves to the WebSocket URL of a new PTY session (`POST
+// /computers/{id}/terminal`), `reopen()` to a URL of the same session with a fresh
+// token. Bytes go both ways; a resize is the text frame {"type":"resize","cols","rows"}.
+// A dropped connection is reopened (the session keeps its shell 60 s and replays its
+// recent output, so the screen is redrawn from it); a shell that exited, or a session
+// another window took over (close code 4000), ends it.
+export function ptyTerminal(container, {open, reopen}, onState = () => {}) {
   const {term, dispose} = draw(container);
   const encoder = new TextEncoder();
   let socket = null;
   let closed = false;
+  let attempts = 0;
   const size = () => ({cols: term.cols, rows: term.rows});
-  (async () => {
-    try {
-      socket = new WebSocket(await open(size()));
-    } catch (error) {
-      term.write(`\r\n\x1b[31m${error.message || error}\x1b[0m\r\n`);
-      onState("failed");
-      return;
-    }
-    socket.binaryType = "arraybuffer";
-    socket.onopen = () => {
+  const note = (text, colour = 33) => term.write(`\r\n\x1b[${colour}m${text}\x1b[0m\r\n`);
+
+  function connect(url, again) {
+    const ws = new WebSocket(url);
+    let opened = false;
+    socket = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      opened = true;
+      attempts = 0;
+      if (again) term.reset();  // the replay redraws the screen
       onState("open");
-      socket.send(JSON.stringify({type: "resize", ...size()}));
+      ws.send(JSON.stringify({type: "resize", ...size()}));
       term.focus();
     };
-    socket.onmessage = (event) => term.write(typeof event.data === "string" ? event.data : new Uint8Array(event.data));
-    socket.onclose = () => { if (!closed) { term.write("\r\n\x1b[33m[connection closed]\x1b[0m\r\n"); onState("closed"); } };
+    ws.onmessage = (event) => term.write(typeof event.data === "string" ? event.data : new Uint8Array(event.data));
+    ws.onclose = async (event) => {
+      if (closed || socket !== ws) return;
+      if (event.code === 4000) { note("[this terminal was opened in another window]"); onState("closed"); return; }
+      if (!opened || attempts >= 3) { note("[connection closed]"); onState("closed"); return; }
+      attempts += 1;
+      onState("reconnecting");
+      await new Promise((resolve) => setTimeout(resolve, 1000 * attempts));
+      try { if (!closed) connect(await reopen(), true); } catch (error) { note(`[${error.message || error}]`, 31); onState("closed"); }
+    };
+  }
+
+  (async () => {
+    try {
+      connect(await open(size()), false);
+    } catch (error) {
+      note(`${error.message || error}`, 31);
+      onState("failed");
+    }
   })();
   term.onData((data) => { if (socket?.readyState === WebSocket.OPEN) socket.send(encoder.encode(data)); });
   term.onResize(({cols, rows}) => {

@@ -106,9 +106,20 @@ export function computerView(root, id) {
       Terminal: (panel) => {
         const box = h("div", {class: "terminal", id: "computer-terminal"});
         replace(panel, box);
-        return later(import("../terminal.js"), ({ptyTerminal}) => ptyTerminal(box,
-          async ({cols, rows}) => (await api("POST", `/computers/${id}/terminal`, {cols, rows})).data.ws_url,
-          (value) => { box.dataset.state = value; }).close);
+        let session = null;
+        const open = async ({cols, rows}) => {
+          session = (await api("POST", `/computers/${id}/terminal`, {cols, rows})).data;
+          box.dataset.session = session.session_id;
+          return session.ws_url;
+        };
+        const reopen = async () => {  // the same session with a fresh stream token
+          const {token} = await api("POST", `/computers/${id}/stream-token`);
+          const url = new URL(session.ws_url);
+          url.searchParams.set("auth", token);
+          return url.toString();
+        };
+        return later(import("../terminal.js"), ({ptyTerminal}) =>
+          ptyTerminal(box, {open, reopen}, (value) => { box.dataset.state = value; }).close);
       },
       Logs: (panel) => {
         const output = h("pre", {class: "log", id: "computer-log"});
