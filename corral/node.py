@@ -34,7 +34,7 @@ from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
-from corral.actors.egress import PolicyHooks
+from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
@@ -45,7 +45,16 @@ from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig, gateway_address
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
-from corral.storage import Database, EventLog, SecretBox, load_or_create_kek, migrate, open_database
+from corral.storage import (
+    BlobStore,
+    Database,
+    EventLog,
+    LocalBlobStore,
+    SecretBox,
+    load_or_create_kek,
+    migrate,
+    open_database,
+)
 from corral.vm import EgressTrust
 
 log = logging.getLogger("corral")
@@ -73,6 +82,8 @@ class Platform:
     bus: EventBus
     runtime: RuntimeHolder
     agents: AgentPool
+    blobs: BlobStore
+    """Content-addressed artifacts: deployment versions, database backups, run artifacts."""
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     # Services of the parts, typed; the node sets each one explicitly.
@@ -207,6 +218,7 @@ async def _start_parts(platform: Platform) -> None:
 async def open_node(settings: Settings) -> AsyncIterator[Platform]:
     data_dir = Path(settings.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    check_operator_providers(settings.oauth_providers)
     db = open_database(settings.database_url)
     try:
         await migrate(db)
@@ -226,6 +238,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 bus=EventBus(events),
                 runtime=RuntimeHolder(settings, lambda: host_network(settings, nursery), trust),
                 agents=AgentPool(settings.agent_timeout),
+                blobs=LocalBlobStore(data_dir / "blobs"),
                 egress_proxy=proxy,
             )
             platform.system = ActorSystem(

@@ -47,6 +47,16 @@ def _operation(route: Route) -> dict[str, Any]:
         {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
         for name, text in route.query.items()
     ]
+    if route.idempotent:
+        parameters.append(
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "Replays the stored reply of an earlier request with this key for 24 hours.",
+                "schema": {"type": "string", "maxLength": 255},
+            }
+        )
     description = _AUTH_TEXT[route.auth]
     if route.scope:
         description += f" Scope: `{route.scope}`."

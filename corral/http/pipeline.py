@@ -12,9 +12,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import trio
 from quart import Response, request
+from quart.wrappers.response import DataBody
 from werkzeug.exceptions import HTTPException
 
+from corral.actors import idempotency
 from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
@@ -88,19 +91,13 @@ class Pipeline:
         decision: RateDecision | None = None
         try:
             decision = await self._admit(ctx, route, params)
-            result = await route.handler(ctx, **params)
-            response = _to_response(result, route)
-        except ApiError as error:
-            response = error_response(error, ctx.request_id)
-        except CorralError as error:
-            response = error_response(as_api_error(error, ctx.request_id), ctx.request_id)
-        except RUNTIME_ERRORS as error:  # a runtime error no actor answered for: the one table
-            response = error_response(as_api_error(error, ctx.request_id), ctx.request_id)
-        except HTTPException as error:  # raised by quart while reading the body
-            response = error_response(http_error(error), ctx.request_id)
-        except Exception:
-            log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id)
-            response = error_response(internal_error(), ctx.request_id)
+            idempotency_key = ctx.request.headers.get("Idempotency-Key") if route.idempotent else None
+            if idempotency_key is not None:
+                response = await self._run_once(ctx, route, params, idempotency_key)
+            else:
+                response = await self._handle(ctx, route, params)
+        except Exception as error:
+            response = self._error_response(error, ctx, route)
         response.headers["X-Request-Id"] = ctx.request_id
         if decision is not None:
             response.headers.update(decision.headers())
@@ -110,6 +107,51 @@ class Pipeline:
         if route.is_mutation and ctx.principal_or_none is not None:
             await self._audit(ctx, route, response.status_code)
         return response
+
+    async def _handle(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> Response:
+        try:
+            result = await route.handler(ctx, **params)
+        except Exception as error:
+            return self._error_response(error, ctx, route)
+        return _to_response(result, route)
+
+    def _error_response(self, error: Exception, ctx: RequestContext, route: Route) -> Response:
+        """The error envelope of whatever the admission or the handler raised."""
+        if isinstance(error, ApiError):
+            return error_response(error, ctx.request_id)
+        if isinstance(error, (CorralError, *RUNTIME_ERRORS)):  # no actor answered for it: the one table
+            return error_response(as_api_error(error, ctx.request_id), ctx.request_id)
+        if isinstance(error, HTTPException):  # raised by quart while reading the body
+            return error_response(http_error(error), ctx.request_id)
+        log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id, exc_info=error)
+        return error_response(internal_error(), ctx.request_id)
+
+    async def _run_once(self, ctx: RequestContext, route: Route, params: dict[str, Any], key: str) -> Response:
+        """The handler under an Idempotency-Key (`corral.actors.idempotency`): a stored
+        reply is answered again; a new key runs the handler and stores its reply."""
+        tenant_id = ctx.principal.tenant_id or "operator"
+        body = await ctx.request.get_data(cache=True)
+        assert isinstance(body, bytes)
+        stored = await idempotency.claim(
+            self.platform.db,
+            tenant_id,
+            idempotency.check_key(key),
+            idempotency.fingerprint(route.method, ctx.request.full_path.rstrip("?"), body),
+        )
+        if stored is not None:
+            replayed = Response(stored.body, status=stored.status, content_type="application/json")
+            replayed.headers["Idempotent-Replayed"] = "true"
+            return replayed
+        status, stored_body = 500, None
+        try:
+            response = await self._handle(ctx, route, params)
+            status = response.status_code
+            if status < 500 and isinstance(response.response, DataBody):
+                stored_body = (await response.get_data(as_text=True)) or ""
+            return response
+        finally:
+            with trio.CancelScope(shield=True):
+                await idempotency.settle(self.platform.db, tenant_id, key, status, stored_body)
 
     async def _admit(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> RateDecision | None:
         if route.auth == "public":
@@ -177,6 +219,8 @@ def _authorize(principal: Principal, route: Route) -> None:
         raise forbidden("this endpoint needs an admin key")
     if route.scope is not None:
         principal.require_scope(route.scope)
+    if route.tenant_wide and principal.workspace_id is not None:
+        raise forbidden("this key is restricted to one workspace; the tenant's egress vault, policies and audit need a tenant-wide key")
 
 
 def _to_response(result: Any, route: Route) -> Response:

@@ -1,5 +1,6 @@
 """Storage layer: the SQL store (SQLite or PostgreSQL), migrations, event log, secret encryption."""
 
+from corral.storage.blobs import Blob, BlobCorrupted, BlobNotFound, BlobStore, LocalBlobStore
 from corral.storage.clock import iso_in, parse_iso, to_iso, utc_now, utc_now_iso
 from corral.storage.crypto import DecryptionError, SecretBox, associated_data, load_or_create_kek
 from corral.storage.database import (
@@ -15,10 +16,15 @@ from corral.storage.event_log import Event, EventLog, new_event_id
 from corral.storage.migrate import load_migrations, migrate
 
 __all__ = [
+    "Blob",
+    "BlobCorrupted",
+    "BlobNotFound",
+    "BlobStore",
     "Database",
     "DecryptionError",
     "Event",
     "EventLog",
+    "LocalBlobStore",
     "PostgresDatabase",
     "Row",
     "SecretBox",
