@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from corral.http.static_files import MAX_FILE, StaticFiles
 from tests.support import Api, assert_error
 
 
@@ -80,3 +83,26 @@ async def test_the_console_routes_are_in_the_openapi_document(api: Api) -> None:
 
 async def test_only_get_is_allowed(api: Api) -> None:
     assert_error(await api.client.post("/"), 405, "METHOD_NOT_ALLOWED")
+
+
+async def test_head_answers_like_get_without_a_body(api: Api) -> None:
+    response = await api.client.head("/console/app.js")
+    assert response.status_code == 200 and response.content == b""
+    assert response.headers["content-type"] == "text/javascript; charset=utf-8"
+
+
+async def test_static_files_stay_inside_their_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.js").write_text("export const a = 1;")
+    (tmp_path / "secret.txt").write_text("outside")
+    (root / "link.txt").symlink_to(tmp_path / "secret.txt")
+    (root / "big.js").write_bytes(b"x" * (MAX_FILE + 1))
+    (root / "edge.js").write_bytes(b"x" * MAX_FILE)
+    files = StaticFiles(root)
+    found = await files.get("sub/a.js")
+    assert found is not None and found.body == b"export const a = 1;" and found.etag.startswith('"')
+    assert await files.get("sub/../sub/a.js") == found
+    assert (await files.get("edge.js")) is not None  # at the limit
+    for path in ("link.txt", "../secret.txt", "/etc/passwd", "sub", "", ".", "big.js", "sub\\a.js"):
+        assert await files.get(path) is None, path

@@ -83,7 +83,7 @@ async def sign_in_with_password(page: Page, tenant: Tenant) -> None:
     error = await expect(page, "document.getElementById('signin-error').textContent")
     assert "invalid email or password" in error
     await fill(page, {"email": tenant.owner_email, "password": PASSWORD}, "signin-password")
-    await expect(page, "document.querySelector('[data-view=sandboxes] #new-sandbox')")
+    await expect(page, "document.querySelector('main .view') && !document.getElementById('nav').hidden")
     assert tenant.owner_email in await page.evaluate("document.getElementById('who').textContent")
 
 
@@ -92,6 +92,7 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
     async with console_browser(runtime_api) as browser:
         page = await browser.new_page(f"{base}/")
         await sign_in_with_password(page, owner)
+        await expect(page, "document.querySelector('[data-view=sandboxes] #new-sandbox')")
 
         await fill(page, {"sandbox-name": "console-box"}, "new-sandbox")
         row = "document.querySelector('tr[data-name=\"console-box\"]')"
@@ -226,5 +227,20 @@ async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> 
         await click(page, "#sign-out")
         await expect(page, "document.getElementById('signin-password')")
         assert await page.evaluate("sessionStorage.length") == 0
-        await page.navigate(f"{base}/#/sandboxes")  # a reload stays signed out
+
+        # A password session whose access token is about to expire is refreshed first.
+        await sign_in_with_password(page, tenant)
+        session = "JSON.parse(sessionStorage.getItem('corral.console.session'))"
+        first = await page.evaluate(session)
+        assert first["kind"] == "jwt" and first["label"] == tenant.owner_email
+        await page.evaluate(f"sessionStorage.setItem('corral.console.session', JSON.stringify({{...{session}, expires: Date.now()}})); true")
+        await page.navigate(f"{base}/?again#/credits")  # a new document: the session is read again
+        assert await expect(page, "document.getElementById('balance-credits')?.textContent") == "100"
+        renewed = await page.evaluate(session)
+        assert renewed["token"] != first["token"] and renewed["refresh"] != first["refresh"]
+        assert renewed["expires"] > first["expires"]
+
+        await click(page, "#sign-out")
+        await expect(page, "document.getElementById('signin-password')")
+        await page.navigate(f"{base}/?reloaded#/sandboxes")  # a new document stays signed out
         await expect(page, "document.getElementById('signin-key')")
