@@ -119,6 +119,11 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         log = "document.getElementById('process-log').textContent"
         await expect(page, f"{log}.includes('tick-3') && {log}.includes('[exited, exit 0]')", timeout=60)
         assert await page.evaluate(f"{log}.indexOf('tick-1') < {log}.indexOf('tick-2')")
+        await fill(page, {"process-cmd": "sleep 600", "process-name": "sleeper"}, "new-process")
+        sleeper = "[...document.querySelectorAll('[data-tab=processes] tbody tr')].find(r => r.textContent.startsWith('sleeper'))"
+        await expect(page, f"{sleeper}?.querySelector('[data-status=running]')", timeout=30)
+        await click_button(page, "[data-tab=processes] tbody tr:first-child", "Kill")
+        await expect(page, f"{sleeper}?.querySelector('[data-status=killed]')", timeout=30)
 
         # The sandbox's log stream is live: an exec made elsewhere shows up.
         await click(page, "button[data-tab=logs]")
@@ -132,6 +137,15 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         await fill(page, {"expose-port-number": "8000"}, "expose-port")
         url = await expect(page, "document.querySelector('#exposed li[data-port=\"8000\"] code')?.textContent")
         assert url.startswith("http://8000-") and ".sandbox." in url
+        await fill(page, {"share-port": "8000", "share-expiry": "600"}, "create-share")
+        link = await expect(page, "document.querySelector('#new-share a')?.href")
+        assert link.startswith(url) and "ms=ms_" in link
+        rows = "document.querySelectorAll('[data-tab=previews] tbody tr')"
+        await expect(page, f"{rows}.length === 1 && {rows}[0].textContent.includes('ms_')")
+        await click_button(page, "[data-tab=previews] tbody", "Revoke")
+        await expect(page, f"{rows}.length === 1 && {rows}[0].textContent === 'No share links.'")
+        shares = await runtime_api.request("GET", f"/api/v1/sandboxes/{sandbox_id}/shares", key=owner.key)
+        assert shares.json()["data"] == []
 
         # Stop, start and delete from the sandbox's page (the confirmation answered yes).
         await click_button(page, "[data-view=sandboxes] .card .actions", "Stop")

@@ -7,6 +7,7 @@ export function h(tag, attrs = {}, ...children) {
     if (name.startsWith("on") && typeof value === "function") element.addEventListener(name.slice(2), value);
     else if (name === "class") element.className = value;
     else if (name === "dataset") Object.assign(element.dataset, value);
+    else if (name === "href") element.setAttribute("href", safeHref(value));
     else if (value === true) element.setAttribute(name, "");
     else element.setAttribute(name, String(value));
   }
@@ -60,4 +61,17 @@ export function action(label, run, attrs = {}) {
 export function describe(error) {
   if (error && error.code) return `${error.message} (${error.code}${error.requestId ? ", " + error.requestId : ""})`;
   return String(error && error.message ? error.message : error);
+}
+
+// Links from API data (preview, share, deployment URLs) only ever open http(s) pages,
+// or the console's own #/routes: never a javascript: or data: URL.
+export function safeHref(value) {
+  const text = String(value);
+  if (text.startsWith("#/")) return text;
+  try {
+    const url = new URL(text, location.href);
+    return ["http:", "https:"].includes(url.protocol) ? url.toString() : "#";
+  } catch {
+    return "#";
+  }
 }

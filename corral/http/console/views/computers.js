@@ -2,7 +2,7 @@
 // progress until it runs, then its desktop (noVNC) and terminal (xterm.js), and its logs.
 
 import {api, follow} from "../api.js";
-import {action, describe, h, replace, status, toast, when} from "../dom.js";
+import {action, describe, h, replace, safeHref, status, toast, when} from "../dom.js";
 import {later} from "./later.js";
 import {tabs} from "./tabs.js";
 
@@ -98,7 +98,7 @@ export function computerView(root, id) {
           const view = desktop(screen, () => api("GET", `/computers/${id}/vnc-credentials`), (value, creds) => {
             state.textContent = value;
             state.dataset.state = value;
-            if (creds) { newTab.href = `${creds.desktop_url}?auth=${encodeURIComponent(creds.token)}`; newTab.hidden = false; }
+            if (creds) { newTab.href = safeHref(`${creds.desktop_url}?auth=${encodeURIComponent(creds.token)}`); newTab.hidden = false; }
           });
           return () => view.close();
         });

@@ -2,7 +2,7 @@
 // processes (live logs), the sandbox's live log stream and its preview links.
 
 import {api, follow} from "../api.js";
-import {action, describe, h, replace, status, toast, when} from "../dom.js";
+import {action, describe, h, replace, safeHref, status, toast, when} from "../dom.js";
 import {later} from "./later.js";
 import {tabs} from "./tabs.js";
 
@@ -210,7 +210,7 @@ function previews(panel, id) {
     const {data} = await api("POST", `/sandboxes/${id}/preview-token`, {expires_in: 3600});
     const link = new URL(url);
     link.searchParams.set("preview_token", data.token);
-    window.open(link.toString(), "_blank", "noopener");
+    window.open(safeHref(link.toString()), "_blank", "noopener");
   }
 
   function showExposed(preview) {
