@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from PIL import Image
 
@@ -258,3 +259,35 @@ async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> 
         await expect(page, "document.getElementById('signin-password')")
         await page.navigate(f"{base}/?reloaded#/sandboxes")  # a new document stays signed out
         await expect(page, "document.getElementById('signin-key')")
+
+
+async def test_deployments_show_their_versions_and_promote(runtime_api: Api, owner: Tenant) -> None:
+    """Runs once the deployments routes exist on the server (issue 12's part)."""
+    paths = (await runtime_api.client.get("/api/v1/openapi.json")).json()["paths"]
+    if "/api/v1/deployments/{id}/versions/{version_id}/promote" not in paths:
+        pytest.skip("this server has no deployments")
+    sandbox = (await runtime_api.request("POST", "/api/v1/sandboxes", key=owner.key, json={"name": "site-src"})).json()["data"]
+    created = await runtime_api.request("POST", f"/api/v1/projects/{owner.project_id}/deployments", key=owner.key, json={"name": "Console Site"})
+    deployment = created.json()["data"]
+    versions = []
+    for text in ("one", "two"):
+        await run(runtime_api, owner, sandbox["id"], f"echo {text} > /workspace/index.html")
+        published = await runtime_api.request(
+            "POST", f"/api/v1/deployments/{deployment['id']}/publish", key=owner.key, json={"source_sandbox_id": sandbox["id"]}, timeout=300
+        )
+        assert published.status_code == 200, published.text
+        versions.append(published.json()["data"]["version"])
+    async with console_browser(runtime_api) as browser:
+        page = await browser.new_page(f"{runtime_api.client.base_url!s}/#/deployments")
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": owner.key}, "signin-key")
+        card = f"document.querySelector('#deployments .card[data-id=\"{deployment['id']}\"]')"
+        await expect(page, f"{card}?.querySelectorAll('tbody tr[data-id]').length === 2", timeout=30)
+        first = f"{card}.querySelector('tr[data-id=\"{versions[0]['id']}\"]')"
+        second = f"{card}.querySelector('tr[data-id=\"{versions[1]['id']}\"]')"
+        assert "(active)" in await page.evaluate(f"{second}.textContent")
+        assert await page.evaluate(f"{first}.querySelector('[data-status]').dataset.status") == "archived"
+        await click_button(page, f"#deployments .card[data-id='{deployment['id']}'] tr[data-id='{versions[0]['id']}']", "Promote")
+        await expect(page, f"{card}?.querySelector('tr[data-id=\"{versions[0]['id']}\"]')?.textContent.includes('(active)')", timeout=30)
+    got = await runtime_api.request("GET", f"/api/v1/deployments/{deployment['id']}", key=owner.key)
+    assert got.json()["data"]["active_version_id"] == versions[0]["id"]
