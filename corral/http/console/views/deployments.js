@@ -41,7 +41,7 @@ export function deploymentsView(root) {
       return;
     }
     if (!data.length) {
-      replace(list, h("p", {class: "muted"}, "No deployments yet."));
+      replace(list, h("p", {class: "muted", id: "deployments-empty"}, "No deployments yet: publish one from a sandbox."));
       return;
     }
     replace(list, data.map((deployment) => {
