@@ -293,3 +293,25 @@ async def test_deployments_show_their_versions_and_promote(runtime_api: Api, own
         await expect(page, f"{card}?.querySelector('tr[data-id=\"{versions[0]['id']}\"]')?.textContent.includes('(active)')", timeout=30)
     got = await runtime_api.request("GET", f"/api/v1/deployments/{deployment['id']}", key=owner.key)
     assert got.json()["data"]["active_version_id"] == versions[0]["id"]
+
+
+async def test_publishing_a_sandbox_shows_its_progress(runtime_api: Api, owner: Tenant) -> None:
+    """Runs once the deployments routes exist on the server (issue 12's part)."""
+    paths = (await runtime_api.client.get("/api/v1/openapi.json")).json()["paths"]
+    if "/api/v1/deployments/{id}/events" not in paths:
+        pytest.skip("this server has no deployments")
+    sandbox = (await runtime_api.request("POST", "/api/v1/sandboxes", key=owner.key, json={"name": "pub-src"})).json()["data"]
+    await run(runtime_api, owner, sandbox["id"], "mkdir -p /workspace/site && echo hello > /workspace/site/index.html")
+    async with console_browser(runtime_api) as browser:
+        page = await browser.new_page(f"{runtime_api.client.base_url!s}/#/deployments")
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": owner.key}, "signin-key")
+        await expect(page, f"document.querySelector('#publish-sandbox option[value=\"{sandbox['id']}\"]')", timeout=30)
+        await fill(page, {"publish-sandbox": sandbox["id"], "publish-name": "Console Pub", "publish-output": "/workspace/site", "publish-build": "ls site"}, "publish")
+        result = await expect(page, "document.getElementById('publish-result').textContent", timeout=120)
+        assert result == "v1 is ready and serves production.", result
+        steps = await page.evaluate("[...document.querySelectorAll('#publish-progress li')].map(li => li.textContent.split('  ')[1])")
+        assert steps[0] == "created deployment Console Pub"
+        assert "queued" in steps and "building: package" in steps, steps
+        await expect(page, "[...document.querySelectorAll('#publish-progress li')].some(li => li.textContent.includes('completed: http'))", timeout=10)
+        await expect(page, "[...document.querySelectorAll('#deployments .card h2')].some(h => h.textContent === 'Console Pub')", timeout=30)
