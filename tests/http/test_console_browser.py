@@ -1,7 +1,10 @@
 """The web console driven in a real headless Chromium against a real server with real
-instances: sign in, create a sandbox and use its terminal, processes, live logs and
-previews; create a computer, watch it provision, see its desktop (pixels checked) and
-type in its terminal."""
+instances: sign in, create a sandbox and use its terminal, processes, live logs,
+previews and share links; create a computer, watch it provision, see its desktop
+(pixels checked) and type in its terminal; credits, deployments (versions, promote,
+publish with progress: those two run when the server has deployments), token refresh
+and signing out. Chromium runs in a network namespace of its own (`console_browser`),
+so that the host's interfaces changing under other tests cannot abort its requests."""
 
 from __future__ import annotations
 
