@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import agent_runs, billing, computers, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -105,6 +105,8 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    run_profiles: agent_runs.RunProfiles | None = None
+    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -162,6 +164,11 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def _loopback(host: str) -> str:
+    """Where this node's own API answers locally."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "localhost") else host
+
+
 def egress_proxy(settings: Settings) -> EgressProxy | None:
     """The node's egress proxy on the bridge address, with its CA under the data directory."""
     if not settings.egress_proxy:
@@ -171,6 +178,8 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
         port=settings.egress_port,
         destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
         ca_bundle=settings.ca_bundle,
+        platform_upstream=(_loopback(settings.host), settings.port),
+        platform_paths=(agent_runs.USAGE_PATH,),
     )
     return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
 
@@ -201,6 +210,10 @@ async def _start_parts(platform: Platform) -> None:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
     await sandboxes.start_background(platform)
     await computers.start_background(platform)
+    platform.system.register(*agent_runs.ACTORS)
+    resumed = await agent_runs.resume_runs(platform)
+    if resumed:
+        log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds

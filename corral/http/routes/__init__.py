@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runs,
     api_keys,
     auth,
     computer_cua,
@@ -45,4 +46,5 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router, egress_oauth.router]
+        network_policy.router, egress.router, egress_oauth.router,
+        agent_runs.router]
