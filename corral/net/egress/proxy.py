@@ -317,10 +317,7 @@ class EgressProxy:
                 host = split_host_port(host_header, target.port)[0] if host_header else str(target.address)
             return target.scheme, host, target.port, path, target.address, target.mode
         if raw_target.startswith("/"):
-            platform = self.config.platform_upstream
-            if platform is not None and raw_target.split("?", 1)[0] in self.config.platform_paths:
-                return "http", platform[0], platform[1], raw_target, platform[0], PLATFORM_MODE
-            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+            return self._where_platform(raw_target)
         url = urlsplit(raw_target)
         if url.scheme not in DEFAULT_PORTS or not url.netloc:
             raise ProxyFailure(400, "INVALID_REQUEST", f"cannot proxy {raw_target!r}")
@@ -328,7 +325,17 @@ class EgressProxy:
             host, port = split_host_port(url.netloc.rpartition("@")[2], DEFAULT_PORTS[url.scheme])
         except ValueError as exc:
             raise ProxyFailure(400, "INVALID_REQUEST", str(exc)) from exc
-        return url.scheme, host, port, self._origin_form(raw_target), None, "explicit"
+        path = self._origin_form(raw_target)
+        if url.scheme == "http" and (host, port) == (self.config.listen_host, self.config.port):
+            return self._where_platform(path)  # the proxy itself, named as a proxy target
+        return url.scheme, host, port, path, None, "explicit"
+
+    def _where_platform(self, path: str) -> tuple[str, str, int, str, str | None, str]:
+        """A request for the proxy itself: a platform path goes to the node's API."""
+        platform = self.config.platform_upstream
+        if platform is None or path.split("?", 1)[0] not in self.config.platform_paths:
+            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+        return "http", platform[0], platform[1], path, platform[0], PLATFORM_MODE
 
     @staticmethod
     def _origin_form(url: str) -> str:
