@@ -38,7 +38,7 @@ from corral.vm import AgentClient, RuntimeErrorBase
 
 from . import store, targets
 from .artifacts import artifact_paths, capture
-from .commands import NOT_INSTALLED, OUTPUT_CAP, TIMED_OUT, check_installed, run_dir, wrapper
+from .commands import NOT_INSTALLED, OUTPUT_CAP, TIMED_OUT, check_installed
 from .store import RUNS, AgentRunRecord, ArtifactRecord, RunEvent
 from .targets import Target
 
@@ -153,8 +153,11 @@ class AgentRunActor(RecordActor):
             if message.cli is not None and (await agent.exec(check_installed(message.cli), timeout=10)).exit_code != 0:
                 await self._fail(NOT_INSTALLED, f"the {message.cli} CLI is not installed in the target", stderr=f"{message.cli}: command not found\n")
                 return self.record
-            await self._record_event("command_started", {"command": run.command, "cwd": run.cwd})
-            spawned = await targets.spawn(self.services, target, agent, wrapper(run.id), run.cwd, message.env, f"agent-run-{run.id[:8]}")
+            command_started = self._event("command_started", {"command": run.command, "cwd": run.cwd})
+            spawned = await targets.spawn(
+                self.services, target, agent, run.command, run.cwd, message.env, f"agent-run-{run.id[:8]}",
+                stdin=run.prompt, capture=OUTPUT_CAP,
+            )
         except (ApiError, RuntimeErrorBase) as exc:
             await self._fail(None, f"the command could not be started: {getattr(exc, 'message', None) or exc}")
             return self.record
@@ -166,7 +169,7 @@ class AgentRunActor(RecordActor):
             "started_at": spawned.started_at or utc_now_iso(),
         }
         metadata = {**run.metadata, "agent_process": process}
-        await self._record_event("process_started", process, metadata=metadata)
+        await self._record_event("process_started", process, before=command_started, metadata=metadata)
         self.spawn(self._follow)
         return self.record
 
@@ -256,33 +259,25 @@ class AgentRunActor(RecordActor):
                     continue
                 final = batch["process"]
                 if final["status"] != "running":
-                    await self.ref.tell(await self._collect(agent, final))
+                    await self.ref.tell(await self._collect(agent, final, process_id))
                     return
 
-    async def _collect(self, agent: AgentClient, final: dict[str, Any]) -> Exited:
+    async def _collect(self, agent: AgentClient, final: dict[str, Any], process_id: str) -> Exited:
         run = self.record
-        directory = run_dir(run.id)
-        kept: dict[str, bytes] = {}
-
-        async def read(name: str) -> None:
-            try:
-                kept[name] = (await agent.read_file(f"{directory}/{name}")).data
-            except RuntimeErrorBase:
-                kept[name] = b""
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(read, "stdout")
-            nursery.start_soon(read, "stderr")
+        try:
+            kept = await agent.output(process_id)
+            out, err, out_total, err_total = kept.stdout, kept.stderr, kept.stdout_bytes, kept.stderr_bytes
+        except RuntimeErrorBase:
+            out, err, out_total, err_total = b"", b"", 0, 0
         paths = artifact_paths(run.metadata)
         captured = await capture(agent, self.services.blobs, run.id, run.tenant_id, paths) if paths else []
-        out, err = kept["stdout"], kept["stderr"]
         exit_code = final.get("exit_code")
         return Exited(
             exit_code=int(exit_code) if exit_code is not None else None,
             output=out[:OUTPUT_CAP].decode("utf-8", errors="replace"),
             stderr=err[:OUTPUT_CAP].decode("utf-8", errors="replace"),
-            output_truncated=len(out) > OUTPUT_CAP,
-            stderr_truncated=len(err) > OUTPUT_CAP,
+            output_truncated=out_total > OUTPUT_CAP,
+            stderr_truncated=err_total > OUTPUT_CAP,
             artifacts=captured,
             killed=final["status"] == "killed",
         )
@@ -297,7 +292,7 @@ class AgentRunActor(RecordActor):
         )
 
     async def _publish(self, event: RunEvent, run: AgentRunRecord) -> None:
-        await self.bus.publish(
+        await self.bus.announce(
             Event(
                 f"agent_run.{event.type}",
                 "agent_run",
@@ -309,22 +304,27 @@ class AgentRunActor(RecordActor):
             )
         )
 
-    async def _record_event(self, type_: str, data: dict[str, Any], state: str | None = None, **changes: Any) -> None:
-        """Write `changes` (and `state`) to the record and the event, in one transaction; then publish."""
+    async def _record_event(
+        self, type_: str, data: dict[str, Any], state: str | None = None, *, before: RunEvent | None = None, **changes: Any
+    ) -> None:
+        """Write `changes` (and `state`) to the record and the event (after the event
+        `before`, made earlier, when given) in one transaction; then publish them."""
         new_state = state or self.state
         now = utc_now_iso()
         values = {"status": new_state, **changes, "updated_at": now}
-        event = self._event(type_, data)
+        events = [*([before] if before is not None else []), self._event(type_, data)]
 
         def write(tx: Transaction) -> None:
             store.update_run(tx, self.id, values)
-            store.insert_event(tx, event)
+            for event in events:
+                store.insert_event(tx, event)
 
         await self.db.transaction(write)
         self.record = dataclasses.replace(self.record, **values)
         self.state = new_state
         self.mark_persisted()
-        await self._publish(event, self.record)
+        for event in events:
+            await self._publish(event, self.record)
 
     async def _record_artifacts(self, artifacts: list[ArtifactRecord]) -> None:
         summary = [

@@ -1,13 +1,10 @@
-"""What a run executes: the provider's command line, wrapped so that its output is kept.
+"""What a run executes: the provider's command line, and the limits of what it leaves.
 
-The command runs under `/bin/sh -c` in the target (contract §14). The wrapper around
-it (itself the process the target's agent spawns) feeds the prompt on stdin and
-copies stdout and stderr into files under the run's directory, each cut after
-`OUTPUT_CAP + 1` bytes (the extra byte says the output was cut), while passing them
-through to the process's own logs; the rest of a larger output is read and
-dropped, so the command never blocks or dies of a closed pipe. The wrapper exits
-with the command's status. Files rather than the agent's line logs, because those
-keep lines (cut at 16 KiB) rather than bytes.
+The command runs under `/bin/sh -c` in the target (contract §14) as a process of the
+target's agent, with the prompt on its standard input; the agent keeps the first
+`OUTPUT_CAP` bytes of its stdout and of its stderr exactly (and counts the rest),
+beside the line logs every process has, so a run's `output` and `stderr` are its
+bytes, not lines cut at 16 KiB.
 """
 
 from __future__ import annotations
@@ -15,8 +12,7 @@ from __future__ import annotations
 import shlex
 
 OUTPUT_CAP = 1024 * 1024
-"""`output` and `stderr` keep the first 1 MiB each."""
-RUN_DIR = "/tmp/.corral-runs"
+"""`output` and `stderr` keep the first 1 MiB (1,048,576 bytes) each."""
 NOT_INSTALLED = 127
 TIMED_OUT = 124
 
@@ -31,25 +27,6 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str]] = {
     "hermes": ("hermes", 'hermes chat ${AGENT_MODEL:+--model "$AGENT_MODEL"} -q "$AGENT_PROMPT"'),
 }
 """provider -> (the CLI it needs, the command line run when no profile gives one)."""
-
-
-def run_dir(run_id: str) -> str:
-    return f"{RUN_DIR}/{run_id}"
-
-
-def wrapper(run_id: str) -> str:
-    """The shell program the target spawns for run `run_id`; the command is in
-    `$CORRAL_RUN_COMMAND`, the prompt in `$AGENT_PROMPT`."""
-    d = shlex.quote(run_dir(run_id))
-    keep = OUTPUT_CAP + 1
-    return (
-        f"d={d}; mkdir -p \"$d\" || exit 1; "
-        "c=$CORRAL_RUN_COMMAND; unset CORRAL_RUN_COMMAND; "
-        "{ { printf '%s' \"$AGENT_PROMPT\" | /bin/sh -c \"$c\" 2>&1 1>&3 3>&-; echo $? > \"$d/exit\"; } "
-        f"| {{ head -c {keep} | tee \"$d/stderr\" >&2; cat > /dev/null; }}; }} 3>&1 "
-        f"| {{ head -c {keep} | tee \"$d/stdout\"; cat > /dev/null; }}; "
-        "s=$(cat \"$d/exit\" 2>/dev/null); exit \"${s:-1}\""
-    )
 
 
 def builtin(provider: str) -> tuple[str, str] | None:

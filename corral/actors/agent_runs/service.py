@@ -29,7 +29,8 @@ DEFAULT_CWD = "/workspace"
 DEFAULT_TIMEOUT = 600
 MAX_TIMEOUT = 3600
 MAX_TEXT_BYTES = 100_000
-"""Prompt and command: each travels in the process's environment, which caps one variable at 128 KiB."""
+"""Prompt and command: the prompt travels in the process's environment (`AGENT_PROMPT`),
+which caps one variable at 128 KiB."""
 MAX_LABEL = 200
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -60,7 +61,7 @@ def _text_problem(value: str) -> str | None:
 
 def _env_problem(env: dict[str, str]) -> str | None:
     for key in env:
-        if not key or "=" in key or "\x00" in key or key.startswith("CORRAL_RUN_"):
+        if not key or "=" in key or "\x00" in key:
             return f"invalid variable name {key[:50]!r}"
     return None
 
@@ -163,7 +164,6 @@ async def create_run(
         "AGENT_MODEL": model_name or "",
         "AGENT_RUN_ID": run_id,
         "CORRAL_RUN_TOKEN": run_token(platform.jwt_secret, run_id),
-        "CORRAL_RUN_COMMAND": command,
     }
     url = usage_url(platform)
     if url is not None:

@@ -63,18 +63,21 @@ async def agent_of(platform: AgentRunServices, kind: str, tenant_id: str, target
 
 
 async def spawn(
-    platform: AgentRunServices, target: Target, agent: AgentClient, cmd: str, cwd: str, env: dict[str, str], name: str
+    platform: AgentRunServices, target: Target, agent: AgentClient, cmd: str, cwd: str, env: dict[str, str], name: str,
+    *, stdin: str, capture: int,
 ) -> Spawned:
     """Start `cmd` under /bin/sh -c in the target with the target's own variables,
     then `env`; on a sandbox as a sandbox process."""
     if target.kind == "sandbox":
         sandbox = await sandboxes.find_sandbox(platform, target.tenant_id, target.id)
-        process = await start_process(platform, sandbox, NewProcess(cmd=cmd, cwd=cwd, env=env, name=name))
+        process = await start_process(platform, sandbox, NewProcess(cmd=cmd, cwd=cwd, env=env, name=name), stdin=stdin, capture=capture)
         return Spawned(process.id, process.started_at)
     computer = await computers.find_computer(platform, target.tenant_id, target.id)
     merged = {**await computers.resolved_env(platform, computer), **env}
     process_id = prefixed("proc")
-    started: dict[str, Any] = await agent.spawn(cmd, cwd=cwd, env=merged, name=name, process_id=process_id)
+    started: dict[str, Any] = await agent.spawn(
+        cmd, cwd=cwd, env=merged, name=name, process_id=process_id, stdin=stdin, capture=capture
+    )
     return Spawned(process_id, str(started.get("started_at") or ""))
 
 
