@@ -144,3 +144,22 @@ async def test_usage_limits_and_low_credit_events(runtime_api: Api, owner: Tenan
     assert advanced.status_code in (201, 409), advanced.text  # 409: credits ran out and the sandbox was stopped
     if advanced.status_code == 201:
         assert advanced.json()["data"]["amount_credits"] == -100  # advanced: 100 credits per million output tokens
+
+
+async def test_the_proxy_forwards_only_the_usage_path(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    settings = runtime_api.platform.settings
+    from corral.net import gateway_address
+
+    proxy = f"http://{gateway_address(settings.subnet)}:{settings.egress_port}"
+    api = f"http://127.0.0.1:{settings.port}"
+    probe = (
+        f"curl -s -o /dev/null -w '%{{http_code}} ' {proxy}/api/v1/agent-runs; "
+        f"curl -s -o /dev/null -w '%{{http_code}} ' --noproxy '*' {proxy}/api/v1/agent-runs; "
+        f"curl -s -o /dev/null -w '%{{http_code}} ' --noproxy '' -x {proxy} {api}/api/v1/agent-runs/usage; "
+        f"curl -s -o /dev/null -w '%{{http_code}}' --noproxy '*' -X POST {proxy}/api/v1/agent-runs/usage"
+    )
+    result = await run(runtime_api, owner, sandbox["id"], probe)
+    # Other platform paths are refused; the API's own address is not reachable through the
+    # proxy; the usage path without a run token is the API's 401.
+    assert result["stdout"] == "400 400 403 401", result

@@ -263,3 +263,46 @@ async def test_create_is_idempotent(runtime_api: Api, owner: Tenant) -> None:
     assert second.headers.get("Idempotent-Replayed") == "true"
     assert second.json() == first.json()
     assert (await run(runtime_api, owner, sandbox["id"], "cat /workspace/count"))["stdout"] == "once\n"
+
+
+class _Profile:
+    def __init__(self, provider: str | None, model: str | None, command: str | None, env: dict[str, str]) -> None:
+        self.provider, self.model, self.command, self.env = provider, model, command, env
+
+
+class _Profiles:
+    """A stand-in for the profiles part behind its interface (`RunProfiles`): the real one
+    is another part's; this tests how a run applies what it resolves."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str | None, str, str | None, bool]] = []
+
+    async def resolve_for_run(self, tenant_id: str, workspace_id: str | None, kind: str, profile_id: str | None, skip: bool) -> _Profile | None:
+        self.asked.append((tenant_id, workspace_id, kind, profile_id, skip))
+        if profile_id == "missing":
+            from corral.actors.agent_runs import profile_not_found
+
+            raise profile_not_found()
+        if skip:
+            return None
+        return _Profile("claude", "sonnet-x", 'echo "profile $AGENT_MODEL $SECRET_KEY $OVERRIDE"', {"SECRET_KEY": "s3cret", "OVERRIDE": "profile"})
+
+
+async def test_a_profile_gives_provider_model_command_and_env(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    profiles = _Profiles()
+    runtime_api.platform.run_profiles = profiles
+    try:
+        applied = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", env={"OVERRIDE": "request"})
+        assert (applied["provider"], applied["model"], applied["status"]) == ("claude", "sonnet-x", "succeeded")
+        assert applied["output"] == "profile sonnet-x s3cret request\n"
+        assert "s3cret" not in str({k: v for k, v in applied.items() if k != "output"})  # the env is not in the record
+        assert profiles.asked[-1] == (owner.id, owner.workspace_id, "sandbox", None, False)
+        explicit = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", agent_profile_id="prof-1", command="echo mine")
+        assert explicit["agent_runtime_profile_id"] == "prof-1" and explicit["output"] == "mine\n" and explicit["provider"] == "custom"
+        skipped = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", command="echo ${SECRET_KEY:-none}", skip_agent_runtime_profile=True)
+        assert skipped["output"] == "none\n" and profiles.asked[-1][-1] is True
+        refused = await runtime_api.request("POST", f"{API}/agent-runs", key=owner.key, json={"sandbox_id": sandbox["id"], "prompt": "p", "command": "true", "agent_runtime_profile_id": "missing"})
+        assert_error(refused, 404, "AGENT_RUNTIME_PROFILE_NOT_FOUND")
+    finally:
+        runtime_api.platform.run_profiles = None
