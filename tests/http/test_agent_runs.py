@@ -306,3 +306,15 @@ async def test_a_profile_gives_provider_model_command_and_env(runtime_api: Api, 
         assert_error(refused, 404, "AGENT_RUNTIME_PROFILE_NOT_FOUND")
     finally:
         runtime_api.platform.run_profiles = None
+
+
+async def test_the_event_stream_takes_a_ticket(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    made = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", command="true")
+    url = f"{API}/agent-runs/{made['id']}/events?stream=true"
+    ticket = (await runtime_api.request("POST", f"{API}/auth/sse-ticket", key=owner.key)).json()["ticket"]
+    async with open_sse(runtime_api.client, f"{url}&ticket={ticket}") as stream:
+        frames = await stream.frames_until("command_finished")
+        assert [f.event for f in frames] == ["created", "command_started", "process_started", "command_finished"]
+    assert_error(await runtime_api.request("GET", url), 401, "UNAUTHORIZED")
+    assert_error(await runtime_api.request("GET", f"{url}&ticket={ticket}"), 401, "UNAUTHORIZED")  # single use
