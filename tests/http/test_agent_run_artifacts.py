@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 import trio
 
 from corral.actors.agent_runs import signing
 from corral.ids import new_uuid
-from tests.support import API, Api, Tenant, assert_error
+from tests.actors.webhooks.receiver import https_receiver
+from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
 
 from .test_agent_runs import event_types, start_run
 from .test_sandboxes import create, run
@@ -163,3 +166,31 @@ async def test_the_proxy_forwards_only_the_usage_path(runtime_api: Api, owner: T
     # Other platform paths are refused; the API's own address is not reachable through the
     # proxy; the usage path without a run token is the API's 401.
     assert result["stdout"] == "400 400 403 401", result
+
+
+async def test_usage_that_runs_credits_low_is_delivered_as_webhooks(tmp_path_factory: pytest.TempPathFactory, runtime_host: None) -> None:
+    async with https_receiver(tmp_path_factory.mktemp("receiver")) as receiver, running_server(
+        tmp_path_factory.mktemp("corral"), allow_private_destinations=True, ca_bundle=str(receiver.ca_path),
+        webhook_retry_scale=0.01, webhook_poll_interval=0.1, **RUNTIME_SETTINGS,
+    ) as api:
+        tenant = await api.create_tenant()
+        hook = await api.request("POST", f"{API}/webhooks", key=tenant.key, json={"url": receiver.url(), "events": ["billing.credit_low", "billing.credit_exhausted"]})
+        assert hook.status_code == 201, hook.text
+        sandbox = await create(api, tenant)
+        try:
+            # 100 credits to start: 9.5M standard output tokens cost 190 credits, past both thresholds.
+            report = (
+                'curl -s -o /dev/null -w "%{http_code}" -X POST "$CORRAL_USAGE_URL" -H "Authorization: Bearer $CORRAL_RUN_TOKEN"'
+                " -H 'Content-Type: application/json' -d '{\"provider\": \"openai\", \"model\": \"gpt-4o\", \"input_tokens\": 0, \"output_tokens\": 9500000}'"
+            )
+            made = await start_run(api, tenant, sandbox_id=sandbox["id"], prompt="p", command=report)
+            assert made["output"] == "201", made
+            await receiver.wait_for(lambda: len(receiver.delivered()) >= 2)
+            types = sorted(json.loads(r.body)["type"] for r in receiver.delivered())
+            assert types == ["billing.credit_exhausted", "billing.credit_low"]
+            spend = [t for t in (await api.request("GET", f"{API}/credits/transactions", key=tenant.key)).json()["transactions"] if t["provider"]]
+            assert [(t["amount_credits"], t["output_tokens"]) for t in spend] == [(-190, 9500000)]
+        finally:
+            driver = await api.platform.runtime.driver()
+            for info in await driver.instances():
+                await driver.destroy(info.id)
