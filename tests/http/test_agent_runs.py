@@ -133,7 +133,8 @@ async def test_cancel_stops_the_process(runtime_api: Api, owner: Tenant) -> None
                 break
             await trio.sleep(0.1)
     assert process["status"] == "killed"
-    assert (await get_run(runtime_api, owner, result["id"]))["status"] == "canceled"
+    final = await get_run(runtime_api, owner, result["id"])
+    assert final["status"] == "canceled" and final["output"] == "started\n"
     again = await runtime_api.request("POST", f"{API}/agent-runs/{result['id']}/cancel", key=owner.key)
     assert_error(again, 409, "INVALID_STATE")
 
@@ -149,10 +150,14 @@ async def test_timeout_bounds_and_expiry(runtime_api: Api, owner: Tenant) -> Non
         error = assert_error(response, 422, "VALIDATION_ERROR")
         assert "timeout" in error["details"]
     started = trio.current_time()
-    slow = await start_run(runtime_api, owner, sandbox_id=sid, prompt="p", command="sleep 30", timeout=1)
+    slow = await start_run(runtime_api, owner, sandbox_id=sid, prompt="p", command="echo before; sleep 30", timeout=1)
     assert trio.current_time() - started < 15
     assert slow["status"] == "failed" and slow["exit_code"] == 124 and "timeout" in slow["error"]
     assert (await event_types(runtime_api, owner, slow["id"]))[-1] == "failed"
+    with trio.fail_after(15):  # what it printed before it was stopped is kept
+        while (await get_run(runtime_api, owner, slow["id"]))["output"] != "before\n":
+            await trio.sleep(0.1)
+    assert (await get_run(runtime_api, owner, slow["id"]))["status"] == "failed"
 
 
 async def test_output_caps_at_one_mebibyte(runtime_api: Api, owner: Tenant) -> None:

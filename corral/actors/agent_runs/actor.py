@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -145,7 +146,8 @@ class AgentRunActor(RecordActor):
 
     @handles(Launch)
     async def launch(self, message: Launch) -> AgentRunRecord:
-        self.transition(message)
+        if self.state != "running":
+            return self.record  # canceled before it could start: nothing to launch
         run = self.record
         target = Target(run.target_kind, run.target_id, run.tenant_id, run.workspace_id)
         try:
@@ -176,7 +178,10 @@ class AgentRunActor(RecordActor):
     @handles(Exited)
     async def exited(self, message: Exited) -> AgentRunRecord:
         if self.state != "running":
-            return self.record  # canceled or timed out meanwhile: that is the end
+            # Canceled or timed out meanwhile: that was the end, but what the process
+            # printed until it was stopped is still worth keeping.
+            await self._keep_output(message)
+            return self.record
         status = "succeeded" if message.exit_code == 0 and not message.killed else "failed"
         changes: dict[str, Any] = {
             "output": message.output,
@@ -188,6 +193,17 @@ class AgentRunActor(RecordActor):
             await self._record_artifacts(message.artifacts)
         await self._finish(status, message.exit_code, "command_finished", {"status": status}, **changes)
         return self.record
+
+    async def _keep_output(self, message: Exited) -> None:
+        values = {
+            "output": message.output,
+            "stderr": message.stderr,
+            "output_truncated": int(message.output_truncated),
+            "stderr_truncated": int(message.stderr_truncated),
+            "updated_at": utc_now_iso(),
+        }
+        await self.db.transaction(lambda tx: store.update_run(tx, self.id, values))
+        self.record = dataclasses.replace(self.record, **values)
 
     @handles(Lost)
     async def lost(self, message: Lost) -> AgentRunRecord:
@@ -242,8 +258,8 @@ class AgentRunActor(RecordActor):
             while True:
                 left = deadline - trio.current_time()
                 if left <= 0:
-                    await self.ref.tell(TimedOut())
-                    return
+                    await self.ref.tell(TimedOut())  # which stops the process; its end is still followed
+                    deadline, left = math.inf, LONG_POLL
                 try:
                     agent = await targets.agent_of(self.services, run.target_kind, run.tenant_id, run.target_id)
                     batch = await agent.logs_after(process_id, FOREVER, wait=min(LONG_POLL, left))
@@ -269,7 +285,7 @@ class AgentRunActor(RecordActor):
             out, err, out_total, err_total = kept.stdout, kept.stderr, kept.stdout_bytes, kept.stderr_bytes
         except RuntimeErrorBase:
             out, err, out_total, err_total = b"", b"", 0, 0
-        paths = artifact_paths(run.metadata)
+        paths = artifact_paths(run.metadata) if self.state == "running" else []
         captured = await capture(agent, self.services.blobs, run.id, run.tenant_id, paths) if paths else []
         exit_code = final.get("exit_code")
         return Exited(

@@ -97,7 +97,9 @@ async def cancel(ctx: RequestContext, run_id: str) -> Reply:
 
 
 def _wants_stream(ctx: RequestContext) -> bool:
-    return (ctx.query("stream") or "").lower() in ("true", "1")
+    """`?stream=true`, or a client that accepts only an event stream (a browser's EventSource)."""
+    accept = ctx.request.headers.get("Accept", "")
+    return (ctx.query("stream") or "").lower() in ("true", "1") or accept.strip() == "text/event-stream"
 
 
 def _bus_event_to_public(event: Event) -> dict[str, object]:
