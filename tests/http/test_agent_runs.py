@@ -323,3 +323,13 @@ async def test_the_event_stream_takes_a_ticket(runtime_api: Api, owner: Tenant) 
         assert [f.event for f in frames] == ["created", "command_started", "process_started", "command_finished"]
     assert_error(await runtime_api.request("GET", url), 401, "UNAUTHORIZED")
     assert_error(await runtime_api.request("GET", f"{url}&ticket={ticket}"), 401, "UNAUTHORIZED")  # single use
+
+
+async def test_a_run_whose_sandbox_stops_fails(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    made = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", command="sleep 600", wait=False)
+    stopped = await runtime_api.request("POST", f"{API}/sandboxes/{sandbox['id']}/stop", key=owner.key)
+    assert stopped.status_code == 200, stopped.text
+    final = await wait_terminal(runtime_api, owner, made["id"], timeout=30)
+    assert final["status"] == "failed" and final["error"], final
+    assert (await event_types(runtime_api, owner, made["id"]))[-1] == "failed"
