@@ -195,7 +195,7 @@ class AgentRunActor(RecordActor):
         return self.record
 
     async def _keep_output(self, message: Exited) -> None:
-        values = {
+        values: dict[str, Any] = {
             "output": message.output,
             "stderr": message.stderr,
             "output_truncated": int(message.output_truncated),

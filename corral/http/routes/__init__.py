@@ -16,6 +16,8 @@ from . import (
     computer_streams,
     computers,
     credits,
+    database_ops,
+    databases,
     egress,
     egress_oauth,
     invite_pages,
@@ -47,4 +49,5 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
+        databases.router, database_ops.router,
         agent_runs.router]
