@@ -192,6 +192,10 @@ async def test_providers_and_validation(runtime_api: Api, owner: Tenant) -> None
     codex = await start_run(runtime_api, owner, sandbox_id=sid, prompt="fix it", provider="codex", model="o3")
     assert codex["status"] == "succeeded" and codex["output"] == "codex-args: exec --model o3 fix it\n"
 
+    nowhere = await start_run(runtime_api, owner, sandbox_id=sid, prompt="p", command="true", cwd="/nonexistent")
+    assert nowhere["status"] == "failed" and nowhere["exit_code"] is None and "/nonexistent" in nowhere["error"]
+    assert await event_types(runtime_api, owner, nowhere["id"]) == ["created", "failed"]
+
     post = lambda body: runtime_api.request("POST", f"{API}/agent-runs", key=owner.key, json=body)  # noqa: E731
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "provider": "custom"}), 422, "VALIDATION_ERROR")
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "provider": "nope", "command": "true"}), 422, "VALIDATION_ERROR")

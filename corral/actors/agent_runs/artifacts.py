@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mimetypes
 import posixpath
-from dataclasses import dataclass
 from typing import Any
 
 from corral.ids import new_uuid
@@ -22,11 +21,6 @@ from .store import ArtifactRecord
 MAX_ARTIFACTS = 50
 MAX_ARTIFACT_BYTES = 100 * 1024 * 1024
 MAX_PATH = 4096
-
-
-@dataclass(frozen=True)
-class Captured:
-    records: list[ArtifactRecord]
 
 
 def artifact_paths(metadata: dict[str, Any]) -> list[str]:

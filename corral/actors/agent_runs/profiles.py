@@ -8,11 +8,9 @@ resolver; None means tenants have no profiles, and a run that names one is then
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Protocol
 
 from corral.errors import ApiError
-
-TargetKind = Literal["sandbox", "computer"]
 
 
 class ResolvedProfile(Protocol):

@@ -7,7 +7,6 @@ artifact functions below.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,11 +171,6 @@ async def events_of_target(db: Database, tenant_id: str, target_id: str, *, afte
         (target_id, tenant_id, after, limit),
     )
     return _events(rows)
-
-
-def event_data(text: str) -> dict[str, Any]:
-    value = json.loads(text)
-    return value if isinstance(value, dict) else {}
 
 
 # -- artifacts ----------------------------------------------------------------------------
