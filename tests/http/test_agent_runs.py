@@ -200,7 +200,8 @@ async def test_providers_and_validation(runtime_api: Api, owner: Tenant) -> None
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "provider": "custom"}), 422, "VALIDATION_ERROR")
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "provider": "nope", "command": "true"}), 422, "VALIDATION_ERROR")
     assert_error(await post({"sandbox_id": sid, "prompt": "p"}), 422, "VALIDATION_ERROR")
-    assert_error(await post({"sandbox_id": sid, "command": "true"}), 422, "VALIDATION_ERROR")
+    assert assert_error(await post({"sandbox_id": sid, "command": "true"}), 400, "MISSING_PARAM")["message"] == "prompt is required"
+    assert_error(await post({"sandbox_id": sid, "prompt": "", "command": "true"}), 400, "MISSING_PARAM")
     assert_error(await post({"prompt": "p", "command": "true"}), 400, "MISSING_PARAM")
     assert_error(await post({"target_id": "nope", "prompt": "p", "command": "true"}), 400, "INVALID_ID")
     assert_error(await post({"sandbox_id": new_uuid(), "prompt": "p", "command": "true"}), 404, "NOT_FOUND")

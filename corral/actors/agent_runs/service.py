@@ -70,7 +70,7 @@ def _metadata_problem(metadata: dict[str, Any]) -> str | None:
     return paths_problem(metadata.get("artifact_paths"))
 
 
-@model(missing="details")
+@model
 class NewAgentRun:
     """An agent run (contract §14): `prompt` for the agent, `command` (or a provider's) run in the target."""
 
