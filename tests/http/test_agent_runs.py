@@ -211,6 +211,11 @@ async def test_providers_and_validation(runtime_api: Api, owner: Tenant) -> None
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "command": "true", "metadata": {"artifact_paths": ["rel"]}}), 422, "VALIDATION_ERROR")
     assert_error(await post({"sandbox_id": sid, "prompt": "p", "command": "true", "agent_runtime_profile_id": new_uuid()}), 404, "AGENT_RUNTIME_PROFILE_NOT_FOUND")
     assert_error(await runtime_api.request("POST", f"{API}/agent-runs", key=owner.key, content=b"{"), 400, "INVALID_BODY")
+    paths = [f"/workspace/missing-{i}" for i in range(51)]
+    assert_error(await post({"sandbox_id": sid, "prompt": "p", "command": "true", "metadata": {"artifact_paths": paths}}), 422, "VALIDATION_ERROR")
+    fifty = await start_run(runtime_api, owner, sandbox_id=sid, prompt="p", command="true", metadata={"artifact_paths": paths[:50]})
+    artifacts = (await runtime_api.request("GET", f"{API}/agent-runs/{fifty['id']}/artifacts", key=owner.key)).json()["data"]
+    assert len(artifacts) == 50 and {a["status"] for a in artifacts} == {"failed"}
     big = "x" * 100_001
     assert_error(await post({"sandbox_id": sid, "prompt": big, "command": "true"}), 422, "VALIDATION_ERROR")
     at_limit = await start_run(runtime_api, owner, sandbox_id=sid, prompt="y" * 100_000, command="wc -c")
