@@ -194,3 +194,17 @@ async def test_usage_that_runs_credits_low_is_delivered_as_webhooks(tmp_path_fac
             driver = await api.platform.runtime.driver()
             for info in await driver.instances():
                 await driver.destroy(info.id)
+
+
+async def test_artifact_size_limit(runtime_api: Api, owner: Tenant) -> None:
+    sandbox = await create(runtime_api, owner)
+    limit = 100 * 1024 * 1024
+    made = await start_run(
+        runtime_api, owner, sandbox_id=sandbox["id"], prompt="p",
+        command=f"truncate -s {limit} /workspace/at-limit && truncate -s {limit + 1} /workspace/past-limit",
+        metadata={"artifact_paths": ["/workspace/at-limit", "/workspace/past-limit", "/workspace"]},
+    )
+    at, past, directory = (await runtime_api.request("GET", f"{API}/agent-runs/{made['id']}/artifacts", key=owner.key)).json()["data"]
+    assert (at["status"], at["size_bytes"], at["sha256"]) == ("available", limit, hashlib.sha256(b"\0" * limit).hexdigest())
+    assert (past["status"], past["size_bytes"], past["error"]) == ("failed", limit + 1, f"larger than {limit} bytes")
+    assert (directory["status"], directory["error"]) == ("failed", "not a regular file")
