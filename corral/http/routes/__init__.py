@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runs,
     agent_runtime_profiles,
     api_keys,
     auth,
@@ -55,4 +56,4 @@ def all_routers() -> list[Router]:
         network_policy.router, egress.router, egress_oauth.router,
         databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
-        console.router]
+        agent_runs.router, console.router]
