@@ -457,3 +457,17 @@ async def test_domains_route_again_after_a_restart(runtime_host: None, tmp_path_
                 driver = await second.platform.runtime.driver()
                 for info in await driver.instances():
                     await driver.destroy(info.id)
+
+
+async def test_a_key_of_another_workspace_sees_nothing(api: Api, tenant: Tenant, computer: dict[str, Any]) -> None:
+    """A key restricted to another workspace of the same tenant: its domains are 404 too."""
+    domain = await add_domain(api, tenant, computer["id"], "walled.example.com")
+    workspace = await api.request("POST", f"{API}/workspaces", key=tenant.key, json={"name": "Elsewhere"})
+    assert workspace.status_code == 201, workspace.text
+    walled = (await create_key(api, tenant.key, key_type="platform", workspace_id=workspace.json()["data"]["id"]))["key"]
+    assert_error(await api.request("GET", f"{API}/custom-domains/{domain['id']}", key=walled), 404, "DOMAIN_NOT_FOUND")
+    assert_error(await api.request("GET", f"{API}/computers/{computer['id']}/domains", key=walled), 404, "COMPUTER_NOT_FOUND")
+    assert_error(await api.request("DELETE", f"{API}/custom-domains/{domain['id']}", key=walled), 404, "DOMAIN_NOT_FOUND")
+    assert (await api.request("GET", f"{API}/custom-domains", key=walled)).json() == {"data": [], "total": 0}
+    mine = (await create_key(api, tenant.key, key_type="platform", workspace_id=tenant.workspace_id))["key"]
+    assert (await api.request("GET", f"{API}/custom-domains/{domain['id']}", key=mine)).status_code == 200
