@@ -29,6 +29,7 @@ import trio
 
 from corral.actors import (
     agent_profiles,
+    agent_runs,
     billing,
     computers,
     databases,
@@ -122,6 +123,8 @@ class Platform:
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
     databases: DatabaseNode = field(init=False)
     """This node's database servers, their connection proxy and access rules."""
+    run_profiles: agent_runs.RunProfiles | None = None
+    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -179,6 +182,11 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def _loopback(host: str) -> str:
+    """Where this node's own API answers locally."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "localhost") else host
+
+
 def database_dir(settings: Settings) -> Path:
     """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
     reach it, else a directory of this data directory's own under /var/lib/corral."""
@@ -213,6 +221,8 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
         port=settings.egress_port,
         destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
         ca_bundle=settings.ca_bundle,
+        platform_upstream=(_loopback(settings.host), settings.port),
+        platform_paths=(agent_runs.USAGE_PATH,),
     )
     return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
 
@@ -249,6 +259,10 @@ async def _start_parts(platform: Platform) -> None:
         log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
     await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
+    platform.system.register(*agent_runs.ACTORS)
+    resumed = await agent_runs.resume_runs(platform)
+    if resumed:
+        log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
@@ -292,6 +306,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
             )
             platform.databases = database_node(settings)
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.run_profiles = agent_profiles.RunProfileResolver(platform)
             platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runs,
     agent_runtime_profiles,
     api_keys,
     auth,
@@ -17,6 +18,7 @@ from . import (
     computer_snapshots,
     computer_streams,
     computers,
+    console,
     credits,
     database_ops,
     databases,
@@ -53,4 +55,5 @@ def all_routers() -> list[Router]:
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
         databases.router, database_ops.router,
-        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router]
+        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
+        agent_runs.router, console.router]
