@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import billing, computers, deployments, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -105,6 +105,8 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    deployment_sites: deployments.DeploymentSites | None = None
+    """The router's in-memory table of deployment hosts (set when the parts start)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -212,6 +214,17 @@ async def _start_parts(platform: Platform) -> None:
         lambda: EGRESS_PRUNE_SECONDS,
         "egress audit retention",
     )
+    await _start_deployments(platform)
+
+
+async def _start_deployments(platform: Platform) -> None:
+    """Route every live deployment (services re-adopted by their actors on the way)."""
+    platform.system.register(*deployments.ACTORS)
+    sites = deployments.DeploymentSites(platform)
+    platform.deployment_sites = sites
+    routed = await sites.load_all()
+    if routed:
+        log.info("routing %d deployment(s)", routed)
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,72 @@
+CREATE TABLE deployments (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    slug TEXT NOT NULL UNIQUE,
+    state TEXT NOT NULL,
+    workspace_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    active_version_id TEXT,
+    source_type TEXT NOT NULL,
+    auto_deploy INTEGER NOT NULL DEFAULT 0,
+    metadata TEXT NOT NULL,
+    external_workspace_id TEXT,
+    external_user_id TEXT,
+    external_project_id TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX deployments_tenant ON deployments (tenant_id, state);
+
+CREATE TABLE deployment_versions (
+    id TEXT PRIMARY KEY,
+    deployment_id TEXT NOT NULL REFERENCES deployments(id) ON DELETE CASCADE,
+    tenant_id TEXT NOT NULL,
+    version_number INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    state TEXT NOT NULL,
+    environment TEXT NOT NULL,
+    source_sandbox_id TEXT,
+    artifact_uri TEXT,
+    artifact_sha256 TEXT,
+    source_sha256 TEXT,
+    artifact_manifest TEXT,
+    runtime_image TEXT,
+    runtime_command TEXT,
+    runtime_port INTEGER,
+    health_check_path TEXT,
+    build_log_uri TEXT,
+    error_code TEXT,
+    error_message TEXT,
+    workspace_id TEXT NOT NULL,
+    project_id TEXT NOT NULL,
+    external_workspace_id TEXT,
+    external_user_id TEXT,
+    promoted_at TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    UNIQUE (deployment_id, version_number)
+);
+
+CREATE TABLE deployment_services (
+    id TEXT PRIMARY KEY,
+    tenant_id TEXT NOT NULL,
+    deployment_id TEXT NOT NULL REFERENCES deployments(id) ON DELETE CASCADE,
+    version_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    status TEXT NOT NULL,
+    slug TEXT NOT NULL,
+    template_id TEXT NOT NULL,
+    size TEXT NOT NULL,
+    run_command TEXT NOT NULL,
+    port INTEGER NOT NULL,
+    health_check_path TEXT NOT NULL,
+    artifact_sha256 TEXT NOT NULL,
+    process_id TEXT,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    last_activity_at TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX deployment_services_version ON deployment_services (version_id);
