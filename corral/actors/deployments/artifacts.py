@@ -76,6 +76,9 @@ class _HashingWriter:
         self.size += len(data)
         return self.handle.write(data)
 
+    def tell(self) -> int:
+        return self.size
+
     def flush(self) -> None:
         self.handle.flush()
 
