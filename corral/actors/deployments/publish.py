@@ -272,7 +272,7 @@ async def _start_service(
     current = await ref.ask(Get())
     if current.status != "running":
         reason = current.error or "the service did not start in time"
-        if current.status == "starting":
+        if current.status in ("starting", "error"):  # its instance goes with its version
             with contextlib.suppress(Exception):
                 await ref.ask(StopService(), timeout=60)
         raise _Failure("HEALTH_CHECK_FAILED", f"the service did not become healthy: {reason}")

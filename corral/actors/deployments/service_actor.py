@@ -135,6 +135,8 @@ class DeploymentServiceActor(InstanceActor):
         await super().on_activate()
         if self.state == "destroyed":
             raise self.not_found()
+        if self.state == "running":  # re-adopted after a restart of the control plane
+            self.spawn(self._watch)
 
     # -- supervision of the process -------------------------------------------------------
 
