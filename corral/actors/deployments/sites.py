@@ -107,6 +107,10 @@ class DeploymentSites:
                 log.exception("deployment %s could not be routed", deployment.id)
         return len(deployments)
 
+    def domains_changed(self) -> None:
+        """Preview domains changed: every entry's routable domains are read again."""
+        self.platform.nursery.start_soon(self.load_all)
+
     async def prepare(self, sha256: str) -> Path:
         """The artifact unpacked under `sites/<sha256>` (verified against its digest first)."""
         destination = self.root / sha256

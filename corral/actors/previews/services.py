@@ -17,6 +17,9 @@ class HostSites(Protocol):
 
     async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision | None: ...
 
+    def domains_changed(self) -> None:
+        """A preview domain was configured, verified or removed: routable domains change."""
+
 
 class PreviewServices(SandboxServices, Protocol):
     jwt_secret: str
