@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from corral.actors.tenancy import store as tenancy_store
+from corral.actors.tenancy.store import ProjectRecord
 from corral.errors import ApiError, not_found
 from corral.ids import prefixed
 from corral.models import UNSET, Rule, Unset, model
@@ -118,10 +119,16 @@ async def services_public(platform: DeploymentServices, version: VersionRecord) 
 # -- operations -------------------------------------------------------------------------
 
 
-async def create_deployment(platform: DeploymentServices, tenant_id: str, project_id: str, new: NewDeployment) -> DeploymentRecord:
+async def project_of(platform: DeploymentServices, tenant_id: str, project_id: str) -> ProjectRecord:
+    """The tenant's project (404 `project not found` otherwise, another tenant's too)."""
     project = await tenancy_store.projects.find(platform.db, tenant_id, project_id)
     if project is None:
         raise not_found("project not found")
+    return project
+
+
+async def create_deployment(platform: DeploymentServices, tenant_id: str, project_id: str, new: NewDeployment) -> DeploymentRecord:
+    project = await project_of(platform, tenant_id, project_id)
     now = utc_now_iso()
     draft = DeploymentRecord(
         id=prefixed("dep"), tenant_id=tenant_id, name=new.name, slug="", state="created",

@@ -66,9 +66,9 @@ async def _publish_reply(ctx: RequestContext, published: deployments.Published) 
     request=deployments.NewDeployment, idempotent=True,
 )
 async def create(ctx: RequestContext, project_id: str) -> Reply:
-    project = require_uuid(project_id, "project id")
+    project = await deployments.project_of(ctx.platform, ctx.tenant_id, require_uuid(project_id, "project id"))
     body = await ctx.body(deployments.NewDeployment)
-    record = await deployments.create_deployment(ctx.platform, ctx.tenant_id, project, body)
+    record = await deployments.create_deployment(ctx.platform, ctx.tenant_id, project.id, body)
     _audit(ctx, record)
     return data(await _one(ctx, record), 201)
 
@@ -127,8 +127,8 @@ async def publish(ctx: RequestContext, id: str) -> Reply:
 )
 async def publish_sandbox(ctx: RequestContext, id: str) -> Reply:
     sandbox_id = require_uuid(id, "sandbox id")
-    body = await ctx.body(deployments.SandboxPublishRequest)
     sandbox = await deployments.sandbox_of(ctx.platform, ctx.tenant_id, sandbox_id)
+    body = await ctx.body(deployments.SandboxPublishRequest)
     if body.deployment_id:
         record = await deployment_of(ctx, body.deployment_id)
     elif body.name:
