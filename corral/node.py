@@ -222,6 +222,9 @@ async def _start_deployments(platform: Platform) -> None:
     platform.system.register(*deployments.ACTORS)
     sites = deployments.DeploymentSites(platform)
     platform.deployment_sites = sites
+    interrupted = await deployments.fail_interrupted(platform)
+    if interrupted:
+        log.info("%d publish(es) cut off by the last stop failed", interrupted)
     routed = await sites.load_all()
     if routed:
         log.info("routing %d deployment(s)", routed)

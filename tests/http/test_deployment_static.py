@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from corral.actors.deployments import deployment_host, store
 from tests.http.deploy_support import deployment, exec_in, get_site, new_sandbox, publish
 from tests.support import API, Api, Tenant, assert_error
 
@@ -203,3 +204,40 @@ async def test_sandbox_publish_into_a_new_deployment_idempotently(runtime_api: A
     assert into.json()["data"]["version"]["version_number"] == 2
     slug = deployments[0]["slug"]
     assert (await get_site(api, slug)).text == "<h1>from sandbox</h1>"
+
+
+async def test_limits_environments_replays_and_the_host_lookup(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    sandbox = await site(api, owner, "limits")
+    dep = await deployment(api, owner)
+    for port in (0, 65536):
+        assert_error(await publish(api, owner, dep["id"], sandbox["id"], run_command="x", port=port), 422, "VALIDATION_ERROR")
+    at_max = await publish(api, owner, dep["id"], sandbox["id"], kind="static", port=65535, output_path="/workspace/site", environment="staging")
+    assert at_max.status_code == 200, at_max.text
+    version = at_max.json()["data"]["version"]
+    assert version["runtime_port"] is None  # a static version has no port
+    long_env = await publish(api, owner, dep["id"], sandbox["id"], environment="e" * 64)
+    assert_error(long_env, 422, "VALIDATION_ERROR")
+
+    sites = api.platform.deployment_sites
+    assert sites is not None
+    domain = api.platform.settings.public_domain
+    assert not sites.live_deployment_host(f"{dep['slug']}.{domain}")  # nothing in production yet
+    assert sites.live_deployment_host(f"v1-{dep['slug']}.{domain}")
+    assert not sites.live_deployment_host(f"v2-{dep['slug']}.{domain}")
+    assert not sites.live_deployment_host(f"{dep['slug']}.elsewhere.test")
+
+    url = f"{API}/deployments/{dep['id']}/versions/{version['id']}/promote"
+    headers = {"Idempotency-Key": "promote-1"}
+    first = await api.request("POST", url, key=owner.key, json={"environment": "production"}, headers=headers)
+    assert first.status_code == 200, first.text
+    again = await api.request("POST", url, key=owner.key, json={"environment": "production"}, headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json() == first.json()
+    assert sites.live_deployment_host(f"{dep['slug']}.{domain}".upper() + ".")
+    record = await store.load(api.platform.db, dep["id"])
+    assert record is not None and deployment_host(api.platform.settings, record) == f"{dep['slug']}.{domain}"
+    relabel = await api.request("POST", url, key=owner.key, json={"environment": "qa"})
+    assert relabel.status_code == 200 and relabel.json()["data"]["version"]["environment"] == "qa"
+    assert_error(await api.request("POST", url, key=owner.key, json={"environment": ""}), 422, "VALIDATION_ERROR")
+    await api.request("DELETE", f"{API}/deployments/{dep['id']}", key=owner.key)
+    assert not sites.live_deployment_host(f"{dep['slug']}.{domain}")

@@ -3,6 +3,7 @@ versions, promote and rollback (publish is `publish.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Annotated, Any, Literal
 
 from corral.actors.tenancy import store as tenancy_store
@@ -14,7 +15,7 @@ from corral.storage import utc_now_iso
 
 from . import service_store, store
 from .actor import DeploymentActor
-from .messages import Delete, Get, Logs, Promote, Update
+from .messages import Delete, Get, Logs, Promote, Update, VersionFailed
 from .service_actor import DeploymentServiceActor
 from .services import DeploymentServices
 from .sites import public_url, version_url
@@ -200,3 +201,14 @@ async def service_logs(platform: DeploymentServices, deployment: DeploymentRecor
     ref = await platform.system.get(DeploymentServiceActor, service.id)
     result: dict[str, Any] = await ref.ask(Logs(tail))
     return result
+
+
+async def fail_interrupted(platform: DeploymentServices) -> int:
+    """At start-up: a publish the last run did not finish failed (`PUBLISH_INTERRUPTED`);
+    production kept serving what it served."""
+    versions = await store.interrupted_versions(platform.db)
+    for version in versions:
+        ref = await platform.system.get(DeploymentActor, version.deployment_id)
+        with contextlib.suppress(ApiError):  # its deployment was deleted meanwhile
+            await ref.ask(VersionFailed(version.id, "PUBLISH_INTERRUPTED", "the control plane stopped during the publish"))
+    return len(versions)

@@ -145,6 +145,12 @@ async def live_versions(db: Database, deployment_id: str) -> list[VersionRecord]
     return VERSIONS.records(rows)
 
 
+async def interrupted_versions(db: Database) -> list[VersionRecord]:
+    """Versions whose publish a control-plane stop cut off (still created or building)."""
+    rows = await db.fetch_all("SELECT * FROM deployment_versions WHERE state IN ('created', 'building')")
+    return VERSIONS.records(rows)
+
+
 async def custom_domains(db: Database, deployment_id: str) -> list[str]:
     """The deployment's active custom domains, oldest first (table of the domains part,
     which may not exist on this node yet: then none)."""
