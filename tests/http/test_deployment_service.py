@@ -58,7 +58,13 @@ async def test_service_publish_serve_crash_restart_logs_rollback(runtime_api: Ap
     logs = await api.request("GET", f"{API}/deployments/{dep['id']}/services/{service['id']}/logs", key=owner.key)
     assert logs.status_code == 200, logs.text
     assert any("listening on 8000" in line["line"] for line in logs.json()["data"]["lines"])
-    assert_error(await api.request("GET", f"{API}/deployments/{dep['id']}/services/{service['id']}/logs?tail=0", key=owner.key), 400, "INVALID_PARAM")
+    logs_url = f"{API}/deployments/{dep['id']}/services/{service['id']}/logs"
+    for tail in (0, 1001):
+        assert_error(await api.request("GET", f"{logs_url}?tail={tail}", key=owner.key), 400, "INVALID_PARAM")
+    for tail in (1, 1000):
+        assert (await api.request("GET", f"{logs_url}?tail={tail}", key=owner.key)).status_code == 200
+    one = (await api.request("GET", f"{logs_url}?tail=1", key=owner.key)).json()["data"]["lines"]
+    assert len(one) == 1
 
     # It crashes: its supervisor starts it again.
     crashed = await get_site(api, dep["slug"], "/crash")
