@@ -189,8 +189,9 @@ class PreviewRouter:
 
     async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> None:
         lines = [f"HTTP/1.1 {reply.status} {pages.reason_phrase(reply.status) if reply.status >= 400 else _STATUS_TEXT.get(reply.status, 'OK')}"]
-        lines.append(f"Content-Type: {reply.content_type}")
-        lines.append(f"Content-Length: {len(reply.body)}")
+        if reply.status != 304:  # a 304 has neither: its validators are in `headers`
+            lines.append(f"Content-Type: {reply.content_type}")
+            lines.append(f"Content-Length: {len(reply.body)}")
         lines.extend(f"{name}: {value}" for name, value in reply.headers)
         if close:
             lines.append("Connection: close")
@@ -348,7 +349,9 @@ class PreviewRouter:
         return keep
 
 
-_STATUS_TEXT = {200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect"}
+_STATUS_TEXT = {
+    200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 304: "Not Modified", 307: "Temporary Redirect",
+}
 
 
 def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:
