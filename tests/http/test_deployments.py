@@ -177,3 +177,23 @@ async def test_another_tenant_gets_404_everywhere(api: Api, tenant: Tenant, othe
     assert (await api.request("GET", f"{API}/deployments", key=key)).json()["data"] == []
     still = await api.request("GET", dep, key=tenant.key)
     assert still.status_code == 200 and still.json()["data"]["name"] == created["name"]
+
+
+async def test_a_key_restricted_to_a_workspace_sees_only_its_deployments(api: Api, tenant: Tenant) -> None:
+    made = await api.request("POST", f"{API}/workspaces", key=tenant.key, json={"name": "Fenced"})
+    assert made.status_code == 201, made.text
+    workspace_id = made.json()["data"]["id"]
+    fenced = (await create_key(api, tenant.key, key_type="platform", workspace_id=workspace_id))["key"]
+    projects = (await api.request("GET", f"{API}/projects?workspace_id={workspace_id}", key=tenant.key)).json()["data"]
+    inside_project = projects[0]["id"]
+    outside = await new_deployment(api, tenant, name="outside")
+    refused = await api.request("POST", f"{API}/projects/{tenant.project_id}/deployments", key=fenced, json={"name": "x"})
+    assert_error(refused, 404, "NOT_FOUND")
+    inside = await api.request("POST", f"{API}/projects/{inside_project}/deployments", key=fenced, json={"name": "inside"})
+    assert inside.status_code == 201, inside.text
+    assert inside.json()["data"]["workspace_id"] == workspace_id
+    listed = (await api.request("GET", f"{API}/deployments", key=fenced)).json()["data"]
+    assert [d["id"] for d in listed] == [inside.json()["data"]["id"]]
+    for method, path in (("GET", ""), ("GET", "/versions"), ("DELETE", "")):
+        assert_error(await api.request(method, f"{API}/deployments/{outside['id']}{path}", key=fenced), 404, "DEPLOYMENT_NOT_FOUND")
+    assert (await api.request("GET", f"{API}/deployments/{outside['id']}", key=tenant.key)).status_code == 200

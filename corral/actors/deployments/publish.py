@@ -127,10 +127,11 @@ def _validate(request: PublishRequest, kind: str) -> None:
             raise ApiError(422, "VALIDATION_ERROR", "validation failed", details=problems)
 
 
-async def _running_sandbox(platform: DeploymentServices, tenant_id: str, sandbox_id: str) -> SandboxRecord:
-    sandbox = await sandbox_store.find(platform.db, tenant_id, sandbox_id)
-    if sandbox is None:
-        raise not_found("sandbox not found")
+async def _running_sandbox(
+    platform: DeploymentServices, deployment: DeploymentRecord, sandbox_id: str, key_workspace_id: str | None
+) -> SandboxRecord:
+    """The source: a sandbox of the tenant (in the key's workspace for a restricted key; 404 otherwise)."""
+    sandbox = await sandbox_of(platform, deployment.tenant_id, sandbox_id, key_workspace_id=key_workspace_id)
     if sandbox.status != "running":
         raise ApiError(409, "SANDBOX_NOT_RUNNING", "sandbox is not running")
     return sandbox
@@ -149,11 +150,13 @@ class _Failure(Exception):
         self.log_tail = log_tail
 
 
-async def publish(platform: DeploymentServices, deployment: DeploymentRecord, request: PublishRequest) -> Published:
+async def publish(
+    platform: DeploymentServices, deployment: DeploymentRecord, request: PublishRequest, *, key_workspace_id: str | None = None
+) -> Published:
     """Run one publish to its end; raises the version's error when it fails."""
     kind = resolved_kind(request)
     _validate(request, kind)
-    sandbox = await _running_sandbox(platform, deployment.tenant_id, request.source_sandbox_id)
+    sandbox = await _running_sandbox(platform, deployment, request.source_sandbox_id, key_workspace_id)
     ref = await platform.system.get(DeploymentActor, deployment.id)
     output = posixpath.normpath(request.output_path or "/workspace")
     values = {
@@ -280,10 +283,13 @@ async def _start_service(
 
 
 
-async def sandbox_of(platform: DeploymentServices, tenant_id: str, sandbox_id: str) -> SandboxRecord:
-    """The tenant's sandbox (404 otherwise), running or not: publish checks that later."""
+async def sandbox_of(
+    platform: DeploymentServices, tenant_id: str, sandbox_id: str, *, key_workspace_id: str | None = None
+) -> SandboxRecord:
+    """The tenant's sandbox (404 otherwise, and outside `key_workspace_id` when given),
+    running or not: publish checks that later."""
     sandbox = await sandbox_store.find(platform.db, tenant_id, sandbox_id)
-    if sandbox is None:
+    if sandbox is None or (key_workspace_id is not None and sandbox.workspace_id != key_workspace_id):
         raise not_found("sandbox not found")
     return sandbox
 

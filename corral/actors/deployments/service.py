@@ -120,10 +120,13 @@ async def services_public(platform: DeploymentServices, version: VersionRecord) 
 # -- operations -------------------------------------------------------------------------
 
 
-async def project_of(platform: DeploymentServices, tenant_id: str, project_id: str) -> ProjectRecord:
-    """The tenant's project (404 `project not found` otherwise, another tenant's too)."""
+async def project_of(
+    platform: DeploymentServices, tenant_id: str, project_id: str, *, key_workspace_id: str | None = None
+) -> ProjectRecord:
+    """The tenant's project (404 `project not found` otherwise: another tenant's, and one
+    outside the workspace a restricted key is limited to)."""
     project = await tenancy_store.projects.find(platform.db, tenant_id, project_id)
-    if project is None:
+    if project is None or (key_workspace_id is not None and project.workspace_id != key_workspace_id):
         raise not_found("project not found")
     return project
 
@@ -143,15 +146,21 @@ async def create_deployment(platform: DeploymentServices, tenant_id: str, projec
     return record
 
 
-async def find_deployment(platform: DeploymentServices, tenant_id: str, deployment_id: str) -> DeploymentRecord:
+async def find_deployment(
+    platform: DeploymentServices, tenant_id: str, deployment_id: str, *, key_workspace_id: str | None = None
+) -> DeploymentRecord:
+    """The tenant's live deployment; 404 for another tenant's, and for one outside the
+    workspace a restricted key is limited to."""
     record = await store.find(platform.db, tenant_id, deployment_id)
-    if record is None:
+    if record is None or (key_workspace_id is not None and record.workspace_id != key_workspace_id):
         raise deployment_not_found()
     return record
 
 
-async def list_deployments(platform: DeploymentServices, tenant_id: str, filters: dict[str, str]) -> list[DeploymentRecord]:
-    return await store.list_for_tenant(platform.db, tenant_id, filters)
+async def list_deployments(
+    platform: DeploymentServices, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
+) -> list[DeploymentRecord]:
+    return await store.list_for_tenant(platform.db, tenant_id, filters, within_workspace=key_workspace_id)
 
 
 async def update_deployment(platform: DeploymentServices, deployment: DeploymentRecord, patch: DeploymentPatch) -> DeploymentRecord:

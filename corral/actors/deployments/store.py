@@ -91,10 +91,14 @@ async def load(db: Database, deployment_id: str) -> DeploymentRecord | None:
     return await DEPLOYMENTS.load(db, deployment_id)
 
 
-async def list_for_tenant(db: Database, tenant_id: str, filters: dict[str, str]) -> list[DeploymentRecord]:
-    """The tenant's deployments (the deleted only when `state=deleted` is asked for), newest first."""
+async def list_for_tenant(
+    db: Database, tenant_id: str, filters: dict[str, str], *, within_workspace: str | None = None
+) -> list[DeploymentRecord]:
+    """The tenant's deployments (the deleted only when `state=deleted` is asked for; only
+    one workspace's for a key restricted to it), newest first."""
     also = "" if filters.get("state") == "deleted" else "state != 'deleted'"
-    return await DEPLOYMENTS.where(db, [("tenant_id", tenant_id), *filters.items()], also=also)
+    scope = [("workspace_id", within_workspace)] if within_workspace is not None else []
+    return await DEPLOYMENTS.where(db, [("tenant_id", tenant_id), *scope, *filters.items()], also=also)
 
 
 async def live(db: Database) -> list[DeploymentRecord]:

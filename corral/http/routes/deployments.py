@@ -34,7 +34,7 @@ async def deployment_of(ctx: RequestContext, id: str) -> DeploymentRecord:
     """The tenant's live deployment `id`, else 404 DEPLOYMENT_NOT_FOUND (another tenant's too)."""
     if not id.startswith("dep_") or len(id) > 64:
         raise deployments.deployment_not_found()
-    record = await deployments.find_deployment(ctx.platform, ctx.tenant_id, id)
+    record = await deployments.find_deployment(ctx.platform, ctx.tenant_id, id, key_workspace_id=ctx.principal.workspace_id)
     _audit(ctx, record)
     return record
 
@@ -66,7 +66,9 @@ async def _publish_reply(ctx: RequestContext, published: deployments.Published) 
     request=deployments.NewDeployment, idempotent=True,
 )
 async def create(ctx: RequestContext, project_id: str) -> Reply:
-    project = await deployments.project_of(ctx.platform, ctx.tenant_id, require_uuid(project_id, "project id"))
+    project = await deployments.project_of(
+        ctx.platform, ctx.tenant_id, require_uuid(project_id, "project id"), key_workspace_id=ctx.principal.workspace_id
+    )
     body = await ctx.body(deployments.NewDeployment)
     record = await deployments.create_deployment(ctx.platform, ctx.tenant_id, project.id, body)
     _audit(ctx, record)
@@ -79,7 +81,7 @@ async def create(ctx: RequestContext, project_id: str) -> Reply:
 )
 async def list_(ctx: RequestContext) -> Reply:
     filters = {name: value for name in deployments.FILTERS if (value := ctx.query(name))}
-    rows = await deployments.list_deployments(ctx.platform, ctx.tenant_id, filters)
+    rows = await deployments.list_deployments(ctx.platform, ctx.tenant_id, filters, key_workspace_id=ctx.principal.workspace_id)
     return data([await _one(ctx, row) for row in rows], total=len(rows))
 
 
@@ -117,7 +119,7 @@ async def publish(ctx: RequestContext, id: str) -> Reply:
     record = await deployment_of(ctx, id)
     body = await ctx.body(deployments.PublishRequest)
     require_uuid(body.source_sandbox_id, "sandbox id")
-    return await _publish_reply(ctx, await deployments.publish(ctx.platform, record, body))
+    return await _publish_reply(ctx, await deployments.publish(ctx.platform, record, body, key_workspace_id=ctx.principal.workspace_id))
 
 
 @router.post(
@@ -127,7 +129,7 @@ async def publish(ctx: RequestContext, id: str) -> Reply:
 )
 async def publish_sandbox(ctx: RequestContext, id: str) -> Reply:
     sandbox_id = require_uuid(id, "sandbox id")
-    sandbox = await deployments.sandbox_of(ctx.platform, ctx.tenant_id, sandbox_id)
+    sandbox = await deployments.sandbox_of(ctx.platform, ctx.tenant_id, sandbox_id, key_workspace_id=ctx.principal.workspace_id)
     body = await ctx.body(deployments.SandboxPublishRequest)
     if body.deployment_id:
         record = await deployment_of(ctx, body.deployment_id)
@@ -141,7 +143,7 @@ async def publish_sandbox(ctx: RequestContext, id: str) -> Reply:
     else:
         raise ApiError(400, "MISSING_PARAM", "deployment_id or name is required")
     request = deployments.publish_request_for(body, sandbox_id)
-    return await _publish_reply(ctx, await deployments.publish(ctx.platform, record, request))
+    return await _publish_reply(ctx, await deployments.publish(ctx.platform, record, request, key_workspace_id=ctx.principal.workspace_id))
 
 
 @router.post(
