@@ -3,9 +3,11 @@ scopes, errors, versions pagination bounds, idempotent create, tenant isolation.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from tests.support import API, Api, Tenant, assert_error, create_key
+from tests.pg_server import create_database
+from tests.support import API, Api, Tenant, assert_error, create_key, running_server
 
 
 async def new_deployment(api: Api, tenant: Tenant, **body: Any) -> dict[str, Any]:
@@ -197,3 +199,18 @@ async def test_a_key_restricted_to_a_workspace_sees_only_its_deployments(api: Ap
     for method, path in (("GET", ""), ("GET", "/versions"), ("DELETE", "")):
         assert_error(await api.request(method, f"{API}/deployments/{outside['id']}{path}", key=fenced), 404, "DEPLOYMENT_NOT_FOUND")
     assert (await api.request("GET", f"{API}/deployments/{outside['id']}", key=tenant.key)).status_code == 200
+
+
+async def test_the_same_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
+    url = create_database(postgres_url, "deployments_pg")
+    async with running_server(tmp_path / "pg", url) as api:
+        tenant = await api.create_tenant()
+        created = await new_deployment(api, tenant, metadata={"k": "v"}, auto_deploy=True)
+        assert created["auto_deploy"] is True and created["metadata"] == {"k": "v"}
+        patched = await api.request("PATCH", f"{API}/deployments/{created['id']}", key=tenant.key, json={"auto_deploy": False})
+        assert patched.json()["data"]["auto_deploy"] is False
+        versions = await api.request("GET", f"{API}/deployments/{created['id']}/versions?state=ready&limit=5", key=tenant.key)
+        assert versions.json() == {"data": [], "next_cursor": None}
+        assert (await api.request("DELETE", f"{API}/deployments/{created['id']}", key=tenant.key)).status_code == 200
+        deleted = (await api.request("GET", f"{API}/deployments?state=deleted", key=tenant.key)).json()["data"]
+        assert [d["id"] for d in deleted] == [created["id"]]
