@@ -241,3 +241,18 @@ async def test_limits_environments_replays_and_the_host_lookup(runtime_api: Api,
     assert_error(await api.request("POST", url, key=owner.key, json={"environment": ""}), 422, "VALIDATION_ERROR")
     await api.request("DELETE", f"{API}/deployments/{dep['id']}", key=owner.key)
     assert not sites.live_deployment_host(f"{dep['slug']}.{domain}")
+
+
+async def test_a_blob_store_that_cannot_write_is_503(runtime_api: Api, owner: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    api = runtime_api
+    sandbox = await site(api, owner, "x")
+    dep = await deployment(api, owner)
+
+    async def full(path: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(api.platform.blobs, "put_file", full)
+    error = assert_error(await publish(api, owner, dep["id"], sandbox["id"], output_path="/workspace/site"), 503, "SERVICE_UNAVAILABLE")
+    version = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions/{error['details']['version_id']}", key=owner.key)).json()["data"]
+    assert version["state"] == "failed"
+    assert not list((api.platform.settings.data_dir / "tmp").iterdir())  # the packed tar did not stay behind

@@ -205,7 +205,10 @@ async def _build_and_store(
     packed = await _pack(platform, sandbox, output)
     try:
         await _publish_event(platform, deployment, "uploading", {"version_id": version.id, "size_bytes": packed.size_bytes})
-        blob = await platform.blobs.put_file(packed.tar_path)
+        try:
+            blob = await platform.blobs.put_file(packed.tar_path)
+        except OSError as exc:  # the blob store's disk is full or gone
+            raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {exc}") from exc
     finally:
         packed.tar_path.unlink(missing_ok=True)
     values = {
