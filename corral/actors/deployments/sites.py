@@ -94,6 +94,7 @@ class DeploymentSites:
         self._by_slug: dict[str, SiteEntry] = {}
         self._slug_of: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._reloading: dict[str, trio.Lock] = {}
 
     # -- building the table ----------------------------------------------------------
 
@@ -144,7 +145,13 @@ class DeploymentSites:
         return Upstream(address, service.port, netns, f"service {service.id}")
 
     async def reload(self, deployment_id: str) -> None:
-        """Re-read one deployment and swap its entry (or drop it when deleted)."""
+        """Re-read one deployment and swap its entry (or drop it when deleted). One reload
+        of a deployment at a time: a slower, older read never lands after a newer one."""
+        lock = self._reloading.setdefault(deployment_id, trio.Lock())
+        async with lock:
+            await self._reload(deployment_id)
+
+    async def _reload(self, deployment_id: str) -> None:
         db = self.platform.db
         deployment = await store.load(db, deployment_id)
         old_slug = self._slug_of.get(deployment_id)
