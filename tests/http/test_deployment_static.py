@@ -3,12 +3,13 @@ root, the blob store, and the preview router serving the versions."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
 
 from corral.actors.deployments import deployment_host, store
-from tests.http.deploy_support import deployment, exec_in, get_site, new_sandbox, publish
+from tests.http.deploy_support import deployment, exec_in, get_site, new_sandbox, publish, router, site_host
 from tests.support import API, Api, Tenant, assert_error
 
 pytestmark = pytest.mark.slow
@@ -256,3 +257,21 @@ async def test_a_blob_store_that_cannot_write_is_503(runtime_api: Api, owner: Te
     version = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions/{error['details']['version_id']}", key=owner.key)).json()["data"]
     assert version["state"] == "failed"
     assert not list((api.platform.settings.data_dir / "tmp").iterdir())  # the packed tar did not stay behind
+
+
+async def test_large_files_are_streamed_whole(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    sandbox = await site(api, owner, "big")
+    await exec_in(api, owner, sandbox["id"], "head -c 3000000 /dev/urandom > /workspace/site/big.bin")
+    digest = (await exec_in(api, owner, sandbox["id"], "sha256sum /workspace/site/big.bin"))["stdout"].split()[0]
+    dep = await deployment(api, owner)
+    assert (await publish(api, owner, dep["id"], sandbox["id"], output_path="/workspace/site")).status_code == 200
+    response = await get_site(api, dep["slug"], "/big.bin")
+    assert response.status_code == 200 and response.headers["content-length"] == "3000000"
+    assert hashlib.sha256(response.content).hexdigest() == digest
+    assert response.headers["etag"] == f'"{digest}"'
+    async with router(api) as client:
+        head = await client.head("/big.bin", headers={"Host": site_host(api, dep["slug"])})
+        assert head.status_code == 200 and head.headers["content-length"] == "3000000" and head.content == b""
+        again = await client.get("/index.html", headers={"Host": site_host(api, dep["slug"])})  # same connection, kept alive
+        assert again.text == "<h1>big</h1>"

@@ -4,7 +4,8 @@ The artifact is unpacked once into `<data>/sites/<sha256>/` (shared by every
 version with the same content); the manifest gives each file's size and content
 hash, so the router answers with an `ETag` of the content hash and `304` to a
 matching `If-None-Match` without touching the disk. Small files are kept in memory
-after their first read (a bounded cache shared by every site of the node).
+after their first read (a bounded cache shared by every site of the node); larger
+ones are streamed from the disk by the router, never read whole.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class StaticSite:
         headers = (("ETag", info.etag), ("Cache-Control", "public, max-age=0, must-revalidate"))
         if if_none_match is not None and (if_none_match.strip() == "*" or info.etag in _tags(if_none_match)):
             return Reply(304, b"", headers, info.content_type)
+        if info.size > CACHE_FILE_LIMIT:  # streamed from the disk by the router
+            return Reply(200, b"", headers, info.content_type, file=str(self.root / name))
         body = await self._body(name, info)
         return Reply(200, body, headers, info.content_type)
 
