@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from corral.actors.deployments import deployment_host, store
-from tests.http.deploy_support import deployment, exec_in, get_site, new_sandbox, publish, router, site_host
+from tests.http.deploy_support import (
+    deployment,
+    exec_in,
+    get_site,
+    new_sandbox,
+    publish,
+    router,
+    site_host,
+)
 from tests.support import API, Api, Tenant, assert_error
 
 pytestmark = pytest.mark.slow
