@@ -4,6 +4,7 @@ root, the blob store, and the preview router serving the versions."""
 from __future__ import annotations
 
 import hashlib
+import importlib
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from tests.http.deploy_support import (
 from tests.support import API, Api, Tenant, assert_error
 
 pytestmark = pytest.mark.slow
+publish_module = importlib.import_module("corral.actors.deployments.publish")  # the package exports the function `publish`
 
 SITE = (
     "mkdir -p /workspace/site/docs /workspace/site/img && cd /workspace/site"
@@ -283,3 +285,13 @@ async def test_large_files_are_streamed_whole(runtime_api: Api, owner: Tenant) -
         assert head.status_code == 200 and head.headers["content-length"] == "3000000" and head.content == b""
         again = await client.get("/index.html", headers={"Host": site_host(api, dep["slug"])})  # same connection, kept alive
         assert again.text == "<h1>big</h1>"
+
+
+async def test_a_build_past_its_timeout_fails(runtime_api: Api, owner: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(publish_module, "BUILD_TIMEOUT", 2)
+    api = runtime_api
+    sandbox = await site(api, owner, "slow")
+    dep = await deployment(api, owner)
+    slow = await publish(api, owner, dep["id"], sandbox["id"], output_path="/workspace/site", build_command="echo starting; sleep 30")
+    error = assert_error(slow, 422, "BUILD_FAILED")
+    assert "timed out after 2 s" in error["message"] and "starting" in error["details"]["log"]
