@@ -177,6 +177,10 @@ async def publish(
         if failure.log_tail is not None:
             details["log"] = failure.log_tail
         raise ApiError(_status(failure.code), failure.code, failure.message, details=details) from None
+    except ApiError as exc:  # the sandbox stopped, its agent did not answer, ...
+        with trio.CancelScope(shield=True):
+            await ref.ask(VersionFailed(version.id, exc.code, exc.message))
+        raise ApiError(exc.status, exc.code, exc.message, details={**(exc.details or {}), "version_id": version.id}) from exc
     except BaseException as exc:
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await ref.ask(VersionFailed(version.id, "INTERNAL_ERROR", f"the publish stopped: {type(exc).__name__}: {exc}"))
