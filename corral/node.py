@@ -220,6 +220,7 @@ async def _start_parts(platform: Platform) -> None:
 async def _start_deployments(platform: Platform) -> None:
     """Route every live deployment (services re-adopted by their actors on the way)."""
     platform.system.register(*deployments.ACTORS)
+    deployments.register_with_billing(platform)
     sites = deployments.DeploymentSites(platform)
     platform.deployment_sites = sites
     interrupted = await deployments.fail_interrupted(platform)

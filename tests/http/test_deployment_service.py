@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from corral.actors.deployments import service_actor
+from corral.actors.billing import store as billing_store
+from corral.actors.deployments import credits, service_actor
 from tests.http.deploy_support import deployment, exec_in, get_site, new_sandbox, publish
 from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
 
@@ -129,3 +130,33 @@ async def test_a_new_control_plane_routes_what_the_last_one_published(runtime_ho
             driver = await api.platform.runtime.driver()
             for info in await driver.instances():
                 await driver.destroy(info.id)
+
+
+async def test_a_service_is_metered_stopped_for_credits_and_woken_by_a_promote(runtime_api: Api, owner: Tenant) -> None:
+    api = runtime_api
+    sandbox = await new_sandbox(api, owner)
+    await write_app(api, owner, sandbox["id"], "metered")
+    dep = await deployment(api, owner, "metered")
+    published = await publish(api, owner, dep["id"], sandbox["id"], run_command="python3 server.py", port=8000)
+    assert published.status_code == 200, published.text
+    body = published.json()["data"]
+    service_id = body["services"][0]["id"]
+    meter = await billing_store.find_meter(api.platform.db, "deployment_service", service_id)
+    assert meter is not None and meter.running
+
+    await credits.stop_for_credits(api.platform, service_id)  # what billing does when credits run out
+    meter = await billing_store.find_meter(api.platform.db, "deployment_service", service_id)
+    assert meter is not None and not meter.running
+    assert (await get_site(api, dep["slug"], "/")).status_code == 503
+    version = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions/{body['version']['id']}", key=owner.key)).json()["data"]
+    assert version["services"][0]["state"] == "stopped"
+
+    woken = await api.request("POST", f"{API}/deployments/{dep['id']}/versions/{body['version']['id']}/promote", key=owner.key)
+    assert woken.status_code == 200, woken.text
+    assert (await get_site(api, dep["slug"], "/")).text == "metered /"
+    meter = await billing_store.find_meter(api.platform.db, "deployment_service", service_id)
+    assert meter is not None and meter.running
+
+    await api.platform.db.execute("UPDATE credit_accounts SET balance_credits = 0 WHERE tenant_id = ?", (owner.id,))
+    refused = await publish(api, owner, dep["id"], sandbox["id"], run_command="python3 server.py", port=8000)
+    assert_error(refused, 402, "INSUFFICIENT_CREDITS")

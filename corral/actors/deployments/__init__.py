@@ -11,8 +11,9 @@ Modules, one job each:
 - `service`: the operations the HTTP routes call.
 """
 
-from . import artifacts, service_store, store
+from . import artifacts, service_billing, service_store, store
 from .actor import DeploymentActor
+from .credits import register_with_billing
 from .messages import Delete, Get, Logs, NewVersion, Promote, Update
 from .publish import (
     Published,
@@ -103,8 +104,10 @@ __all__ = [
     "public_url",
     "publish",
     "publish_request_for",
+    "register_with_billing",
     "resolved_kind",
     "sandbox_of",
+    "service_billing",
     "service_logs",
     "service_store",
     "services_public",

@@ -9,7 +9,7 @@ from corral.actors.instances.messages import Boot, Booted, Connect, Get
 from corral.actors.messages import Message
 
 __all__ = [
-    "Boot", "Booted", "Connect", "Delete", "Get", "Logs", "NewVersion", "Promote", "Restart", "StopService",
+    "Boot", "Booted", "Connect", "Delete", "Get", "Halt", "Logs", "NewVersion", "Promote", "Restart", "StartService", "StopService",
     "Update", "VersionBuilding", "VersionDone", "VersionFailed",
 ]
 
@@ -82,3 +82,15 @@ class Logs(Message):
     """The last `tail` output lines of a deployment service's process."""
 
     tail: int = 200
+
+
+@dataclass(frozen=True)
+class Halt(Message):
+    """Stop a running deployment service's instance (credits ran out); files stay."""
+
+    reason: str = "credits_exhausted"
+
+
+@dataclass(frozen=True)
+class StartService(Message):
+    """Start a stopped deployment service again (its version is promoted again)."""

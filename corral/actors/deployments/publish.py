@@ -39,7 +39,7 @@ from corral.models import Rule, model
 from corral.storage import Event, utc_now_iso
 from corral.vm import InstanceInfo
 
-from . import artifacts
+from . import artifacts, service_billing
 from .actor import DeploymentActor
 from .messages import (
     Boot,
@@ -62,6 +62,7 @@ BUILD_TIMEOUT = 600
 SERVICE_WAIT = 75.0
 """Seconds a publish waits for its service: the 60 s health check and the instance's boot."""
 LOG_TAIL = 4000
+SERVICE_SIZE = "small"
 
 
 def _absolute(path: str) -> str | None:
@@ -264,12 +265,14 @@ async def _start_service(
     platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord, request: PublishRequest, sha256: str
 ) -> ServiceRecord:
     assert request.run_command is not None and request.port is not None
+    await service_billing.allow_run(platform, deployment.tenant_id, SERVICE_SIZE, deployment.external_user_id)  # 402 / quota 409
     now = utc_now_iso()
     service = ServiceRecord(
         id=prefixed("svc"), tenant_id=deployment.tenant_id, deployment_id=deployment.id, version_id=version.id,
         type="web_service", status="starting", slug=f"v{version.version_number}-{deployment.slug}", template_id="default",
-        size="small", run_command=request.run_command, port=request.port, health_check_path=request.health_check_path,
-        artifact_sha256=sha256, process_id=None, restarts=0, error=None, last_activity_at=now, created_at=now, updated_at=now,
+        size=SERVICE_SIZE, run_command=request.run_command, port=request.port, health_check_path=request.health_check_path,
+        artifact_sha256=sha256, process_id=None, restarts=0, owner_user_id=None,
+        external_user_id=deployment.external_user_id, error=None, last_activity_at=now, created_at=now, updated_at=now,
     )
     ref = await platform.system.create(DeploymentServiceActor, service.id, service)
     await ref.ask(Boot())

@@ -13,9 +13,9 @@ from corral.ids import prefixed
 from corral.models import UNSET, Rule, Unset, model
 from corral.storage import utc_now_iso
 
-from . import service_store, store
+from . import service_billing, service_store, store
 from .actor import DeploymentActor
-from .messages import Delete, Get, Logs, Promote, Update, VersionFailed
+from .messages import Delete, Get, Logs, Promote, StartService, Update, VersionFailed
 from .service_actor import DeploymentServiceActor
 from .services import DeploymentServices
 from .sites import public_url, version_url
@@ -196,11 +196,23 @@ async def list_versions(
 async def promote(
     platform: DeploymentServices, deployment: DeploymentRecord, version_id: str, *, environment: str = "production", rollback: bool = False
 ) -> tuple[DeploymentRecord, VersionRecord]:
-    await find_version(platform, deployment, version_id)
+    version = await find_version(platform, deployment, version_id)
+    if version.kind == "service" and environment == "production":
+        await _wake_service(platform, deployment, version)
     ref = await platform.system.get(DeploymentActor, deployment.id)
-    version: VersionRecord = await ref.ask(Promote(version_id, rollback=rollback, environment=environment))
+    promoted: VersionRecord = await ref.ask(Promote(version_id, rollback=rollback, environment=environment))
     record: DeploymentRecord = await ref.ask(Get())
-    return record, version
+    return record, promoted
+
+
+async def _wake_service(platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord) -> None:
+    """A service its tenant's credits stopped starts again when its version is promoted."""
+    stopped = await service_store.stopped_service_of(platform.db, version.id)
+    if stopped is None:
+        return
+    await service_billing.allow_run(platform, deployment.tenant_id, stopped.size, stopped.external_user_id, stopped.id)
+    ref = await platform.system.get(DeploymentServiceActor, stopped.id)
+    await ref.ask(StartService(), timeout=120)
 
 
 async def service_logs(platform: DeploymentServices, deployment: DeploymentRecord, service_id: str, tail: int) -> dict[str, Any]:

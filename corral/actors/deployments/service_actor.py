@@ -8,7 +8,8 @@ fails and the version with it (`HEALTH_CHECK_FAILED`).
 
 While it runs, a child task watches the process; when it exits the actor starts
 it again after a backoff (1, 2, 4 ... 30 s, reset after 60 s up), counting
-`restarts`. States: starting -> running | error; any -> destroyed.
+`restarts`. States: starting -> running | error; running -> stopped (credits ran
+out) -> running (its version promoted again); any -> destroyed.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from corral.errors import ApiError
 from corral.ids import prefixed
 from corral.vm import AgentClient, InstanceInfo
 
-from . import service_store
-from .messages import Boot, Booted, Connect, Logs, Restart, StopService
+from . import service_billing, service_store
+from .messages import Boot, Booted, Connect, Halt, Logs, Restart, StartService, StopService
 from .service_store import SERVICES, ServiceRecord
 
 log = logging.getLogger("corral.deployments.services")
@@ -56,17 +57,31 @@ class DeploymentServiceActor(InstanceActor):
         {
             ("starting", Boot): "starting",
             ("starting", Booted): "running",
-            (("running", "restarting"), Restart): "running",
-            (("running", "restarting"), Connect): "running",
+            ("running", Restart): "running",
+            ("running", Connect): "running",
+            ("running", Halt): "stopped",
+            ("stopped", StartService): "running",
             ("*", StopService): "destroyed",
         },
-        refusals={Connect: ("SERVICE_UNAVAILABLE", "the deployment service is not running")},
+        refusals={
+            Connect: ("SERVICE_UNAVAILABLE", "the deployment service is not running"),
+            Halt: ("INVALID_STATE", "the deployment service is not running"),
+            StartService: ("INVALID_STATE", "the deployment service is not stopped"),
+        },
     )
 
     _started_at: float = 0.0
 
     def not_found(self) -> ApiError:
         return ApiError(404, "NOT_FOUND", "deployment service not found")
+
+    async def save(self, state: str, fields: dict[str, Any]) -> None:
+        await super().save(state, fields)
+        await service_billing.follow_status(self.services, self.record)  # metered while running
+
+    async def on_failed(self, error: BaseException) -> None:
+        await super().on_failed(error)
+        await service_billing.meter_off(self.services, self.id)
 
     async def create_record(self, draft: ServiceRecord) -> ServiceRecord:
         await self.db.transaction(lambda tx: service_store.insert(tx, draft))
@@ -189,6 +204,28 @@ class DeploymentServiceActor(InstanceActor):
             except Exception as exc:
                 raise ApiError(502, "RUNTIME_LOGS_UNAVAILABLE", f"the service's logs cannot be read: {exc}") from exc
         return result
+
+    @handles(Halt)
+    async def halt(self, message: Halt) -> ServiceRecord:
+        next_state = self.transition(message)
+        await self.halt_instance()
+        await self.persist(state=next_state)
+        await self.emit("stopped", {**self.subject, "reason": message.reason})
+        return self.record
+
+    @handles(StartService)
+    async def start(self, message: StartService) -> ServiceRecord:
+        next_state = self.transition(message)
+        try:
+            await self.start_instance()  # the process again, and its health check
+        except Exception as exc:  # it stays stopped
+            log.warning("service %s did not start again: %s", self.id, exc)
+            with contextlib.suppress(Exception):
+                await self.halt_instance()
+            raise ApiError(503, "SERVICE_UNAVAILABLE", f"the deployment service did not start again: {exc}") from exc
+        await self.persist(state=next_state, process_id=self.record.process_id)
+        self.spawn(self._watch)
+        return self.record
 
     @handles(StopService)
     async def stop_service(self, message: StopService) -> ServiceRecord:

@@ -30,6 +30,8 @@ class ServiceRecord:
     artifact_sha256: str
     process_id: str | None
     restarts: int
+    owner_user_id: str | None
+    external_user_id: str | None
     error: str | None
     last_activity_at: str | None
     created_at: str
@@ -38,7 +40,7 @@ class ServiceRecord:
 
 SERVICES = RowStore("deployment_services", ServiceRecord)
 
-PUBLIC_STATES = {"starting": "starting", "running": "healthy", "restarting": "restarting", "error": "failed", "destroyed": "stopped"}
+PUBLIC_STATES = {"starting": "starting", "running": "healthy", "stopped": "stopped", "error": "failed", "destroyed": "removed"}
 """The row's status (the instance base's words) as a service entry's `state`."""
 
 
@@ -54,8 +56,14 @@ async def load(db: Database, service_id: str) -> ServiceRecord | None:
 
 
 async def running_service_of(db: Database, version_id: str) -> ServiceRecord | None:
-    """The version's live service (the newest), if any."""
-    found = await SERVICES.where(db, [("version_id", version_id)], also="status IN ('running', 'restarting')")
+    """The version's running service (the newest), if any."""
+    found = await SERVICES.where(db, [("version_id", version_id)], also="status = 'running'")
+    return found[0] if found else None
+
+
+async def stopped_service_of(db: Database, version_id: str) -> ServiceRecord | None:
+    """The version's service stopped when its tenant's credits ran out, if any."""
+    found = await SERVICES.where(db, [("version_id", version_id)], also="status = 'stopped'")
     return found[0] if found else None
 
 

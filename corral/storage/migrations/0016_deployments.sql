@@ -64,6 +64,8 @@ CREATE TABLE deployment_services (
     artifact_sha256 TEXT NOT NULL,
     process_id TEXT,
     restarts INTEGER NOT NULL DEFAULT 0,
+    owner_user_id TEXT,
+    external_user_id TEXT,
     error TEXT,
     last_activity_at TEXT,
     created_at TEXT NOT NULL,
