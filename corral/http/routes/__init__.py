@@ -5,8 +5,11 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runtime_profiles,
     api_keys,
     auth,
+    branding,
+    browser_tokens,
     computer_cua,
     computer_desktop,
     computer_logs,
@@ -14,7 +17,10 @@ from . import (
     computer_snapshots,
     computer_streams,
     computers,
+    console,
     credits,
+    database_ops,
+    databases,
     deployment_events,
     deployments,
     egress,
@@ -29,6 +35,7 @@ from . import (
     sandbox_env,
     sandbox_events,
     sandbox_processes,
+    sandbox_templates,
     sandboxes,
     tenant,
     webhooks,
@@ -48,4 +55,7 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
+        databases.router, database_ops.router,
+        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
+        console.router,
         deployments.router, deployment_events.router]
