@@ -117,6 +117,7 @@ async def test_static_publish_serve_change_rollback_promote(runtime_api: Api, ow
 
     listed = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions?limit=2", key=owner.key)).json()
     assert [v["version_number"] for v in listed["data"]] == [4, 3]
+    assert listed["data"][0]["artifact_manifest"] == {"file_count": 6, "total_bytes": version["artifact_manifest"]["total_bytes"]}
     rest = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions?cursor={listed['next_cursor']}", key=owner.key)).json()
     assert [v["version_number"] for v in rest["data"]] == [2, 1] and rest["next_cursor"] is None
     archived = (await api.request("GET", f"{API}/deployments/{dep['id']}/versions?state=archived", key=owner.key)).json()["data"]

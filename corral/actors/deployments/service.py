@@ -99,8 +99,14 @@ VERSION_FIELDS = (
 )
 
 
-async def version_public(platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord) -> dict[str, Any]:
+async def version_public(
+    platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord, *, full: bool = True
+) -> dict[str, Any]:
+    """A version as the API shows it; in lists (`full=False`) the manifest without its
+    `files` (a 1,000-file site would make every page of the list heavy)."""
     public = {name: getattr(version, name) for name in VERSION_FIELDS}
+    if not full and version.artifact_manifest is not None:
+        public["artifact_manifest"] = {k: v for k, v in version.artifact_manifest.items() if k != "files"}
     public["active"] = version.id == deployment.active_version_id
     public["url"] = await version_url(platform.db, platform.settings, deployment, version)
     if version.error_code:

@@ -168,7 +168,7 @@ async def versions(ctx: RequestContext, id: str) -> Reply:
     limit = ctx.query_int("limit", deployments.VERSIONS_DEFAULT_LIMIT, minimum=1, maximum=deployments.VERSIONS_MAX_LIMIT)
     filters = {name: value for name in deployments.VERSION_FILTERS if (value := ctx.query(name))}
     rows, next_cursor = await deployments.list_versions(ctx.platform, record, filters, limit, ctx.query("cursor"))
-    return data([await deployments.version_public(ctx.platform, record, row) for row in rows], next_cursor=next_cursor)
+    return data([await deployments.version_public(ctx.platform, record, row, full=False) for row in rows], next_cursor=next_cursor)
 
 
 async def _version(ctx: RequestContext, record: DeploymentRecord, version_id: str) -> VersionRecord:
