@@ -53,15 +53,18 @@ class Packed:
 
 
 class _Hashing:
-    """A reader that hashes what tarfile reads through it."""
+    """A reader that hashes what tarfile reads through it (and copies it to `copy`)."""
 
-    def __init__(self, handle: BinaryIO) -> None:
+    def __init__(self, handle: BinaryIO, copy: BinaryIO | None = None) -> None:
         self.handle = handle
+        self.copy = copy
         self.digest = hashlib.sha256()
 
     def read(self, size: int = -1) -> bytes:
         data = self.handle.read(size)
         self.digest.update(data)
+        if self.copy is not None:
+            self.copy.write(data)
         return data
 
 
@@ -136,9 +139,17 @@ def _open_file(top_fd: int, relative: str) -> int:
     return file_fd
 
 
-def pack(root: Path, directory: str, work_dir: Path) -> Packed | None:
+def _copy_target(directory: Path, relative: str, mode: int) -> BinaryIO:
+    target = directory / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    return os.fdopen(fd, "wb")
+
+
+def pack(root: Path, directory: str, work_dir: Path, copy_into: Path | None = None) -> Packed | None:
     """Pack the regular files under `root/directory` into a tar in `work_dir`; None when
-    there are none. Runs in a worker thread."""
+    there are none. With `copy_into`, the files are also written there as they are read
+    (the tree the router serves, without unpacking the tar again). Runs in a worker thread."""
     top_fd = _open_dir(root, directory)
     try:
         files = _regular_files(top_fd)
@@ -170,8 +181,13 @@ def pack(root: Path, directory: str, work_dir: Path) -> Packed | None:
                             info.mode = 0o755 if mode & stat.S_IXUSR else 0o644
                             info.uid = info.gid = 0
                             info.uname = info.gname = ""
-                            reader = _Hashing(source)
-                            tar.addfile(info, reader)
+                            copy = _copy_target(copy_into, path, info.mode) if copy_into is not None else None
+                            try:
+                                reader = _Hashing(source, copy)
+                                tar.addfile(info, reader)
+                            finally:
+                                if copy is not None:
+                                    copy.close()
                             entries.append({"path": path, "size_bytes": size, "sha256": reader.digest.hexdigest()})
                 writer.flush()
         except BaseException:
@@ -184,6 +200,21 @@ def pack(root: Path, directory: str, work_dir: Path) -> Packed | None:
         tree.update(f"{entry['path']}\0{entry['sha256']}\n".encode())
     manifest = {"files": entries, "file_count": len(entries), "total_bytes": sum(e["size_bytes"] for e in entries)}
     return Packed(tar_path, writer.digest.hexdigest(), writer.size, tree.hexdigest(), manifest)
+
+
+def adopt_tree(staging: Path, destination: Path) -> None:
+    """Make `staging` (a copy made by `pack`) the unpacked artifact at `destination`, in
+    one rename; when another publish of the same content got there first, drop it."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if not destination.exists():
+            os.rename(staging, destination)
+    except OSError:
+        if not destination.exists():
+            raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def unpack(tar_path: Path, destination: Path) -> None:

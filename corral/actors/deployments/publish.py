@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import posixpath
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -207,26 +209,32 @@ async def _build_and_store(
         await _publish_event(platform, deployment, "building", {"version_id": version.id, "stage": "build"})
         await _run_build(platform, sandbox, request.build_command)
     await _publish_event(platform, deployment, "building", {"version_id": version.id, "stage": "package"})
-    packed = await _pack(platform, sandbox, output)
+    # A static site's files are also copied out while they are packed: the router serves
+    # that copy, so the first publish of new content does not unpack the tar again.
+    staging = Path(platform.settings.data_dir) / "tmp" / f"site-{version.id}" if kind == "static" else None
     try:
-        await _publish_event(platform, deployment, "uploading", {"version_id": version.id, "size_bytes": packed.size_bytes})
+        packed = await _pack(platform, sandbox, output, staging)
         try:
-            blob = await platform.blobs.put_file(packed.tar_path)
-        except OSError as exc:  # the blob store's disk is full or gone
-            raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {exc}") from exc
+            await _publish_event(platform, deployment, "uploading", {"version_id": version.id, "size_bytes": packed.size_bytes})
+            try:
+                blob = await platform.blobs.put_file(packed.tar_path)
+            except OSError as exc:  # the blob store's disk is full or gone
+                raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {exc}") from exc
+        finally:
+            packed.tar_path.unlink(missing_ok=True)
+        if staging is not None:
+            assert platform.deployment_sites is not None
+            await platform.deployment_sites.adopt(blob.sha256, staging)
+        else:
+            await _publish_event(platform, deployment, "building", {"version_id": version.id, "stage": "service"})
+            await _start_service(platform, deployment, version, request, blob.sha256)
     finally:
-        packed.tar_path.unlink(missing_ok=True)
-    values = {
+        if staging is not None:  # gone already once adopted
+            await trio.to_thread.run_sync(functools.partial(shutil.rmtree, staging, ignore_errors=True))
+    return {
         "artifact_uri": platform.blobs.uri(blob.sha256), "artifact_sha256": blob.sha256,
         "source_sha256": packed.source_sha256, "artifact_manifest": packed.manifest,
     }
-    if kind == "static":
-        assert platform.deployment_sites is not None
-        await platform.deployment_sites.prepare(blob.sha256)
-    else:
-        await _publish_event(platform, deployment, "building", {"version_id": version.id, "stage": "service"})
-        await _start_service(platform, deployment, version, request, blob.sha256)
-    return values
 
 
 async def _run_build(platform: DeploymentServices, sandbox: SandboxRecord, command: str) -> None:
@@ -239,7 +247,7 @@ async def _run_build(platform: DeploymentServices, sandbox: SandboxRecord, comma
         raise _Failure("BUILD_FAILED", f"the build command {what}", tail)
 
 
-async def _pack(platform: DeploymentServices, sandbox: SandboxRecord, output: str) -> artifacts.Packed:
+async def _pack(platform: DeploymentServices, sandbox: SandboxRecord, output: str, copy_into: Path | None) -> artifacts.Packed:
     ref = await platform.system.get(SandboxActor, sandbox.id)
     try:
         info: InstanceInfo = await ref.ask(SandboxConnect())
@@ -251,7 +259,7 @@ async def _pack(platform: DeploymentServices, sandbox: SandboxRecord, output: st
         raise _Failure("RUNTIME_TARGET_UNAVAILABLE", "the runtime cannot read this sandbox's files")
     work = Path(platform.settings.data_dir) / "tmp"
     try:
-        packed = await trio.to_thread.run_sync(artifacts.pack, root, output, work)
+        packed = await trio.to_thread.run_sync(artifacts.pack, root, output, work, copy_into)
     except artifacts.OutputPathMissing:
         raise _Failure("EMPTY_ARTIFACT", f"output_path {output} is not a directory of the sandbox") from None
     except artifacts.ArtifactTooLarge as exc:

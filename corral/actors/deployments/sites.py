@@ -112,6 +112,13 @@ class DeploymentSites:
         """Preview domains changed: every entry's routable domains are read again."""
         self.platform.nursery.start_soon(self.load_all)
 
+    async def adopt(self, sha256: str, staging: Path) -> Path:
+        """A tree `pack` copied while packing becomes the artifact's unpacked files."""
+        lock = self._locks.setdefault(sha256, trio.Lock())
+        async with lock:
+            await trio.to_thread.run_sync(artifacts.adopt_tree, staging, self.root / sha256)
+        return self.root / sha256
+
     async def prepare(self, sha256: str) -> Path:
         """The artifact unpacked under `sites/<sha256>` (verified against its digest first)."""
         destination = self.root / sha256

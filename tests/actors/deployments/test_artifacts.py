@@ -80,3 +80,27 @@ def test_too_many_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
         artifacts.pack(tmp_path / "src", "site", tmp_path / "work")
     monkeypatch.setattr(artifacts, "MAX_ARTIFACT_FILES", 3)
     assert artifacts.pack(tmp_path / "src", "site", tmp_path / "work") is not None
+
+
+def test_pack_copies_the_tree_it_packs_and_adopt_keeps_the_first(tmp_path: Path) -> None:
+    make_tree(tmp_path / "src", 5)
+    staging = tmp_path / "staging"
+    packed = artifacts.pack(tmp_path / "src", "site", tmp_path / "work", staging)
+    assert packed is not None
+    copied = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+    assert copied == ["a.txt", "b/run.sh", "index.html"]
+    assert (staging / "b" / "run.sh").stat().st_mode & 0o777 == 0o755 & ~current_umask()
+    destination = tmp_path / "sites" / packed.sha256
+    artifacts.adopt_tree(staging, destination)
+    assert (destination / "index.html").read_text() == "<h1>hi</h1>" and not staging.exists()
+    again = tmp_path / "again"
+    assert artifacts.pack(tmp_path / "src", "site", tmp_path / "work", again) is not None
+    (destination / "marker").write_text("first")
+    artifacts.adopt_tree(again, destination)  # the same content was there first: kept
+    assert (destination / "marker").exists() and not again.exists()
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
