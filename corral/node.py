@@ -33,6 +33,7 @@ from corral.actors import (
     billing,
     computers,
     databases,
+    deployments,
     egress,
     instances,
     sandboxes,
@@ -125,6 +126,8 @@ class Platform:
     """This node's database servers, their connection proxy and access rules."""
     run_profiles: agent_runs.RunProfiles | None = None
     """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
+    deployment_sites: deployments.DeploymentSites | None = None
+    """The router's in-memory table of deployment hosts (set when the parts start)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -275,6 +278,21 @@ async def _start_parts(platform: Platform) -> None:
         "egress audit retention",
     )
     await databases.start_background(platform)
+    await _start_deployments(platform)
+
+
+async def _start_deployments(platform: Platform) -> None:
+    """Route every live deployment (services re-adopted by their actors on the way)."""
+    platform.system.register(*deployments.ACTORS)
+    deployments.register_with_billing(platform)
+    sites = deployments.DeploymentSites(platform)
+    platform.deployment_sites = sites
+    interrupted = await deployments.fail_interrupted(platform)
+    if interrupted:
+        log.info("%d publish(es) cut off by the last stop failed", interrupted)
+    routed = await sites.load_all()
+    if routed:
+        log.info("routing %d deployment(s)", routed)
 
 
 @contextlib.asynccontextmanager
