@@ -33,6 +33,7 @@ from corral.actors import (
     billing,
     computers,
     databases,
+    deployments,
     domains,
     egress,
     instances,
@@ -126,8 +127,6 @@ class Platform:
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
     custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
     """Custom domains in memory: what the router and the TLS edge's question read."""
-    deployment_sites: domains.DeploymentHosts | None = None
-    """The deployments part's hosts, which the TLS edge's question asks (None: no deployments)."""
     preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
     """Parts that add hosts to the preview router's table when it is built."""
     edge_secret: str = ""
@@ -138,6 +137,8 @@ class Platform:
     """This node's database servers, their connection proxy and access rules."""
     run_profiles: agent_runs.RunProfiles | None = None
     """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
+    deployment_sites: deployments.DeploymentSites | None = None
+    """The router's in-memory table of deployment hosts (set when the parts start)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -291,6 +292,21 @@ async def _start_parts(platform: Platform) -> None:
         "egress audit retention",
     )
     await databases.start_background(platform)
+    await _start_deployments(platform)
+
+
+async def _start_deployments(platform: Platform) -> None:
+    """Route every live deployment (services re-adopted by their actors on the way)."""
+    platform.system.register(*deployments.ACTORS)
+    deployments.register_with_billing(platform)
+    sites = deployments.DeploymentSites(platform)
+    platform.deployment_sites = sites
+    interrupted = await deployments.fail_interrupted(platform)
+    if interrupted:
+        log.info("%d publish(es) cut off by the last stop failed", interrupted)
+    routed = await sites.load_all()
+    if routed:
+        log.info("routing %d deployment(s)", routed)
 
 
 def check_edge() -> None:

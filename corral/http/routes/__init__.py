@@ -23,6 +23,8 @@ from . import (
     custom_domains,
     database_ops,
     databases,
+    deployment_events,
+    deployments,
     egress,
     egress_oauth,
     invite_pages,
@@ -58,5 +60,5 @@ def all_routers() -> list[Router]:
         network_policy.router, egress.router, egress_oauth.router,
         databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
-        agent_runs.router, console.router,
-        custom_domains.router, tls.router]
+        agent_runs.router, deployments.router, deployment_events.router,
+        console.router, custom_domains.router, tls.router]
