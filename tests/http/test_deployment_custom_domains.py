@@ -1,18 +1,21 @@
 """Custom domains of deployments (contract §12): attached through the nested and flat routes,
 verified by DNS, served by the router as the deployment's own host (its active version),
-certified by the edge's question, and removed with the deployment. Skipped where the
-deployments part is not present on this branch."""
+certified by the edge's question, reached over HTTPS through the edge, and removed with
+the deployment."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import trio
 
+from corral.net.edge import edge_config, internal_root
 from tests.dns_server import DnsServer
 from tests.http.domain_support import API, SERVICE_DOMAIN, domain_server, router_get, verify
+from tests.http.edge_support import edge_server, https_get, names_in, served_certificate
 from tests.http.preview_support import new_sandbox
 from tests.support import Api, Tenant, assert_error
 
@@ -27,8 +30,6 @@ async def server(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -
 
 async def deployment(api: Api, tenant: Tenant) -> dict[str, Any]:
     response = await api.request("POST", f"{API}/projects/{tenant.project_id}/deployments", key=tenant.key, json={"name": "site"})
-    if response.status_code in (404, 405) and "DEPLOYMENT" not in response.text:
-        pytest.skip("the deployments part is not on this branch")
     assert response.status_code == 201, response.text
     found: dict[str, Any] = response.json()["data"]
     return found
@@ -90,3 +91,39 @@ async def test_a_deployment_domain_serves_its_active_version(server: tuple[Api, 
             await trio.sleep(0.05)
     assert (await router_get(api, "www.site-test.example")).status_code == 404
     assert_error(await api.request("GET", f"{API}/custom-domains/{domain['id']}", key=tenant.key), 404, "DOMAIN_NOT_FOUND")
+
+
+@pytest.fixture
+async def edge(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[Api, DnsServer]]:
+    async with edge_server(tmp_path_factory, acme_ca="internal") as found:
+        yield found
+
+
+async def test_a_new_user_reaches_their_deployment_over_https(edge: tuple[Api, DnsServer]) -> None:
+    """Publish, attach a domain, point DNS at it, verify, open it over HTTPS through the edge:
+    the certificate is the domain's, the page is the site, the domain is active and the
+    deployment's public_url names it."""
+    api, dns = edge
+    tenant = await api.create_tenant()
+    dep = await published(api, tenant, "over https")
+    response = await api.request("POST", f"{API}/custom-domains", key=tenant.key, json={"domain": "shop.site-test.example", "deployment_id": dep["id"]})
+    assert response.status_code == 201, response.text
+    domain = response.json()["data"]
+    dns.records["shop.site-test.example"] = domain["verification_target"]
+    assert (await verify(api, tenant, domain["id"])).status_code == 200
+
+    root = internal_root(edge_config(api.platform.settings))
+    with trio.fail_after(30):
+        while not root.exists():
+            await trio.sleep(0.1)
+    roots = ssl.create_default_context(cafile=str(root))
+    page = await https_get(api, "shop.site-test.example", roots)
+    assert page.status_code == 200 and page.text == "<h1>over https</h1>"
+    assert names_in(await served_certificate(api, "shop.site-test.example", roots)) == {"shop.site-test.example"}
+    with trio.fail_after(10):
+        while (await api.request("GET", f"{API}/custom-domains/{domain['id']}", key=tenant.key)).json()["data"]["status"] != "active":
+            await trio.sleep(0.05)
+    got = (await api.request("GET", f"{API}/deployments/{dep['id']}", key=tenant.key)).json()["data"]
+    assert got["public_url"] == "https://shop.site-test.example"
+    own = await https_get(api, f"{dep['slug']}.{SERVICE_DOMAIN}", roots)  # its own host too
+    assert own.status_code == 200 and own.text == "<h1>over https</h1>"
