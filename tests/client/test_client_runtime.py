@@ -1,0 +1,129 @@
+"""The client's helpers against a real server running real instances: waiting for
+states, exec and streamed exec, files, SSE with tickets and Last-Event-ID, terminals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from corral.client import Conflict, NotFound, OutputLine, open_async_terminal, unwrap
+from tests.client.support import async_client, in_thread, sync_client
+from tests.support import Api, Tenant
+
+
+async def test_sandbox_lifecycle_exec_and_streamed_exec(runtime_api: Api, owner: Tenant, other_tenant_key: str) -> None:
+    async with async_client(runtime_api, owner.key) as corral:
+        box = unwrap(await corral.create_sandbox(name="client-test"))
+        seen: list[str | None] = []
+        running = await corral.wait_for("sandbox", box["id"], "running", on_change=seen.append)
+        assert running["status"] == "running" and seen[-1] == "running"
+        result = await corral.sandbox_exec(box["id"], command="echo out; echo err >&2; exit 3")
+        assert (result["exit_code"], result["stdout"], result["stderr"]) == (3, "out\n", "err\n")
+        run = await corral.exec_stream(box["id"], "for i in 1 2 3; do echo line-$i; sleep 0.2; done; echo oops >&2; exit 4")
+        lines: list[OutputLine] = []
+        assert await run.wait(lines.append) == 4
+        assert [(line.stream, line.line) for line in lines] == [
+            ("stdout", "line-1"), ("stdout", "line-2"), ("stdout", "line-3"), ("stderr", "oops"),
+        ]
+        with pytest.raises(NotFound):
+            await async_client(runtime_api, other_tenant_key).get_sandbox(box["id"])
+
+    def blocking() -> tuple[list[tuple[str, str]], int | None, str]:
+        with sync_client(runtime_api, owner.key) as corral:
+            run = corral.exec_stream(box["id"], "echo from-sync; exit 0")
+            out = [(line.stream, line.line) for line in run]
+            stopped = unwrap(corral.sandbox_stop(box["id"]))
+            try:
+                corral.sandbox_exec(box["id"], command="true")
+            except Conflict as error:
+                return out, run.exit_code, error.code
+            return out, run.exit_code, stopped["status"]
+
+    out, code, refusal = await in_thread(blocking)
+    assert out == [("stdout", "from-sync")] and code == 0
+    assert refusal == "SANDBOX_NOT_RUNNING"
+
+
+async def test_files_up_and_down(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
+    async with async_client(runtime_api, owner.key) as corral:
+        box = unwrap(await corral.create_sandbox())
+        await corral.wait_for("sandbox", box["id"], "running")
+    local = tmp_path / "data.bin"
+    payload = bytes(range(256)) * 4096  # 1 MiB, every byte value
+    local.write_bytes(payload)
+    target = tmp_path / "back.bin"
+
+    def transfer() -> tuple[object, bytes | Path, bytes | Path]:
+        with sync_client(runtime_api, owner.key) as corral:
+            uploaded = corral.upload(box["id"], local, "/workspace/data.bin")
+            whole = corral.download(box["id"], "/workspace/data.bin")
+            streamed = corral.download(box["id"], "/workspace/data.bin", target)
+        return uploaded, whole, streamed
+
+    uploaded, whole, streamed = await in_thread(transfer)
+    assert whole == payload and streamed == target and target.read_bytes() == payload
+    assert "/workspace/data.bin" in str(uploaded)
+    async with async_client(runtime_api, owner.key) as corral:
+        await corral.upload(box["id"], b"hello", "/workspace/hello.txt")
+        assert await corral.download(box["id"], "/workspace/hello.txt") == b"hello"
+        with pytest.raises(NotFound):
+            await corral.download(box["id"], "/workspace/missing.txt")
+
+
+async def test_event_streams_with_tickets_and_last_event_id(runtime_api: Api, owner: Tenant) -> None:
+    async with async_client(runtime_api, owner.key) as corral:
+        box = unwrap(await corral.create_sandbox())
+        sid = box["id"]
+        await corral.wait_for("sandbox", sid, "running")
+        stream = corral.stream_sandbox_events(sid, ticket=True)
+        first: list[str] = []
+        async with stream, trio.open_nursery() as nursery:
+            async def read() -> None:
+                async for event in stream:
+                    first.append(event.event)
+                    if event.event == "sandbox.exec.completed":
+                        return
+            nursery.start_soon(read)
+            await trio.sleep(0.5)
+            await corral.sandbox_exec(sid, command="echo first")
+        assert first[-1] == "sandbox.exec.completed" and "sandbox.exec.stdout" in first
+        resume_from = stream.last_event_id
+        assert resume_from is not None
+        await corral.sandbox_exec(sid, command="echo missed")
+        resumed = corral.stream_sandbox_events(sid, last_event_id=resume_from)
+        replayed = []
+        async with resumed:
+            async for event in resumed:
+                replayed.append(event)
+                if event.event == "sandbox.exec.completed":
+                    break
+        assert [e.data.get("line") for e in replayed if e.event == "sandbox.exec.stdout"] == ["missed"]
+        assert all((e.id or "") > resume_from for e in replayed)
+
+
+async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenant) -> None:
+    async with async_client(runtime_api, owner.key) as corral:
+        computer = await corral.create_computer(name="client terminal", template_type="svc-desktop")
+        await corral.wait_for("computer", computer["id"], "running", timeout=180)
+
+    def blocking() -> bytes:
+        with sync_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"], cols=100, rows=30) as term:
+            term.read_until(b"# ", timeout=20)
+            term.send(b"echo hi-$((6*7)); stty size\n")
+            return term.read_until(b"30 100", timeout=20)
+
+    assert b"hi-42" in await in_thread(blocking)
+    async with async_client(runtime_api, owner.key) as corral:
+        session = unwrap(await corral.computer_terminal(computer["id"]))
+    async with open_async_terminal(session["ws_url"]) as term:
+        await term.read_until(b"# ", timeout=20)
+        await term.resize(120, 40)
+        await term.send("stty size\n")
+        assert b"40 120" in await term.read_until(b"40 120", timeout=20)
+
+
+@pytest.fixture
+async def other_tenant_key(runtime_api: Api) -> str:
+    return (await runtime_api.create_tenant("Other")).key
