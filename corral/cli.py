@@ -8,6 +8,7 @@ import sys
 
 import trio
 
+from corral import commands
 from corral.config import Settings
 
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     _templates_parser(sub)
+    commands.register(sub, parser)
     return parser
 
 
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "templates":
         return templates_command(args)
+    if args.command in commands.CLIENT_COMMANDS:
+        return commands.run(args)
     return 2
 
 

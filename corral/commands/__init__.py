@@ -1,0 +1,57 @@
+"""The `corral` commands that talk to a server through `corral.client`: login,
+sandboxes, exec, files, processes, logs, previews, computers, deployments,
+databases, agent runs, and shell completion.
+
+`corral.cli` adds them beside `serve` and `templates`; `run` executes one with the
+CLI's rules: tables or `--json`, every error as one line
+`error: CODE: message (request req_...)` and exit status 1, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+
+from corral.client import CorralError
+
+from . import completion, computers, core, platform, sandboxes
+from .context import Context
+from .output import Console
+
+__all__ = ["CLIENT_COMMANDS", "Console", "register", "run"]
+
+CLIENT_COMMANDS = frozenset(
+    {
+        "login", "logout", "whoami", "sandboxes", "exec", "files", "processes", "logs", "previews",
+        "computers", "deployments", "databases", "agent-runs", "completion",
+    }
+)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], root: argparse.ArgumentParser) -> None:
+    core.register(sub)
+    sandboxes.register(sub)
+    computers.register(sub)
+    platform.register(sub)
+    completion.register(sub, root)
+
+
+def run(args: argparse.Namespace, console: Console | None = None, env: Mapping[str, str] | None = None) -> int:
+    console = console or Console()
+    console.as_json = bool(getattr(args, "json", False))
+    if isinstance(getattr(args, "argv", None), list) and args.argv[:1] == ["--"]:
+        args.argv = args.argv[1:]
+    ctx = Context(args, console, os.environ if env is None else env)
+    try:
+        return int(args.handler(ctx))
+    except CorralError as error:
+        console.error(error.one_line())
+        return 1
+    except KeyboardInterrupt:
+        console.error("interrupted")
+        return 130
+    except (OSError, ValueError, KeyError, TimeoutError) as error:
+        console.error(f"{type(error).__name__}: {error}" if isinstance(error, KeyError) else str(error))
+        return 1
+    finally:
+        ctx.close()

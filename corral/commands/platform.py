@@ -1,0 +1,318 @@
+"""`corral deployments`, `corral databases` and `corral agent-runs`, on the routes of
+contract §12-§14 (called by path, so they work before and after those routes are in
+the generated client)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import threading
+from typing import Any
+
+from corral.client import EventStream, unwrap
+
+from .context import Context, key_values, leaf
+from .output import StatusProgress
+
+__all__ = ["register"]
+
+API = "/api/v1"
+
+
+def _call(ctx: Context, method: str, path: str, *, body: dict[str, Any] | None = None, query: dict[str, Any] | None = None, idempotent: bool = False) -> Any:
+    return ctx.client._call(method, API + path, body=body, query=query, idempotent=idempotent, request_timeout=3700)
+
+
+def _show(ctx: Context, body: Any, columns: tuple[str, ...] | None = None) -> int:
+    data = unwrap(body)
+    if columns is not None and isinstance(data, list):
+        ctx.console.table(data, columns, raw=body)
+    elif isinstance(data, dict):
+        ctx.console.record(data, raw=body)
+    else:
+        ctx.console.json(body)
+    return 0
+
+
+# --- deployments -------------------------------------------------------------
+
+DEPLOYMENT_COLUMNS = ("id", "name", "state", "public_url", "active_version_id", "created_at")
+VERSION_COLUMNS = ("id", "version_number", "state", "kind", "url", "created_at")
+
+
+def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) -> tuple[threading.Thread, list[EventStream]]:
+    """Show `deployment.publish.*` events while the publish request runs."""
+    holder: list[EventStream] = []
+
+    def follow() -> None:
+        try:
+            stream = ctx.client._events(API + "/deployments/{id}/events", path={"id": deployment_id})
+            holder.append(stream)
+            for event in stream:
+                step = event.event.removeprefix("deployment.publish.")
+                detail = event.data.get("message") or event.data.get("state") or "" if isinstance(event.data, dict) else ""
+                progress.update(f"{step} {detail}".strip())
+        except Exception:
+            return
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    return thread, holder
+
+
+def publish(ctx: Context) -> int:
+    """Publish a sandbox's files as a new version, with the publish's progress live."""
+    args = ctx.args
+    body: dict[str, Any] = {"source_sandbox_id": args.sandbox}
+    for name in ("kind", "environment", "output_path", "build_command", "run_command", "port", "health_check_path"):
+        value = getattr(args, name)
+        if value is not None:
+            body[name] = value
+    progress = StatusProgress(ctx.console, "publish")
+    progress.update("publishing")
+    follower = None
+    if args.deployment:
+        follower = _follow_publish(ctx, args.deployment, progress)
+        path = f"/deployments/{args.deployment}/publish"
+    else:
+        body["name"] = args.name
+        path = f"/sandboxes/{args.sandbox}/publish"
+        body.pop("source_sandbox_id")
+    try:
+        result = _call(ctx, "POST", path, body=body, idempotent=True)
+    finally:
+        if follower is not None:
+            for stream in follower[1]:
+                stream.close()
+    data = unwrap(result)
+    progress.finish(f"version {data.get('version', {}).get('state', '?')}")
+    if ctx.console.as_json:
+        ctx.console.json(result)
+    else:
+        deployment, version = data.get("deployment", {}), data.get("version", {})
+        ctx.console.record({
+            "deployment": deployment.get("id"), "public_url": deployment.get("public_url"),
+            "version": version.get("id"), "state": version.get("state"), "promoted": data.get("promoted"),
+        })
+    return 0
+
+
+def deployments_list(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", "/deployments"), DEPLOYMENT_COLUMNS)
+
+
+def deployments_get(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", f"/deployments/{ctx.args.id}"))
+
+
+def deployments_create(ctx: Context) -> int:
+    body = {"name": ctx.args.name}
+    return _show(ctx, _call(ctx, "POST", f"/projects/{ctx.args.project}/deployments", body=body, idempotent=True))
+
+
+def deployments_delete(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "DELETE", f"/deployments/{ctx.args.id}"))
+
+
+def deployments_versions(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", f"/deployments/{ctx.args.id}/versions"), VERSION_COLUMNS)
+
+
+def deployments_promote(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "POST", f"/deployments/{ctx.args.id}/versions/{ctx.args.version_id}/promote", body={}, idempotent=True))
+
+
+def deployments_rollback(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "POST", f"/deployments/{ctx.args.id}/rollback", body={"version_id": ctx.args.version_id}, idempotent=True))
+
+
+# --- databases ---------------------------------------------------------------
+
+DATABASE_COLUMNS = ("id", "name", "status", "size", "engine_version", "role", "created_at")
+
+
+def databases_create(ctx: Context) -> int:
+    args = ctx.args
+    body: dict[str, Any] = {"name": args.name, "engine": "postgresql", "size": args.size}
+    database = unwrap(_call(ctx, "POST", "/databases", body=body, idempotent=True))
+    if args.wait:
+        progress = StatusProgress(ctx.console, f"database {database['id']}")
+        try:
+            database = ctx.client.wait_for("database", database["id"], "running", timeout=args.timeout, on_change=progress)
+        finally:
+            progress.finish()
+    ctx.console.record(database)
+    return 0
+
+
+def databases_list(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", "/databases"), DATABASE_COLUMNS)
+
+
+def databases_get(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", f"/databases/{ctx.args.id}"))
+
+
+def databases_delete(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "DELETE", f"/databases/{ctx.args.id}"))
+
+
+def databases_action(action: str) -> Any:
+    def run(ctx: Context) -> int:
+        return _show(ctx, _call(ctx, "POST", f"/databases/{ctx.args.id}/{action}", idempotent=True))
+
+    return run
+
+
+def databases_credentials(ctx: Context) -> int:
+    """The connection contract; the password is shown only here, on request."""
+    return _show(ctx, _call(ctx, "GET", f"/databases/{ctx.args.id}/credentials"))
+
+
+def databases_psql(ctx: Context) -> int:
+    """Hand the terminal to `psql` with the database's URL (the password through the
+    environment, not the command line)."""
+    credentials = unwrap(_call(ctx, "GET", f"/databases/{ctx.args.id}/credentials"))
+    psql = shutil.which("psql") or next((p for p in ("/usr/lib/postgresql/15/bin/psql",) if os.path.exists(p)), None)
+    if psql is None:
+        raise ValueError("psql is not installed (Debian: apt-get install postgresql-client)")
+    env = {**os.environ, "PGPASSWORD": str(credentials.get("password", "")), "PGSSLMODE": str(credentials.get("sslmode") or "prefer")}
+    argv = [psql, "-h", str(credentials["host"]), "-p", str(credentials["port"]), "-U", str(credentials["user"]), "-d", str(credentials["database"]), *ctx.args.psql_args]
+    ctx.close()
+    os.execvpe(psql, argv, env)
+    return 0  # not reached
+
+
+# --- agent runs --------------------------------------------------------------
+
+RUN_COLUMNS = ("id", "status", "provider", "target_id", "exit_code", "created_at")
+TERMINAL_EVENTS = frozenset({"command_finished", "failed", "canceled"})
+
+
+def _follow_run(ctx: Context, run_id: str) -> int:
+    stream = ctx.client._events(API + "/agent-runs/{id}/events", path={"id": run_id}, query={"stream": "true"})
+    last = None
+    with stream:
+        for event in stream:
+            last = event
+            if ctx.console.as_json:
+                ctx.console.line(json.dumps(event.as_dict()))
+            else:
+                data = event.data if isinstance(event.data, dict) else {"data": event.data}
+                payload = data.get("data", data)
+                text = payload.get("line") or payload.get("message") or json.dumps(payload) if isinstance(payload, dict) else str(payload)
+                ctx.console.line(f"{data.get('type', event.event)}: {text}")
+            kind = event.data.get("type") if isinstance(event.data, dict) else None
+            if (kind or event.event) in TERMINAL_EVENTS:
+                break
+    final = (last.data.get("type") if last is not None and isinstance(last.data, dict) else None) or (last.event if last else None)
+    return 0 if final == "command_finished" else 1
+
+
+def runs_create(ctx: Context) -> int:
+    args = ctx.args
+    body: dict[str, Any] = {"prompt": args.prompt, "target_id": args.target, "wait": False}
+    for name in ("provider", "command", "model", "target_kind"):
+        value = getattr(args, name)
+        if value is not None:
+            body[name] = value
+    if args.env:
+        body["env"] = key_values(args.env)
+    run = unwrap(_call(ctx, "POST", "/agent-runs", body=body))
+    if not args.follow:
+        ctx.console.record(run)
+        return 0
+    ctx.console.note(f"agent run {run['id']} ({run.get('status')})")
+    return _follow_run(ctx, run["id"])
+
+
+def runs_list(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", "/agent-runs", query={"target_id": ctx.args.target, "status": ctx.args.status}), RUN_COLUMNS)
+
+
+def runs_get(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "GET", f"/agent-runs/{ctx.args.id}"))
+
+
+def runs_cancel(ctx: Context) -> int:
+    return _show(ctx, _call(ctx, "POST", f"/agent-runs/{ctx.args.id}/cancel"))
+
+
+def runs_events(ctx: Context) -> int:
+    if ctx.args.follow:
+        return _follow_run(ctx, ctx.args.id)
+    return _show(ctx, _call(ctx, "GET", f"/agent-runs/{ctx.args.id}/events"), ("id", "type", "created_at"))
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    group = sub.add_parser("deployments", help="deployments: publish a sandbox, versions, promote, rollback")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    parser = leaf(actions, "publish", publish, "publish a sandbox's files as a new version (progress live)")
+    parser.add_argument("sandbox", help="the source sandbox (running)")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--deployment", help="publish to this deployment")
+    target.add_argument("--name", help="create a deployment with this name in the sandbox's project")
+    parser.add_argument("--kind", choices=["auto", "static", "service"])
+    parser.add_argument("--environment")
+    parser.add_argument("--output-path")
+    parser.add_argument("--build-command")
+    parser.add_argument("--run-command")
+    parser.add_argument("--port", type=int)
+    parser.add_argument("--health-check-path")
+    leaf(actions, "list", deployments_list, "the tenant's deployments")
+    parser = leaf(actions, "create", deployments_create, "create an empty deployment in a project")
+    parser.add_argument("name")
+    parser.add_argument("--project", required=True)
+    for name, handler, text in (
+        ("get", deployments_get, "one deployment"),
+        ("delete", deployments_delete, "delete a deployment (its URLs answer 404)"),
+        ("versions", deployments_versions, "a deployment's versions"),
+    ):
+        leaf(actions, name, handler, text).add_argument("id")
+    for name, handler, text in (("promote", deployments_promote, "make a version the active one"), ("rollback", deployments_rollback, "go back to a version")):
+        parser = leaf(actions, name, handler, text)
+        parser.add_argument("id")
+        parser.add_argument("version_id")
+
+    group = sub.add_parser("databases", help="managed PostgreSQL databases: create, credentials, psql")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    parser = leaf(actions, "create", databases_create, "create a database (waits until it runs)")
+    parser.add_argument("name")
+    parser.add_argument("--size", default="small", choices=["small", "medium", "large"])
+    parser.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    leaf(actions, "list", databases_list, "the tenant's databases")
+    for name, handler, text in (
+        ("get", databases_get, "one database"),
+        ("delete", databases_delete, "delete a database and its data"),
+        ("credentials", databases_credentials, "host, port, user, password and URL"),
+        ("start", databases_action("start"), "start a stopped database"),
+        ("stop", databases_action("stop"), "stop a database"),
+        ("backup", databases_action("backups"), "take a backup"),
+    ):
+        leaf(actions, name, handler, text).add_argument("id")
+    parser = leaf(actions, "psql", databases_psql, "open psql on the database")
+    parser.add_argument("id")
+    parser.add_argument("psql_args", nargs=argparse.REMAINDER, help="passed to psql (after --)")
+
+    group = sub.add_parser("agent-runs", help="agent runs: start one, follow its events, cancel")
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    parser = leaf(actions, "create", runs_create, "start an agent run in a sandbox or computer (--follow streams its events)")
+    parser.add_argument("target", help="sandbox or computer id")
+    parser.add_argument("prompt")
+    parser.add_argument("--provider")
+    parser.add_argument("--command")
+    parser.add_argument("--model")
+    parser.add_argument("--target-kind", choices=["sandbox", "computer"])
+    parser.add_argument("--env", action="append", metavar="KEY=VALUE")
+    parser.add_argument("--follow", "-f", action="store_true")
+    parser = leaf(actions, "list", runs_list, "the tenant's agent runs")
+    parser.add_argument("--target")
+    parser.add_argument("--status")
+    for name, handler, text in (("get", runs_get, "one run"), ("cancel", runs_cancel, "cancel a running run")):
+        leaf(actions, name, handler, text).add_argument("id")
+    parser = leaf(actions, "events", runs_events, "a run's events (--follow: live until it ends)")
+    parser.add_argument("id")
+    parser.add_argument("--follow", "-f", action="store_true")
