@@ -79,7 +79,7 @@ def templates_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from corral.http.server import serve

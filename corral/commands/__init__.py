@@ -18,7 +18,7 @@ from . import completion, computers, core, platform, sandboxes
 from .context import Context
 from .output import Console
 
-__all__ = ["CLIENT_COMMANDS", "Console", "register", "run"]
+__all__ = ["CLIENT_COMMANDS", "Console", "parse", "register", "run"]
 
 CLIENT_COMMANDS = frozenset(
     {
@@ -36,11 +36,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], root: arg
     completion.register(sub, root)
 
 
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse `argv`; everything after the first `--` is the command of `exec` and its
+    kin, taken verbatim (argparse's own `--` handling under subcommands is unreliable)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if hasattr(args, "argv"):
+            args.argv = [*(args.argv or []), *argv[cut + 1 :]]
+            return args
+        return parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
 def run(args: argparse.Namespace, console: Console | None = None, env: Mapping[str, str] | None = None) -> int:
     console = console or Console()
     console.as_json = bool(getattr(args, "json", False))
-    if isinstance(getattr(args, "argv", None), list) and args.argv[:1] == ["--"]:
-        args.argv = args.argv[1:]
     ctx = Context(args, console, os.environ if env is None else env)
     try:
         return int(args.handler(ctx))

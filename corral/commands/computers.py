@@ -154,5 +154,5 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = leaf(actions, "exec", exec_, "run a command in a computer (its output when it ends)")
     parser.add_argument("id")
     parser.add_argument("--exec-timeout", type=int, default=None, metavar="SECONDS")
-    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND")
+    parser.add_argument("argv", nargs="*", metavar="COMMAND")
     leaf(actions, "shell", shell, "an interactive shell on the computer's terminal").add_argument("id")

@@ -267,7 +267,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("id")
     parser.add_argument("--cwd")
     parser.add_argument("--env", action="append", metavar="KEY=VALUE")
-    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command (after --)")
+    parser.add_argument("argv", nargs="*", metavar="COMMAND", help="the command (after --)")
 
     files = sub.add_parser("files", help="upload, download and list files of a sandbox (or --computer)")
     actions = files.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -292,7 +292,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("id")
     parser.add_argument("--name")
     parser.add_argument("--cwd")
-    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND")
+    parser.add_argument("argv", nargs="*", metavar="COMMAND")
     leaf(actions, "list", process_list, "the sandbox's processes").add_argument("id")
     for name, handler, text in (("get", process_get, "one process"), ("kill", process_kill, "kill a process")):
         parser = leaf(actions, name, handler, text)
