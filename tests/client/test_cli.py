@@ -68,7 +68,7 @@ async def test_login_with_a_key_or_a_password_whoami_logout(runtime_api: Api, ow
     assert made != owner.key and made.startswith("msk_")
     code, out, err = await cli("login", "--email", owner.owner_email, "--password", "wrong password")
     assert code == 1 and ERROR_LINE.match(err.strip()) and "UNAUTHORIZED" in err
-    code, out, err = await cli("login", "--api-key", "msk_not_a_key")
+    code, _out, err = await cli("login", "--api-key", "msk_not_a_key")
     assert code == 1 and ERROR_LINE.match(err.strip())
 
 
@@ -133,7 +133,7 @@ async def test_errors_are_one_line_for_every_kind_of_failure(runtime_api: Api, o
     assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
     down = Cli(runtime_api, tmp_path, owner.key)
     down.env["CORRAL_API_URL"] = "http://127.0.0.1:9"
-    code, out, err = await down("sandboxes", "list")
+    code, _out, err = await down("sandboxes", "list")
     assert code == 1 and err.startswith("error: CONNECTION_ERROR: ") and len(err.strip().splitlines()) == 1
 
 
