@@ -66,7 +66,7 @@ async def test_login_with_a_key_or_a_password_whoami_logout(runtime_api: Api, ow
     assert code == 0, err
     made = json.loads(config.read_text())["api_key"]
     assert made != owner.key and made.startswith("msk_")
-    code, out, err = await cli("login", "--email", owner.owner_email, "--password", "wrong password")
+    code, _out, err = await cli("login", "--email", owner.owner_email, "--password", "wrong password")
     assert code == 1 and ERROR_LINE.match(err.strip()) and "UNAUTHORIZED" in err
     code, _out, err = await cli("login", "--api-key", "msk_not_a_key")
     assert code == 1 and ERROR_LINE.match(err.strip())
@@ -129,7 +129,7 @@ async def test_errors_are_one_line_for_every_kind_of_failure(runtime_api: Api, o
     foreign = Cli(runtime_api, tmp_path, other.key)
     code, out, err = await foreign("sandboxes", "get", sid)
     assert code == 1 and ERROR_LINE.match(err.strip()), err  # another tenant's sandbox is 404
-    code, out, err = await cli("files", "upload", sid, str(tmp_path / "missing.txt"))
+    code, _out, err = await cli("files", "upload", sid, str(tmp_path / "missing.txt"))
     assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
     down = Cli(runtime_api, tmp_path, owner.key)
     down.env["CORRAL_API_URL"] = "http://127.0.0.1:9"
