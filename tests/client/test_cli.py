@@ -62,7 +62,7 @@ async def test_login_with_a_key_or_a_password_whoami_logout(runtime_api: Api, ow
     assert owner.id in who and str(config) in who
     await cli.ok("logout")
     assert not config.exists()
-    code, out, err = await cli("login", "--email", owner.owner_email, "--password", PASSWORD)
+    code, _out, err = await cli("login", "--email", owner.owner_email, "--password", PASSWORD)
     assert code == 0, err
     made = json.loads(config.read_text())["api_key"]
     assert made != owner.key and made.startswith("msk_")
@@ -127,7 +127,7 @@ async def test_errors_are_one_line_for_every_kind_of_failure(runtime_api: Api, o
     cli = Cli(runtime_api, tmp_path, owner.key)
     sid = (await cli.json("sandboxes", "create", "--no-wait"))["id"]  # type: ignore[index]
     foreign = Cli(runtime_api, tmp_path, other.key)
-    code, out, err = await foreign("sandboxes", "get", sid)
+    code, _out, err = await foreign("sandboxes", "get", sid)
     assert code == 1 and ERROR_LINE.match(err.strip()), err  # another tenant's sandbox is 404
     code, _out, err = await cli("files", "upload", sid, str(tmp_path / "missing.txt"))
     assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1
