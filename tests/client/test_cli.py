@@ -53,7 +53,7 @@ class Cli:
 
 async def test_login_with_a_key_or_a_password_whoami_logout(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
     cli = Cli(runtime_api, tmp_path, None)
-    code, out, err = await cli("login", "--api-key", owner.key)
+    code, _out, err = await cli("login", "--api-key", owner.key)
     assert code == 0, err
     config = tmp_path / ".config" / "corral" / "config.json"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
