@@ -235,15 +235,23 @@ class EventStream:
         self.last_event_id = last_event_id
         self._ticket_path = ticket_path
         self._reconnects = reconnects
-        self._iterator: Generator[Event, None, None] | None = None
+        self._iterator: Generator[Event | None, None, None] | None = None
+
+    def connect(self) -> EventStream:
+        """Open the stream now and wait until the server has subscribed it (its first
+        bytes): whatever happens afterwards is in the stream. `with` does this."""
+        if self._iterator is None:
+            self._iterator = self._run()
+            next(self._iterator, None)
+        return self
 
     def __iter__(self) -> Iterator[Event]:
         if self._iterator is None:
             self._iterator = self._run()
-        return self._iterator
+        return (item for item in self._iterator if item is not None)
 
     def __enter__(self) -> EventStream:
-        return self
+        return self.connect()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -252,8 +260,9 @@ class EventStream:
         if self._iterator is not None:
             self._iterator.close()
 
-    def _run(self) -> Generator[Event, None, None]:
-        failures = 0
+    def _run(self) -> Generator[Event | None, None, None]:
+        """Events, and one None once the first connection delivered its first bytes."""
+        failures, ready = 0, False
         while True:
             params, headers = dict(self._params), {"Accept": "text/event-stream"}
             if self.last_event_id is not None:
@@ -264,7 +273,11 @@ class EventStream:
             try:
                 with self._client.open_stream("GET", self._url, params=params, headers=headers, auth=self._ticket_path is None) as response:
                     for chunk in response.iter_bytes():
-                        for event in parser.feed(chunk):
+                        events = parser.feed(chunk)
+                        if not ready:
+                            ready = True
+                            yield None
+                        for event in events:
                             failures = 0
                             if event.id is not None:
                                 self.last_event_id = event.id
@@ -415,14 +428,26 @@ class AsyncEventStream:
         self._reconnects = reconnects
         self._iterator: Any = None
 
+    async def connect(self) -> AsyncEventStream:
+        """Open the stream and wait until the server has subscribed it; `async with` does this."""
+        if self._iterator is None:
+            self._iterator = self._run()
+            await anext(self._iterator, None)
+        return self
+
     def __aiter__(self) -> AsyncIterator[Event]:
         if self._iterator is None:
             self._iterator = self._run()
-        iterator: AsyncIterator[Event] = self._iterator
-        return iterator
+        return self._events(self._iterator)
+
+    @staticmethod
+    async def _events(source: AsyncIterator[Event | None]) -> AsyncIterator[Event]:
+        async for item in source:
+            if item is not None:
+                yield item
 
     async def __aenter__(self) -> AsyncEventStream:
-        return self
+        return await self.connect()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -431,8 +456,8 @@ class AsyncEventStream:
         if self._iterator is not None:
             await self._iterator.aclose()
 
-    async def _run(self) -> AsyncIterator[Event]:
-        failures = 0
+    async def _run(self) -> AsyncIterator[Event | None]:
+        failures, ready = 0, False
         while True:
             params, headers = dict(self._params), {"Accept": "text/event-stream"}
             if self.last_event_id is not None:
@@ -445,7 +470,11 @@ class AsyncEventStream:
                     "GET", self._url, params=params, headers=headers, auth=self._ticket_path is None
                 ) as response:
                     async for chunk in response.aiter_bytes():
-                        for event in parser.feed(chunk):
+                        events = parser.feed(chunk)
+                        if not ready:
+                            ready = True
+                            yield None
+                        for event in events:
                             failures = 0
                             if event.id is not None:
                                 self.last_event_id = event.id

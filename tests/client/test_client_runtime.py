@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
 from corral.client import Conflict, NotFound, OutputLine, open_async_terminal, unwrap
 from tests.client.support import async_client, in_thread, sync_client
@@ -79,15 +78,12 @@ async def test_event_streams_with_tickets_and_last_event_id(runtime_api: Api, ow
         await corral.wait_for("sandbox", sid, "running")
         stream = corral.stream_sandbox_events(sid, ticket=True)
         first: list[str] = []
-        async with stream, trio.open_nursery() as nursery:
-            async def read() -> None:
-                async for event in stream:
-                    first.append(event.event)
-                    if event.event == "sandbox.exec.completed":
-                        return
-            nursery.start_soon(read)
-            await trio.sleep(0.5)
+        async with stream:  # connected and subscribed: nothing after this is missed
             await corral.sandbox_exec(sid, command="echo first")
+            async for event in stream:
+                first.append(event.event)
+                if event.event == "sandbox.exec.completed":
+                    break
         assert first[-1] == "sandbox.exec.completed" and "sandbox.exec.stdout" in first
         resume_from = stream.last_event_id
         assert resume_from is not None
