@@ -113,6 +113,9 @@ class Settings:
     (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet."""
     oauth_providers: str | None = None
     """The operator's OAuth providers: a JSON file path (`CORRAL_OAUTH_PROVIDERS`; contract §11)."""
+    public_api_url: str | None = None
+    """How the outside world reaches this API (`CORRAL_PUBLIC_API_URL`), e.g. for OAuth redirect URIs;
+    unset: the Host of each request."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -174,6 +177,7 @@ class Settings:
             "egress_proxy": _env_flag("CORRAL_EGRESS_PROXY", default=True),
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
             "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
+            "public_api_url": env.get("CORRAL_PUBLIC_API_URL") or None,
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),

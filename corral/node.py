@@ -34,7 +34,7 @@ from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
-from corral.actors.egress import PolicyHooks
+from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
@@ -218,6 +218,7 @@ async def _start_parts(platform: Platform) -> None:
 async def open_node(settings: Settings) -> AsyncIterator[Platform]:
     data_dir = Path(settings.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    check_operator_providers(settings.oauth_providers)
     db = open_database(settings.database_url)
     try:
         await migrate(db)

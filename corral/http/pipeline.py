@@ -219,6 +219,8 @@ def _authorize(principal: Principal, route: Route) -> None:
         raise forbidden("this endpoint needs an admin key")
     if route.scope is not None:
         principal.require_scope(route.scope)
+    if route.tenant_wide and principal.workspace_id is not None:
+        raise forbidden("this key is restricted to one workspace; the tenant's egress vault, policies and audit need a tenant-wide key")
 
 
 def _to_response(result: Any, route: Route) -> Response:

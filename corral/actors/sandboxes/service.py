@@ -59,12 +59,17 @@ class NewSandbox(Placement):
 
 
 async def create_sandbox(
-    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox
+    platform: SandboxServices,
+    tenant_id: str,
+    owner_user_id: str | None,
+    new: NewSandbox,
+    *,
+    key_workspace_id: str | None = None,
 ) -> SandboxRecord:
     if not platform.runtime.templates.exists(new.template_id):
         raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
-    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id, key_workspace_id=key_workspace_id)
     draft = SandboxDraft(
         attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=new.template_id,
         size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
@@ -117,15 +122,21 @@ async def start_background(platform: SandboxServices) -> None:
     await resume_watchers(platform)
 
 
-async def find_sandbox(platform: SandboxServices, tenant_id: str, sandbox_id: str) -> SandboxRecord:
+async def find_sandbox(
+    platform: SandboxServices, tenant_id: str, sandbox_id: str, *, key_workspace_id: str | None = None
+) -> SandboxRecord:
+    """The tenant's sandbox; 404 for another tenant's, and for one outside the workspace a
+    restricted key is limited to."""
     record = await store.find(platform.db, tenant_id, sandbox_id)
-    if record is None:
+    if record is None or (key_workspace_id is not None and record.workspace_id != key_workspace_id):
         raise not_found("sandbox not found")
     return record
 
 
-async def list_sandboxes(platform: SandboxServices, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
-    return await store.list_for_tenant(platform.db, tenant_id, filters)
+async def list_sandboxes(
+    platform: SandboxServices, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
+) -> list[SandboxRecord]:
+    return await store.list_for_tenant(platform.db, tenant_id, filters, within_workspace=key_workspace_id)
 
 
 async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start | Stop | Destroy) -> SandboxRecord:
