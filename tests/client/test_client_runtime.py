@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trio
 
-from corral.client import Conflict, NotFound, OutputLine, open_async_terminal, unwrap
+from corral.client import AsyncClient, Conflict, NotFound, OutputLine, open_async_terminal, unwrap
+from tests.client.proxy import cuttable_proxy
 from tests.client.support import async_client, in_thread, sync_client
 from tests.support import Api, Tenant
 
@@ -123,3 +125,30 @@ async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenan
 @pytest.fixture
 async def other_tenant_key(runtime_api: Api) -> str:
     return (await runtime_api.create_tenant("Other")).key
+
+
+async def test_a_dropped_stream_reconnects_with_last_event_id(runtime_api: Api, owner: Tenant) -> None:
+    direct = async_client(runtime_api, owner.key)
+    box = unwrap(await direct.create_sandbox())
+    sid = box["id"]
+    await direct.wait_for("sandbox", sid, "running")
+    async with cuttable_proxy(runtime_api.platform.settings.port) as proxy:
+        through = AsyncClient(f"http://127.0.0.1:{proxy.port}", owner.key)
+        seen = []
+        with trio.fail_after(30):
+            async with through.stream_sandbox_events(sid) as stream:
+                await direct.sandbox_exec(sid, command="echo one")
+                async for event in stream:
+                    seen.append(event)
+                    if event.event != "sandbox.exec.completed":
+                        continue
+                    if proxy.connections > 1:
+                        break
+                    proxy.cut()  # the connection drops mid-stream; meanwhile more happens
+                    await direct.sandbox_exec(sid, command="echo two")
+        await through.aclose()
+    assert proxy.connections == 2
+    assert [e.data["line"] for e in seen if e.event == "sandbox.exec.stdout"] == ["one", "two"]
+    ids = [e.id for e in seen]
+    assert all(ids) and ids == sorted(ids) and len(set(ids)) == len(ids)  # nothing lost, nothing twice
+    await direct.aclose()
