@@ -111,19 +111,24 @@ def _interact(term: Terminal) -> int:
     if interactive:
         saved = termios.tcgetattr(stdin)
         tty.setraw(stdin)
+    sources = [stdin, term.fileno()]
     try:
         while not term.closed:
-            ready, _, _ = select.select([stdin, term.fileno()], [], [], 1.0)
+            ready, _, _ = select.select(sources, [], [], 1.0)
             if term.fileno() in ready:
-                data = term.recv(timeout=0.5)
+                try:
+                    data = term.recv(timeout=0.5)
+                except TimeoutError:
+                    continue  # part of a frame so far
                 if data is None:
-                    break
+                    break  # the shell exited
                 os.write(sys.stdout.fileno(), data)
             if stdin in ready:
                 chunk = os.read(stdin, 4096)
-                if not chunk:
-                    break
-                term.send(chunk)
+                if chunk:
+                    term.send(chunk)
+                else:
+                    sources = [term.fileno()]  # end of input: keep showing output until the shell exits
     finally:
         if saved is not None:
             termios.tcsetattr(stdin, termios.TCSADRAIN, saved)

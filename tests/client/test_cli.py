@@ -139,14 +139,27 @@ async def test_errors_are_one_line_for_every_kind_of_failure(runtime_api: Api, o
 
 async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
     cli = Cli(runtime_api, tmp_path, owner.key)
-    computer = await cli.json("computers", "create", "cli desktop")
+    code, out, err = await cli("computers", "create", "cli desktop")
+    assert code == 0, err
+    cid = re.search(r"^id +(\S+)$", out, re.MULTILINE)[1]  # type: ignore[index]
+    assert re.search(rf"^computer {cid}: running \(\d+\.\ds\)$", err, re.MULTILINE), err  # the progress display
+    computer = await cli.json("computers", "get", cid)
     assert isinstance(computer, dict) and computer["status"] == "running"
-    cid = computer["id"]
     assert cid in await cli.ok("computers", "list")
     url = (await cli.ok("computers", "open", cid)).strip()
     assert url.startswith(f"http://{computer['slug']}.") and "?auth=" in url
     code, out, err = await cli("computers", "exec", cid, "--", "echo on-the-desktop $DISPLAY")
     assert (code, out) == (0, "on-the-desktop :0\n"), err
+    shell = await trio.run_process(
+        [sys.executable, "-m", "corral", "computers", "shell", cid],
+        stdin=b"echo shell-$((6*7))\nexit\n",
+        capture_stdout=True,
+        capture_stderr=True,
+        env={**os.environ, **cli.env},
+        check=False,
+    )
+    assert shell.returncode == 0, shell.stderr
+    assert b"shell-42" in shell.stdout
     await cli.ok("computers", "stop", cid, "--wait")
     await cli.ok("computers", "delete", cid)
 
