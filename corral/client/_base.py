@@ -207,6 +207,15 @@ class SyncBase(_Common):
     ) -> EventStream:
         return EventStream(self, self.url(template, path), query or {}, last_event_id, ticket_path if ticket else None)
 
+    def call(self, method: str, template: str, **options: Any) -> Any:
+        """Any route by its path (`/api/v1/...`, with `{name}`s filled from `path=`): for
+        routes newer than this client. Same options and behaviour as the generated methods."""
+        return self._call(method, template, **options)
+
+    def events(self, template: str, **options: Any) -> EventStream:
+        """Any SSE route by its path, as the generated `stream_*` methods open theirs."""
+        return self._events(template, **options)
+
     def mint_ticket(self, ticket_path: str = TICKET_PATH) -> str:
         """A single-use SSE ticket (60 s) for `?ticket=`."""
         body = self.request("POST", self.base_url + ticket_path).json()
@@ -402,6 +411,14 @@ class AsyncBase(_Common):
         ticket_path: str = TICKET_PATH,
     ) -> AsyncEventStream:
         return AsyncEventStream(self, self.url(template, path), query or {}, last_event_id, ticket_path if ticket else None)
+
+    async def call(self, method: str, template: str, **options: Any) -> Any:
+        """Any route by its path: for routes newer than this client."""
+        return await self._call(method, template, **options)
+
+    def events(self, template: str, **options: Any) -> AsyncEventStream:
+        """Any SSE route by its path."""
+        return self._events(template, **options)
 
     async def mint_ticket(self, ticket_path: str = TICKET_PATH) -> str:
         body = (await self.request("POST", self.base_url + ticket_path)).json()

@@ -9,9 +9,10 @@ import json
 import os
 import shutil
 import threading
+import time
 from typing import Any
 
-from corral.client import EventStream, unwrap
+from corral.client import EventStream, WaitTimeout, unwrap
 
 from .context import Context, key_values, leaf
 from .output import StatusProgress
@@ -22,7 +23,7 @@ API = "/api/v1"
 
 
 def _call(ctx: Context, method: str, path: str, *, body: dict[str, Any] | None = None, query: dict[str, Any] | None = None, idempotent: bool = False) -> Any:
-    return ctx.client._call(method, API + path, body=body, query=query, idempotent=idempotent, request_timeout=3700)
+    return ctx.client.call(method, API + path, body=body, query=query, idempotent=idempotent, request_timeout=3700)
 
 
 def _show(ctx: Context, body: Any, columns: tuple[str, ...] | None = None) -> int:
@@ -48,7 +49,7 @@ def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) 
 
     def follow() -> None:
         try:
-            stream = ctx.client._events(API + "/deployments/{id}/events", path={"id": deployment_id})
+            stream = ctx.client.events(API + "/deployments/{id}/events", path={"id": deployment_id})
             holder.append(stream)
             for event in stream:
                 step = event.event.removeprefix("deployment.publish.")
@@ -166,6 +167,31 @@ def databases_action(action: str) -> Any:
     return run
 
 
+def databases_backup(ctx: Context) -> int:
+    """Take a backup; with --wait (the default) show its status until it completes."""
+    database_id = ctx.args.id
+    backup = unwrap(_call(ctx, "POST", f"/databases/{database_id}/backups", body={}, idempotent=True))
+    if ctx.args.wait:
+        progress = StatusProgress(ctx.console, f"backup {backup['id']}")
+        deadline = time.monotonic() + ctx.args.timeout
+        try:
+            while backup.get("status") == "running":
+                progress.update("running")
+                if time.monotonic() > deadline:
+                    raise WaitTimeout(f"backup {backup['id']} still running after {ctx.args.timeout:g} s")
+                time.sleep(0.5)
+                backup = unwrap(_call(ctx, "GET", f"/databases/{database_id}/backups/{backup['id']}"))
+        finally:
+            progress.finish(str(backup.get("status")))
+    ctx.console.record(backup)
+    return 0 if backup.get("status") != "failed" else 1
+
+
+def databases_backups(ctx: Context) -> int:
+    columns = ("id", "status", "method", "size_bytes", "started_at", "completed_at")
+    return _show(ctx, _call(ctx, "GET", f"/databases/{ctx.args.id}/backups"), columns)
+
+
 def databases_credentials(ctx: Context) -> int:
     """The connection contract; the password is shown only here, on request."""
     return _show(ctx, _call(ctx, "GET", f"/databases/{ctx.args.id}/credentials"))
@@ -192,7 +218,7 @@ TERMINAL_EVENTS = frozenset({"command_finished", "failed", "canceled"})
 
 
 def _follow_run(ctx: Context, run_id: str) -> int:
-    stream = ctx.client._events(API + "/agent-runs/{id}/events", path={"id": run_id}, query={"stream": "true"})
+    stream = ctx.client.events(API + "/agent-runs/{id}/events", path={"id": run_id}, query={"stream": "true"})
     last = None
     with stream:
         for event in stream:
@@ -290,9 +316,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("credentials", databases_credentials, "host, port, user, password and URL"),
         ("start", databases_action("start"), "start a stopped database"),
         ("stop", databases_action("stop"), "stop a database"),
-        ("backup", databases_action("backups"), "take a backup"),
     ):
         leaf(actions, name, handler, text).add_argument("id")
+    parser = leaf(actions, "backup", databases_backup, "take a backup (waits until it completes)")
+    parser.add_argument("id")
+    parser.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--timeout", type=float, default=600.0)
+    leaf(actions, "backups", databases_backups, "a database's backups").add_argument("id")
     parser = leaf(actions, "psql", databases_psql, "open psql on the database")
     parser.add_argument("id")
     parser.add_argument("psql_args", nargs=argparse.REMAINDER, help="passed to psql (after --)")
