@@ -9,6 +9,7 @@ bytes or nothing) and `_events` (an SSE stream).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Generator, Iterator
@@ -245,6 +246,8 @@ class EventStream:
         self._ticket_path = ticket_path
         self._reconnects = reconnects
         self._iterator: Generator[Event | None, None, None] | None = None
+        self._response: httpx.Response | None = None
+        self._closed = False
 
     def connect(self) -> EventStream:
         """Open the stream now and wait until the server has subscribed it (its first
@@ -266,8 +269,14 @@ class EventStream:
         self.close()
 
     def close(self) -> None:
+        """Hang up; safe from another thread than the one iterating (it then stops)."""
+        self._closed = True
+        if self._response is not None:
+            with contextlib.suppress(Exception):
+                self._response.close()
         if self._iterator is not None:
-            self._iterator.close()
+            with contextlib.suppress(ValueError):  # being iterated in another thread: it stops by itself
+                self._iterator.close()
 
     def _run(self) -> Generator[Event | None, None, None]:
         """Events, and one None once the first connection delivered its first bytes."""
@@ -281,6 +290,7 @@ class EventStream:
             parser = SSEParser(last_id=self.last_event_id)
             try:
                 with self._client.open_stream("GET", self._url, params=params, headers=headers, auth=self._ticket_path is None) as response:
+                    self._response = response
                     for chunk in response.iter_bytes():
                         events = parser.feed(chunk)
                         if not ready:
@@ -292,7 +302,9 @@ class EventStream:
                                 self.last_event_id = event.id
                             yield event
                 return  # the server ended the stream
-            except (httpx.TransportError, CorralConnectionError):
+            except (httpx.TransportError, httpx.StreamError, CorralConnectionError):
+                if self._closed:
+                    return
                 failures += 1
                 if failures > self._reconnects:
                     raise

@@ -43,56 +43,71 @@ DEPLOYMENT_COLUMNS = ("id", "name", "state", "public_url", "active_version_id", 
 VERSION_COLUMNS = ("id", "version_number", "state", "kind", "url", "created_at")
 
 
-def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) -> tuple[threading.Thread, list[EventStream]]:
-    """Show `deployment.publish.*` events while the publish request runs."""
-    holder: list[EventStream] = []
+def _publish_step(event_type: str, data: Any) -> str:
+    """`building: package`, `uploading: 2048 bytes`, `completed: http://...`."""
+    step = event_type.removeprefix("deployment.publish.")
+    if not isinstance(data, dict):
+        return step
+    if data.get("stage"):
+        return f"{step}: {data['stage']}"
+    if data.get("size_bytes") is not None:
+        return f"{step}: {data['size_bytes']} bytes"
+    if data.get("url"):
+        return f"{step}: {data['url']}"
+    return step
+
+
+def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) -> EventStream:
+    """Show `deployment.publish.*` events while the publish request runs (in a thread);
+    the stream is connected before the publish starts, so no step is missed."""
+    stream = ctx.client.events(API + "/deployments/{id}/events", path={"id": deployment_id}).connect()
 
     def follow() -> None:
         try:
-            stream = ctx.client.events(API + "/deployments/{id}/events", path={"id": deployment_id})
-            holder.append(stream)
             for event in stream:
-                step = event.event.removeprefix("deployment.publish.")
-                detail = event.data.get("message") or event.data.get("state") or "" if isinstance(event.data, dict) else ""
-                progress.update(f"{step} {detail}".strip())
+                if event.event.startswith("deployment.publish."):
+                    progress.update(_publish_step(event.event, event.data))
         except Exception:
             return
 
-    thread = threading.Thread(target=follow, daemon=True)
-    thread.start()
-    return thread, holder
+    threading.Thread(target=follow, daemon=True).start()
+    return stream
 
 
 def publish(ctx: Context) -> int:
-    """Publish a sandbox's files as a new version, with the publish's progress live."""
+    """Publish a sandbox's files as a new version, showing the publish's steps live.
+
+    With --name, a deployment of that name is created first in the sandbox's project
+    (so its events can be followed from the start)."""
     args = ctx.args
     body: dict[str, Any] = {"source_sandbox_id": args.sandbox}
     for name in ("kind", "environment", "output_path", "build_command", "run_command", "port", "health_check_path"):
         value = getattr(args, name)
         if value is not None:
             body[name] = value
-    progress = StatusProgress(ctx.console, "publish")
-    progress.update("publishing")
-    follower = None
-    if args.deployment:
-        follower = _follow_publish(ctx, args.deployment, progress)
-        path = f"/deployments/{args.deployment}/publish"
-    else:
-        body["name"] = args.name
-        path = f"/sandboxes/{args.sandbox}/publish"
-        body.pop("source_sandbox_id")
+    deployment_id = args.deployment
+    if deployment_id is None:
+        sandbox = unwrap(ctx.client.get_sandbox(args.sandbox))
+        created = unwrap(_call(ctx, "POST", f"/projects/{sandbox['project_id']}/deployments", body={"name": args.name}, idempotent=True))
+        deployment_id = created["id"]
+        ctx.console.note(f"deployment {deployment_id} ({args.name}) created")
+    progress = StatusProgress(ctx.console, f"publish {deployment_id}")
+    progress.update("starting")
+    stream = _follow_publish(ctx, deployment_id, progress)
     try:
-        result = _call(ctx, "POST", path, body=body, idempotent=True)
+        result = _call(ctx, "POST", f"/deployments/{deployment_id}/publish", body=body, idempotent=True)
+    except Exception:
+        progress.finish("failed")
+        raise
     finally:
-        if follower is not None:
-            for stream in follower[1]:
-                stream.close()
+        stream.close()
     data = unwrap(result)
-    progress.finish(f"version {data.get('version', {}).get('state', '?')}")
+    version = data.get("version") or {}
+    progress.finish(f"version {version.get('state', '?')}")
     if ctx.console.as_json:
         ctx.console.json(result)
     else:
-        deployment, version = data.get("deployment", {}), data.get("version", {})
+        deployment = data.get("deployment") or {}
         ctx.console.record({
             "deployment": deployment.get("id"), "public_url": deployment.get("public_url"),
             "version": version.get("id"), "state": version.get("state"), "promoted": data.get("promoted"),
