@@ -233,23 +233,33 @@ TERMINAL_EVENTS = frozenset({"command_finished", "failed", "canceled"})
 
 
 def _follow_run(ctx: Context, run_id: str) -> int:
+    """Print the run's events as they happen, then its output; exit with its exit code
+    (0 for a run that finished without one, 1 for a failed or canceled run)."""
     stream = ctx.client.events(API + "/agent-runs/{id}/events", path={"id": run_id}, query={"stream": "true"})
-    last = None
+    kind: str | None = None
+    payload: dict[str, Any] = {}
     with stream:
         for event in stream:
-            last = event
+            data = event.data if isinstance(event.data, dict) else {"data": event.data}
+            kind = str(data.get("type") or event.event)
+            inner = data.get("data")
+            payload = inner if isinstance(inner, dict) else {}
             if ctx.console.as_json:
                 ctx.console.line(json.dumps(event.as_dict()))
             else:
-                data = event.data if isinstance(event.data, dict) else {"data": event.data}
-                payload = data.get("data", data)
-                text = payload.get("line") or payload.get("message") or json.dumps(payload) if isinstance(payload, dict) else str(payload)
-                ctx.console.line(f"{data.get('type', event.event)}: {text}")
-            kind = event.data.get("type") if isinstance(event.data, dict) else None
-            if (kind or event.event) in TERMINAL_EVENTS:
+                ctx.console.line(f"{kind}: {json.dumps(payload)}")
+            if kind in TERMINAL_EVENTS:
                 break
-    final = (last.data.get("type") if last is not None and isinstance(last.data, dict) else None) or (last.event if last else None)
-    return 0 if final == "command_finished" else 1
+    run = unwrap(_call(ctx, "GET", f"/agent-runs/{run_id}"))
+    if not ctx.console.as_json:
+        if run.get("output"):
+            ctx.console.out.write(str(run["output"]))
+        if run.get("stderr"):
+            ctx.console.err.write(str(run["stderr"]))
+    code = payload.get("exit_code", run.get("exit_code"))
+    if isinstance(code, int) and 0 <= code < 256:
+        return code
+    return 0 if kind == "command_finished" and run.get("status") in ("completed", "succeeded") else 1
 
 
 def runs_create(ctx: Context) -> int:

@@ -66,9 +66,10 @@ async def test_agent_run_follow(runtime_api: Api, owner: Tenant, tmp_path: Path)
     sid = (await cli.json("sandboxes", "create"))["id"]  # type: ignore[index]
     code, out, err = await cli("agent-runs", "create", sid, "say hi", "--command", 'echo "agent says: $AGENT_PROMPT"', "--follow")
     assert code == 0, (out, err)
-    assert "command_finished" in out
+    assert re.search(r"^command_started: ", out, re.MULTILINE) and re.search(r"^command_finished: ", out, re.MULTILINE)
+    assert "agent says: say hi" in out  # the run's output, after its events
     code, out, err = await cli("agent-runs", "create", sid, "fail", "--command", "exit 3", "--follow")
-    assert code == 1, (out, err)
+    assert code == 3, (out, err)  # the run's exit code
     runs = await cli.json("agent-runs", "list")
     assert isinstance(runs, dict) and len(runs["data"]) == 2
     assert json.dumps(runs)
