@@ -4,11 +4,14 @@ runs once its routes are in the route table (they land from other branches)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
+import trio
 
 from corral.http import api_document
 from tests.client.test_cli import ERROR_LINE, Cli
@@ -55,6 +58,11 @@ async def test_database_create_credentials_backup(runtime_api: Api, owner: Tenan
     credentials = await cli.json("databases", "credentials", database_id)
     assert isinstance(credentials, dict) and credentials["data"]["url"].startswith("postgresql://")
     assert database_id in await cli.ok("databases", "list")
+    psql = await trio.run_process(
+        [sys.executable, "-m", "corral", "databases", "psql", database_id, "--", "-tAc", "select 40 + 2"],
+        capture_stdout=True, capture_stderr=True, env={**os.environ, **cli.env}, check=False,
+    )
+    assert (psql.returncode, psql.stdout.strip()) == (0, b"42"), psql.stderr  # the terminal handed to psql
     code, out, err = await cli("databases", "backup", database_id)
     assert code == 0 and "completed" in out, (out, err)
     await cli.ok("databases", "delete", database_id)
