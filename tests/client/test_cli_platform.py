@@ -81,3 +81,17 @@ async def test_agent_run_follow(runtime_api: Api, owner: Tenant, tmp_path: Path)
     runs = await cli.json("agent-runs", "list")
     assert isinstance(runs, dict) and len(runs["data"]) == 2
     assert json.dumps(runs)
+
+
+@needs("/api/v1/sandbox-template-builds/{id}/logs/stream")
+async def test_template_build_followed_live(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
+    cli = Cli(runtime_api, tmp_path, owner.key)
+    code, out, err = await cli("sandbox-templates", "create", "cli-tpl", "--setup", "echo from-the-template > /etc/cli-marker")
+    assert code == 0, (out, err)
+    assert re.search(r"^build \S+: ready", err, re.MULTILINE), err  # the build's status, live
+    assert "cli-tpl" in await cli.ok("sandbox-templates", "list")
+    sid = (await cli.json("sandboxes", "create", "--template", "cli-tpl"))["id"]  # type: ignore[index]
+    code, out, err = await cli("exec", sid, "--", "cat /etc/cli-marker")
+    assert (code, out) == (0, "from-the-template\n"), err
+    code, out, err = await cli("sandbox-templates", "create", "cli-broken", "--setup", "exit 9")
+    assert code == 1 and "failed" in err, (out, err)
