@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from corral.client import (
@@ -13,6 +15,7 @@ from corral.client import (
     Unprocessable,
     unwrap,
 )
+from corral.http import api_document
 from tests.client.support import async_client, base_url, in_thread, sync_client
 from tests.support import Api, Tenant
 
@@ -73,3 +76,22 @@ async def test_ticket_minting(api: Api, tenant: Tenant) -> None:
         ticket = await corral.mint_ticket()
         assert isinstance(ticket, str) and ticket
     assert base_url(api).startswith("http://127.0.0.1:")
+
+
+@pytest.mark.skipif(
+    "/api/v1/projects/{project_id}/deployments" not in api_document()["paths"], reason="deployments are not on this branch yet"
+)
+async def test_idempotency_keys_are_sent_and_replayed(api: Api, tenant: Tenant) -> None:
+    path = "/api/v1/projects/{project_id}/deployments"
+    async with async_client(api, tenant.key) as corral:
+        def create(name: str, key: str | None) -> Any:
+            return corral.call("POST", path, path={"project_id": tenant.project_id}, body={"name": name}, idempotent=True, idempotency_key=key)
+
+        first = unwrap(await create("once", "client-key-1"))
+        replayed = unwrap(await create("once", "client-key-1"))
+        assert replayed["id"] == first["id"]  # the stored reply: created once
+        automatic = unwrap(await create("once", None))
+        assert automatic["id"] != first["id"]  # a fresh key per call
+        with pytest.raises(Unprocessable) as reused:
+            await create("another body", "client-key-1")
+        assert reused.value.code == "IDEMPOTENCY_KEY_REUSED"
