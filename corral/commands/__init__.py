@@ -62,8 +62,13 @@ def run(args: argparse.Namespace, console: Console | None = None, env: Mapping[s
     except KeyboardInterrupt:
         console.error("interrupted")
         return 130
-    except (OSError, ValueError, KeyError, TimeoutError) as error:
-        console.error(f"{type(error).__name__}: {error}" if isinstance(error, KeyError) else str(error))
+    except (OSError, ValueError, TimeoutError) as error:
+        console.error(str(error) or type(error).__name__)
+        return 1
+    except Exception as error:  # anything else is still one line; CORRAL_DEBUG=1 shows where
+        if ctx.env.get("CORRAL_DEBUG"):
+            raise
+        console.error(f"{type(error).__name__}: {error}")
         return 1
     finally:
         ctx.close()

@@ -13,4 +13,5 @@ __all__ = ["client_for"]
 
 def client_for(args: argparse.Namespace, env: Mapping[str, str]) -> Client:
     credentials = load_credentials(getattr(args, "url", None), getattr(args, "api_key", None), env)
-    return Client(credentials.url, credentials.api_key, timeout=getattr(args, "timeout", None) or 60.0)
+    # Shorter backoff than a library's: a person is waiting for the answer (3 retries in about 2 s).
+    return Client(credentials.url, credentials.api_key, timeout=60.0, backoff=0.25)

@@ -135,6 +135,8 @@ async def test_errors_are_one_line_for_every_kind_of_failure(runtime_api: Api, o
     down.env["CORRAL_API_URL"] = "http://127.0.0.1:9"
     code, _out, err = await down("sandboxes", "list")
     assert code == 1 and err.startswith("error: CONNECTION_ERROR: ") and len(err.strip().splitlines()) == 1
+    code, _out, err = await cli("sandboxes", "list", "--url", "not a url")
+    assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
 
 
 async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
