@@ -37,6 +37,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as `python tools/gen_client.py`: this checkout's corral, not an installed one
+    sys.path.insert(0, str(ROOT))
+
+from corral.http import api_document  # noqa: E402 - after the path is set
+
 TARGET = ROOT / "corral" / "client" / "_generated.py"
 PREFIX = "/api/v1"
 VERBS = {"GET": "get", "PUT": "set", "PATCH": "update", "DELETE": "delete", "POST": ""}
@@ -365,8 +370,6 @@ def render(document: dict[str, Any]) -> str:
 
 
 def generate() -> str:
-    from corral.http import api_document
-
     return render(api_document())
 
 
@@ -388,5 +391,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     sys.exit(main())
