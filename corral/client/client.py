@@ -18,6 +18,7 @@ from __future__ import annotations
 import posixpath
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from ._generated import AsyncOperations, Operations
 from .config import load_credentials
 from .errors import ResourceFailed, WaitTimeout
 from .sse import Event
-from .terminal import Terminal
+from .terminal import AsyncTerminal, Terminal, open_async_terminal
 
 __all__ = ["AsyncClient", "AsyncProcessRun", "Client", "OutputLine", "ProcessRun", "unwrap"]
 
@@ -253,6 +254,27 @@ class AsyncClient(AsyncOperations):
 
     async def health(self) -> Any:
         return (await self.request("GET", self.base_url + "/healthz", auth=False)).json()
+
+    async def iterate(self, operation: Callable[..., Any], /, **arguments: Any) -> AsyncIterator[Any]:
+        """Every item of a `limit`/`cursor` list, page after page."""
+        cursor = None
+        while True:
+            body = await (operation(**arguments, cursor=cursor) if cursor else operation(**arguments))
+            for item in unwrap(body):
+                yield item
+            cursor = body.get("next_cursor") if isinstance(body, dict) else None
+            if not cursor:
+                return
+
+    @asynccontextmanager
+    async def terminal(
+        self, computer_id: str, *, cols: int = 80, rows: int = 24, shell: str | None = None, connect_to: str | None = None
+    ) -> AsyncIterator[AsyncTerminal]:
+        """A new shell on a PTY in the computer (trio): `async with client.terminal(id) as term`."""
+        extra: dict[str, Any] = {"shell": shell} if shell else {}
+        session = unwrap(await self.computer_terminal(computer_id, cols=cols, rows=rows, **extra))
+        async with open_async_terminal(session["ws_url"], connect_to=connect_to) as term:
+            yield term
 
     async def wait_for(
         self,

@@ -113,13 +113,19 @@ async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenan
             return term.read_until(b"30 100", timeout=20)
 
     assert b"hi-42" in await in_thread(blocking)
-    async with async_client(runtime_api, owner.key) as corral:
-        session = unwrap(await corral.computer_terminal(computer["id"]))
-    async with open_async_terminal(session["ws_url"]) as term:
+    async with async_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"]) as term:
         await term.read_until(b"# ", timeout=20)
         await term.resize(120, 40)
         await term.send("stty size\n")
         assert b"40 120" in await term.read_until(b"40 120", timeout=20)
+    async with async_client(runtime_api, owner.key) as corral:
+        session = unwrap(await corral.computer_terminal(computer["id"]))
+    async with open_async_terminal(session["ws_url"]) as term:  # any session's URL
+        await term.read_until(b"# ", timeout=20)
+        await term.send(b"exit\n")
+        with trio.fail_after(20):
+            while await term.recv() is not None:
+                pass  # until the shell's exit closes the socket
 
 
 @pytest.fixture
