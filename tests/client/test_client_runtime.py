@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from corral.client import AsyncClient, Conflict, NotFound, OutputLine, open_async_terminal, unwrap
+from corral.client import (
+    AsyncClient,
+    Conflict,
+    NotFound,
+    OutputLine,
+    PayloadTooLarge,
+    open_async_terminal,
+    unwrap,
+)
 from tests.client.proxy import cuttable_proxy
 from tests.client.support import async_client, in_thread, sync_client
 from tests.support import Api, Tenant
@@ -71,6 +79,12 @@ async def test_files_up_and_down(runtime_api: Api, owner: Tenant, tmp_path: Path
         assert await corral.download(box["id"], "/workspace/hello.txt") == b"hello"
         with pytest.raises(NotFound):
             await corral.download(box["id"], "/workspace/missing.txt")
+        limit = 10 * 1024 * 1024  # the files API's upload limit
+        await corral.upload(box["id"], b"x" * limit, "/workspace/max.bin")
+        assert len(await corral.download(box["id"], "/workspace/max.bin")) == limit
+        with pytest.raises(PayloadTooLarge) as too_large:
+            await corral.upload(box["id"], b"x" * (limit + 1), "/workspace/over.bin")
+        assert too_large.value.code == "FILE_TOO_LARGE"
 
 
 async def test_event_streams_with_tickets_and_last_event_id(runtime_api: Api, owner: Tenant) -> None:
