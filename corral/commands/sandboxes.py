@@ -143,7 +143,7 @@ def ls(ctx: Context) -> int:
     method = ctx.client.get_computer_files if _kind(args) == "computer" else ctx.client.get_sandbox_files
     body = method(args.id, path=args.path)
     entries = body.get("files", body.get("entries", unwrap(body))) if isinstance(body, dict) else body
-    ctx.console.table(entries if isinstance(entries, list) else [], ("name", "type", "size", "modified_at"), raw=body)
+    ctx.console.table(entries if isinstance(entries, list) else [], ("permissions", "size_bytes", "modified_at", "name"), raw=body)
     return 0
 
 

@@ -92,7 +92,7 @@ async def test_sandbox_commands_exec_files_processes_previews(runtime_api: Api, 
     local.write_text("uploaded by the cli\n")
     await cli.ok("files", "upload", sid, str(local), "/workspace/notes.txt")
     listing = await cli.ok("files", "ls", sid, "/workspace")
-    assert "notes.txt" in listing
+    assert re.search(r"^-rw\S+ +20 +\S+ +notes.txt$", listing, re.MULTILINE), listing
     back = tmp_path / "back.txt"
     await cli.ok("files", "download", sid, "/workspace/notes.txt", str(back))
     assert back.read_text() == "uploaded by the cli\n"
