@@ -20,7 +20,10 @@ def login(ctx: Context) -> int:
     url = (args.url or ctx.env.get("CORRAL_API_URL") or load_credentials(env=ctx.env).url).rstrip("/")
     key = args.api_key or (None if args.email else ctx.env.get("CORRAL_API_KEY"))
     if key is None:
-        email = args.email or input("email: ")
+        try:
+            email = args.email or input("email: ")
+        except EOFError:
+            raise ValueError("no email given: use --email and --password, or --api-key") from None
         password = args.password or ctx.env.get("CORRAL_PASSWORD") or getpass.getpass("password: ")
         with Client(url, None) as anonymous:
             session = anonymous.auth_login(email=email, password=password)

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from corral.client import EventStream, WaitTimeout, unwrap
+from corral.progress import StageProgress
 
 from .context import Context, key_values, leaf
 from .output import StatusProgress
@@ -57,7 +58,28 @@ def _publish_step(event_type: str, data: Any) -> str:
     return step
 
 
-def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) -> EventStream:
+PUBLISH_STAGES: tuple[tuple[str, str], ...] = (
+    ("starting", "starting"),
+    ("building: build", "running the build command"),
+    ("building: package", "packing the artifact"),
+    ("uploading", "storing the artifact"),
+    ("building: service", "starting the service"),
+    ("completed", "done"),
+)
+"""The steps of a publish (its `deployment.publish.*` events), for the progress bar."""
+
+
+class _Quiet:
+    """No progress display (--json)."""
+
+    def __call__(self, line: str) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+def _follow_publish(ctx: Context, deployment_id: str, progress: StageProgress | _Quiet) -> EventStream:
     """Show `deployment.publish.*` events while the publish request runs (in a thread);
     the stream is connected before the publish starts, so no step is missed."""
     stream = ctx.client.events(API + "/deployments/{id}/events", path={"id": deployment_id}).connect()
@@ -66,7 +88,7 @@ def _follow_publish(ctx: Context, deployment_id: str, progress: StatusProgress) 
         try:
             for event in stream:
                 if event.event.startswith("deployment.publish."):
-                    progress.update(_publish_step(event.event, event.data))
+                    progress(_publish_step(event.event, event.data))
         except Exception:
             return
 
@@ -91,19 +113,17 @@ def publish(ctx: Context) -> int:
         created = unwrap(_call(ctx, "POST", f"/projects/{sandbox['project_id']}/deployments", body={"name": args.name}, idempotent=True))
         deployment_id = created["id"]
         ctx.console.note(f"deployment {deployment_id} ({args.name}) created")
-    progress = StatusProgress(ctx.console, f"publish {deployment_id}")
-    progress.update("starting")
+    progress: StageProgress | _Quiet = _Quiet() if ctx.console.as_json else StageProgress(f"publish {deployment_id}", PUBLISH_STAGES, ctx.console.err)
+    progress("starting")
     stream = _follow_publish(ctx, deployment_id, progress)
     try:
         result = _call(ctx, "POST", f"/deployments/{deployment_id}/publish", body=body, idempotent=True)
-    except Exception:
-        progress.finish("failed")
-        raise
     finally:
         stream.close()
+        progress.finish()
     data = unwrap(result)
     version = data.get("version") or {}
-    progress.finish(f"version {version.get('state', '?')}")
+    ctx.console.note(f"version {version.get('id')}: {version.get('state', '?')}")
     if ctx.console.as_json:
         ctx.console.json(result)
     else:

@@ -32,8 +32,8 @@ async def test_publish_a_sandbox_with_progress(runtime_api: Api, owner: Tenant, 
     assert code == 0, err
     code, out, err = await cli("deployments", "publish", sid, "--name", "cli-site", "--output-path", "/workspace/site")
     assert code == 0, err
-    assert re.search(r"^publish dep_\w+: building", err, re.MULTILINE), err  # the publish's steps, live
-    assert "version ready" in err
+    assert re.search(r"^publish dep_\w+: \[3/6\] packing the artifact$", err, re.MULTILINE), err  # the steps, live
+    assert re.search(r"^version ver_\w+: ready$", err, re.MULTILINE), err
     url = re.search(r"^public_url +(\S+)$", out, re.MULTILINE)[1]  # type: ignore[index]
     deployment = re.search(r"^deployment +(dep_\w+)$", out, re.MULTILINE)[1]  # type: ignore[index]
     host = httpx.URL(url).host
