@@ -101,7 +101,11 @@ def exec_(ctx: Context) -> int:
             target.write(line.line + "\n")
             target.flush()
 
-    code = run.wait(show)
+    try:
+        code = run.wait(show)
+    except KeyboardInterrupt:
+        ctx.client.delete_sandbox_process(args.id, run.pid)  # Ctrl-C stops the command, not only the display
+        raise
     if ctx.console.as_json:
         ctx.console.json({"pid": run.pid, "exit_code": code, "status": run.status, "output": collected})
     return code if isinstance(code, int) and 0 <= code < 256 else 1
