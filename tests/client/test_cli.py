@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import signal
 import stat
 import subprocess
 import sys
@@ -186,3 +187,20 @@ def test_the_installed_command_prints_one_line_not_a_traceback(tmp_path: Path) -
     done = subprocess.run([sys.executable, "-m", "corral", "sandboxes", "list"], capture_output=True, text=True, env=env)
     assert done.returncode == 1
     assert "Traceback" not in done.stderr and done.stderr.startswith("error: CONNECTION_ERROR: "), done.stderr
+
+
+async def test_ctrl_c_stops_the_command_in_the_sandbox(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
+    cli = Cli(runtime_api, tmp_path, owner.key)
+    sid = (await cli.json("sandboxes", "create"))["id"]  # type: ignore[index]
+    command = [sys.executable, "-m", "corral", "exec", sid, "--", "echo ready; sleep 60"]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
+    assert process.stdout is not None and process.stderr is not None
+    seen = b""
+    with trio.fail_after(30):
+        while b"ready" not in seen:
+            seen += await process.stdout.receive_some(1024)
+        process.send_signal(signal.SIGINT)
+        assert await process.wait() == 130
+    assert (await process.stderr.receive_some(1024)).decode().strip() == "error: interrupted"
+    processes = await cli.json("processes", "list", sid)
+    assert isinstance(processes, dict) and processes["data"][0]["status"] == "killed"
