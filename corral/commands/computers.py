@@ -14,8 +14,8 @@ import webbrowser
 from corral.client import Terminal, unwrap
 
 from .context import Context, leaf
-from .output import StatusProgress
 from .sandboxes import command_line
+from .waiting import wait_with_logs
 
 __all__ = ["register"]
 
@@ -23,11 +23,8 @@ COLUMNS = ("id", "name", "status", "template_type", "size", "created_at")
 
 
 def _wait(ctx: Context, id: str, status: str, timeout: float) -> dict[str, object]:
-    progress = StatusProgress(ctx.console, f"computer {id}")
-    try:
-        return ctx.client.wait_for("computer", id, status, timeout=timeout, on_change=progress)
-    finally:
-        progress.finish()
+    """Wait with the computer's service log (X server, VNC, app installs) as the progress detail."""
+    return wait_with_logs(ctx, "computer", id, status, timeout, "/api/v1/computers/{id}/logs/stream")
 
 
 def create(ctx: Context) -> int:

@@ -6,6 +6,7 @@ Every command writes through a `Console`, so tests capture output without touchi
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -81,6 +82,7 @@ class StatusProgress:
         self.started = time.monotonic()
         self.interactive = console.err.isatty() and not console.as_json
         self.last: str | None = None
+        self.latest = ""
         self.ticks = 0
 
     def __call__(self, status: str | None) -> None:
@@ -89,13 +91,27 @@ class StatusProgress:
     def update(self, status: str) -> None:
         elapsed = time.monotonic() - self.started
         if self.interactive:
-            self.ticks += 1
-            frame = self.FRAMES[self.ticks % len(self.FRAMES)]
-            self.console.err.write(f"\r{frame} {self.title}: {status:<40} {elapsed:5.1f}s")
-            self.console.err.flush()
+            self._draw(status, elapsed)
         elif status != self.last:
             self.console.note(f"{self.title}: {status} ({elapsed:.1f}s)")
         self.last = status
+
+    def detail(self, line: str) -> None:
+        """What the resource is doing now (a log line): beside the status on a terminal,
+        as its own indented line otherwise."""
+        self.latest = line
+        if self.interactive:
+            self._draw(self.last or "", time.monotonic() - self.started)
+        else:
+            self.console.note(f"  {line}")
+
+    def _draw(self, status: str, elapsed: float) -> None:
+        self.ticks += 1
+        frame = self.FRAMES[self.ticks % len(self.FRAMES)]
+        width = max(20, shutil.get_terminal_size().columns - len(self.title) - 30)
+        text = f"{status} {self.latest}".strip()[:width]
+        self.console.err.write(f"\r{frame} {self.title}: {text:<{width}} {elapsed:5.1f}s")
+        self.console.err.flush()
 
     def finish(self, status: str | None = None) -> None:
         if status:

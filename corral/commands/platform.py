@@ -17,6 +17,7 @@ from corral.progress import StageProgress
 
 from .context import Context, key_values, leaf
 from .output import StatusProgress
+from .waiting import wait_with_logs
 
 __all__ = ["register"]
 
@@ -174,11 +175,7 @@ def databases_create(ctx: Context) -> int:
     body: dict[str, Any] = {"name": args.name, "engine": "postgresql", "size": args.size}
     database = unwrap(_call(ctx, "POST", "/databases", body=body, idempotent=True))
     if args.wait:
-        progress = StatusProgress(ctx.console, f"database {database['id']}")
-        try:
-            database = ctx.client.wait_for("database", database["id"], "running", timeout=args.timeout, on_change=progress)
-        finally:
-            progress.finish()
+        database = wait_with_logs(ctx, "database", database["id"], "running", args.timeout, API + "/databases/{id}/logs/stream")
     ctx.console.record(database)
     return 0
 
