@@ -196,7 +196,7 @@ async def test_ctrl_c_stops_the_command_in_the_sandbox(runtime_api: Api, owner: 
     process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
     assert process.stdout is not None and process.stderr is not None
     seen = b""
-    with trio.fail_after(30):
+    with trio.fail_after(90):
         while b"ready" not in seen:
             seen += await process.stdout.receive_some(1024)
         process.send_signal(signal.SIGINT)

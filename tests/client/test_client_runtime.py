@@ -122,22 +122,22 @@ async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenan
 
     def blocking() -> bytes:
         with sync_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"], cols=100, rows=30) as term:
-            term.read_until(b"# ", timeout=20)
+            term.read_until(b"# ", timeout=60)
             term.send(b"echo hi-$((6*7)); stty size\n")
-            return term.read_until(b"30 100", timeout=20)
+            return term.read_until(b"30 100", timeout=60)
 
     assert b"hi-42" in await in_thread(blocking)
     async with async_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"]) as term:
-        await term.read_until(b"# ", timeout=20)
+        await term.read_until(b"# ", timeout=60)
         await term.resize(120, 40)
         await term.send("stty size\n")
-        assert b"40 120" in await term.read_until(b"40 120", timeout=20)
+        assert b"40 120" in await term.read_until(b"40 120", timeout=60)
     async with async_client(runtime_api, owner.key) as corral:
         session = unwrap(await corral.computer_terminal(computer["id"]))
     async with open_async_terminal(session["ws_url"]) as term:  # any session's URL
-        await term.read_until(b"# ", timeout=20)
+        await term.read_until(b"# ", timeout=60)
         await term.send(b"exit\n")
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             while await term.recv() is not None:
                 pass  # until the shell's exit closes the socket
 
@@ -155,7 +155,7 @@ async def test_a_dropped_stream_reconnects_with_last_event_id(runtime_api: Api, 
     async with cuttable_proxy(runtime_api.platform.settings.port) as proxy:
         through = AsyncClient(f"http://127.0.0.1:{proxy.port}", owner.key)
         seen = []
-        with trio.fail_after(30):
+        with trio.fail_after(90):
             async with through.stream_sandbox_events(sid) as stream:
                 await direct.sandbox_exec(sid, command="echo one")
                 async for event in stream:
