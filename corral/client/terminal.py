@@ -95,10 +95,11 @@ class Terminal:
             if not data:
                 raise CorralConnectionError(f"terminal {netloc}: the connection closed during the handshake")
             self._ws.receive_data(data)
+            accepted = False
             for event in self._ws.events():
                 if isinstance(event, AcceptConnection):
-                    return
-                if isinstance(event, RejectConnection):
+                    accepted = True  # and keep going: output may have come in the same bytes
+                elif isinstance(event, RejectConnection):
                     status = event.status_code
                     if not event.has_body:
                         raise _refused(status, body)
@@ -108,6 +109,8 @@ class Terminal:
                         raise _refused(status, body)
                 else:
                     self._handle(event)
+            if accepted:
+                return
 
     def _handle(self, event: object) -> None:
         if isinstance(event, BytesMessage | TextMessage):

@@ -11,9 +11,11 @@ import trio
 from corral.client import (
     AsyncClient,
     Conflict,
+    CorralError,
     NotFound,
     OutputLine,
     PayloadTooLarge,
+    Terminal,
     open_async_terminal,
     unwrap,
 )
@@ -127,6 +129,17 @@ async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenan
             return term.read_until(b"30 100", timeout=60)
 
     assert b"hi-42" in await in_thread(blocking)
+
+    def refused() -> CorralError:
+        with sync_client(runtime_api, owner.key) as corral:
+            url = unwrap(corral.computer_terminal(computer["id"]))["ws_url"]
+        try:
+            Terminal(url.split("?auth=")[0] + "?auth=wrong")
+        except CorralError as error:
+            return error
+        raise AssertionError("a wrong stream token opened a terminal")
+
+    assert (await in_thread(refused)).status == 401  # refused before the upgrade
     async with async_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"]) as term:
         await term.read_until(b"# ", timeout=60)
         await term.resize(120, 40)
