@@ -114,10 +114,16 @@ async def test_sandbox_commands_exec_files_processes_previews(runtime_api: Api, 
     assert share_id in await cli.ok("previews", "shares", "list", sid)
     await cli.ok("previews", "shares", "delete", sid, share_id)
 
+    token = await cli.json("previews", "token", sid)
+    assert isinstance(token, dict) and token["data"]["token"].startswith("mp_")
+
     stopped = await cli.json("sandboxes", "stop", sid, "--wait")
-    assert isinstance(stopped, dict)
+    assert isinstance(stopped, dict) and stopped["status"] == "stopped"
     code, out, err = await cli("exec", sid, "--", "true")
     assert code == 1 and ERROR_LINE.match(err.strip()) and "SANDBOX_NOT_RUNNING" in err
+    started_again = await cli.json("sandboxes", "start", sid, "--wait")
+    assert isinstance(started_again, dict) and started_again["status"] == "running"
+    assert (await cli("exec", sid, "--", "cat /workspace/notes.txt"))[1] == "uploaded by the cli\n"  # files kept
     await cli.ok("sandboxes", "delete", sid)
     code, out, err = await cli("sandboxes", "get", sid)
     assert code == 1 and out == "" and ERROR_LINE.match(err.strip()) and "NOT_FOUND" in err
@@ -204,3 +210,21 @@ async def test_ctrl_c_stops_the_command_in_the_sandbox(runtime_api: Api, owner: 
     assert (await process.stderr.receive_some(1024)).decode().strip() == "error: interrupted"
     processes = await cli.json("processes", "list", sid)
     assert isinstance(processes, dict) and processes["data"][0]["status"] == "killed"
+
+
+async def test_logs_follow_a_sandbox_live(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
+    cli = Cli(runtime_api, tmp_path, owner.key)
+    sid = (await cli.json("sandboxes", "create"))["id"]  # type: ignore[index]
+    command = [sys.executable, "-m", "corral", "logs", sid]
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
+    assert process.stdout is not None
+    seen = b""
+    with trio.fail_after(90):
+        while b"live-line-2" not in seen:  # the stream is live: write until the follower shows it
+            await cli.ok("exec", sid, "--", "echo live-line-1; echo live-line-2 >&2")
+            with trio.move_on_after(2):
+                while b"live-line-2" not in seen:
+                    seen += await process.stdout.receive_some(1024)
+        process.send_signal(signal.SIGINT)
+        assert await process.wait() == 130
+    assert b"live-line-1\n" in seen
