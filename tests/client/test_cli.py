@@ -169,8 +169,15 @@ async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path
     )
     assert shell.returncode == 0, shell.stderr
     assert b"shell-42" in shell.stdout
-    await cli.ok("computers", "stop", cid, "--wait")
+    paused = await cli.json("computers", "pause", cid, "--wait")
+    assert isinstance(paused, dict) and paused["status"] == "paused"
+    resumed = await cli.json("computers", "start", cid, "--wait")
+    assert isinstance(resumed, dict) and resumed["status"] == "running"
+    stopped = await cli.json("computers", "stop", cid, "--wait")
+    assert isinstance(stopped, dict) and stopped["status"] == "stopped"
     await cli.ok("computers", "delete", cid)
+    code, _out, err = await cli("computers", "get", cid)
+    assert code == 1 and ERROR_LINE.match(err.strip()), err
 
 
 def test_completion_scripts_cover_every_command(tmp_path: Path) -> None:
