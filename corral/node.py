@@ -27,13 +27,14 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import billing, computers, databases, egress, instances, sandboxes
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
+from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
@@ -45,6 +46,7 @@ from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig, gateway_address
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
+from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.storage import (
     BlobStore,
     Database,
@@ -56,6 +58,7 @@ from corral.storage import (
     open_database,
 )
 from corral.vm import EgressTrust
+from corral.vm.postgres import PostgresDriver, traversable
 
 log = logging.getLogger("corral")
 
@@ -105,6 +108,8 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    databases: DatabaseNode = field(init=False)
+    """This node's database servers, their connection proxy and access rules."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -162,6 +167,31 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def database_dir(settings: Settings) -> Path:
+    """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
+    reach it, else a directory of this data directory's own under /var/lib/corral."""
+    if settings.database_dir is not None:
+        return Path(settings.database_dir).absolute()
+    default = Path(settings.data_dir) / "databases"
+    if traversable(default):
+        return default
+    digest = hashlib.sha256(str(Path(settings.data_dir).absolute()).encode()).hexdigest()[:12]
+    return Path("/var/lib/corral") / f"databases-{digest}"
+
+
+def database_node(settings: Settings) -> DatabaseNode:
+    """The database servers' runtime, their proxy (URL host and bridge address) and access rules."""
+    host = settings.database_host or (settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+    return DatabaseNode(
+        driver=PostgresDriver(database_dir(settings), f"{settings.cgroup_parent}-db"),
+        proxy=DatabaseProxy(),
+        access=DatabaseAccess(settings.nft_table, gateway_address(settings.subnet)),
+        host=host,
+        internal_host=gateway_address(settings.subnet),
+        ports=databases.parse_ports(settings.database_ports),
+    )
+
+
 def egress_proxy(settings: Settings) -> EgressProxy | None:
     """The node's egress proxy on the bridge address, with its CA under the data directory."""
     if not settings.egress_proxy:
@@ -190,6 +220,7 @@ async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
     platform.system.register(*sandboxes.ACTORS)
+    platform.system.register(*databases.ACTORS)
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
     if platform.settings.prepare_templates:
@@ -212,6 +243,7 @@ async def _start_parts(platform: Platform) -> None:
         lambda: EGRESS_PRUNE_SECONDS,
         "egress audit retention",
     )
+    await databases.start_background(platform)
 
 
 @contextlib.asynccontextmanager
@@ -241,6 +273,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 blobs=LocalBlobStore(data_dir / "blobs"),
                 egress_proxy=proxy,
             )
+            platform.databases = database_node(settings)
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,

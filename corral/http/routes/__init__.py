@@ -15,6 +15,8 @@ from . import (
     computer_streams,
     computers,
     credits,
+    database_ops,
+    databases,
     egress,
     egress_oauth,
     invite_pages,
@@ -45,4 +47,5 @@ def all_routers() -> list[Router]:
         computer_snapshots.router,
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
-        network_policy.router, egress.router, egress_oauth.router]
+        network_policy.router, egress.router, egress_oauth.router,
+        databases.router, database_ops.router]
