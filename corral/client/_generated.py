@@ -58,6 +58,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_computer_cua_session_action': ('POST', '/api/v1/computers/{id}/cua/sessions/{session_id}/actions'),
     'create_computer_env': ('POST', '/api/v1/computers/{id}/env'),
     'create_computer_snapshot': ('POST', '/api/v1/computers/{id}/snapshots'),
+    'create_database': ('POST', '/api/v1/databases'),
+    'create_database_backup': ('POST', '/api/v1/databases/{id}/backups'),
+    'create_database_replica': ('POST', '/api/v1/databases/{id}/replicas'),
     'create_egress_allowlist': ('POST', '/api/v1/egress/allowlist'),
     'create_egress_binding': ('POST', '/api/v1/egress/bindings'),
     'create_egress_oauth_admin_provider': ('POST', '/api/v1/egress/oauth/admin/providers'),
@@ -72,12 +75,22 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_workspace': ('POST', '/api/v1/workspaces'),
     'create_workspace_invite': ('POST', '/api/v1/workspaces/{id}/invites'),
     'create_workspace_member': ('POST', '/api/v1/workspaces/{id}/members'),
+    'database_branch': ('POST', '/api/v1/databases/{id}/branch'),
+    'database_credentials_rotate': ('POST', '/api/v1/databases/{id}/credentials/rotate'),
+    'database_move': ('POST', '/api/v1/databases/{id}/move'),
+    'database_resize_compute': ('POST', '/api/v1/databases/{id}/resize-compute'),
+    'database_restart': ('POST', '/api/v1/databases/{id}/restart'),
+    'database_restore': ('POST', '/api/v1/databases/{id}/restore'),
+    'database_start': ('POST', '/api/v1/databases/{id}/start'),
+    'database_stop': ('POST', '/api/v1/databases/{id}/stop'),
+    'database_wake': ('POST', '/api/v1/databases/{id}/wake'),
     'delete_api_key': ('DELETE', '/api/v1/api-keys/{id}'),
     'delete_computer': ('DELETE', '/api/v1/computers/{id}'),
     'delete_computer_env': ('DELETE', '/api/v1/computers/{id}/env/{name}'),
     'delete_computer_files': ('DELETE', '/api/v1/computers/{id}/files'),
     'delete_computer_network_policy': ('DELETE', '/api/v1/computers/{id}/network-policy'),
     'delete_computer_snapshot': ('DELETE', '/api/v1/computers/{id}/snapshots/{snapshot_id}'),
+    'delete_database': ('DELETE', '/api/v1/databases/{id}'),
     'delete_egress_allowlist': ('DELETE', '/api/v1/egress/allowlist/{id}'),
     'delete_egress_binding': ('DELETE', '/api/v1/egress/bindings/{id}'),
     'delete_egress_oauth_admin_provider': ('DELETE', '/api/v1/egress/oauth/admin/providers/{id}'),
@@ -122,6 +135,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'get_credits_balance': ('GET', '/api/v1/credits/balance'),
     'get_credits_transactions': ('GET', '/api/v1/credits/transactions'),
     'get_credits_usage': ('GET', '/api/v1/credits/usage'),
+    'get_database': ('GET', '/api/v1/databases/{id}'),
+    'get_database_backup': ('GET', '/api/v1/databases/{id}/backups/{backup_id}'),
+    'get_database_credentials': ('GET', '/api/v1/databases/{id}/credentials'),
+    'get_database_logs': ('GET', '/api/v1/databases/{id}/logs'),
+    'get_database_metrics': ('GET', '/api/v1/databases/{id}/metrics'),
+    'get_database_replicas': ('GET', '/api/v1/databases/{id}/replicas'),
+    'get_database_restores': ('GET', '/api/v1/databases/{id}/restores'),
     'get_egress_audit': ('GET', '/api/v1/egress/audit/{id}'),
     'get_egress_audit_suggestions': ('GET', '/api/v1/egress/audit/suggestions'),
     'get_egress_oauth_callback': ('GET', '/api/v1/egress/oauth/callback'),
@@ -160,6 +180,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'list_computer_env': ('GET', '/api/v1/computers/{id}/env'),
     'list_computer_snapshots': ('GET', '/api/v1/computers/{id}/snapshots'),
     'list_computers': ('GET', '/api/v1/computers'),
+    'list_database_backups': ('GET', '/api/v1/databases/{id}/backups'),
+    'list_databases': ('GET', '/api/v1/databases'),
     'list_egress_allowlist': ('GET', '/api/v1/egress/allowlist'),
     'list_egress_audit': ('GET', '/api/v1/egress/audit'),
     'list_egress_bindings': ('GET', '/api/v1/egress/bindings'),
@@ -200,6 +222,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'stream_computer_cua_session_events': ('GET', '/api/v1/computers/{id}/cua/sessions/{session_id}/events'),
     'stream_computer_events': ('GET', '/api/v1/computers/{id}/events'),
     'stream_computer_logs': ('GET', '/api/v1/computers/{id}/logs/stream'),
+    'stream_database_logs': ('GET', '/api/v1/databases/{id}/logs/stream'),
     'stream_sandbox_events': ('GET', '/api/v1/sandboxes/{id}/events'),
     'stream_sandbox_events_stream': ('GET', '/api/v1/sandboxes/{id}/events/stream'),
     'stream_sandbox_logs': ('GET', '/api/v1/sandboxes/{id}/logs/stream'),
@@ -517,6 +540,30 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/computers/{id}/snapshots', path={'id': id}, body={'name': name}, request_timeout=request_timeout)
 
+    def create_database(self, *, name: str, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, engine: str | Unset = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, auto_suspend_seconds: int | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a PostgreSQL database (202, status creating; running within about a second).
+
+        `POST /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases', body={'workspace_id': workspace_id, 'workspace_slug': workspace_slug, 'workspace_name': workspace_name, 'project_id': project_id, 'project_slug': project_slug, 'project_name': project_name, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id, 'name': name, 'engine': engine, 'size': size, 'auto_suspend_seconds': auto_suspend_seconds}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def create_database_backup(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """An on-demand backup (pg_basebackup into the blob store; 202, running).
+
+        `POST /api/v1/databases/{id}/backups`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.backup`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/backups', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def create_database_replica(self, id: str, *, name: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A streaming, read-only replica of this running primary (202, creating).
+
+        `POST /api/v1/databases/{id}/replicas`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.replica`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/replicas', path={'id': id}, body={'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def create_egress_allowlist(self, *, policy_id: str, pattern: str, kind: Literal['exact', 'wildcard', 'cidr'], method: str | Unset | None = UNSET, path_glob: str | Unset | None = UNSET, action: Literal['allow', 'deny'] | Unset = UNSET, warn_only: bool | Unset = UNSET, priority: int | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Add an allowlist rule to a policy.
 
@@ -615,6 +662,78 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/workspaces/{id}/members', path={'id': id}, body={'user_id': user_id, 'role': role}, request_timeout=request_timeout)
 
+    def database_branch(self, id: str, *, name: str, auto_suspend_seconds: int | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new independent database with this one's data at this moment (202, creating).
+
+        `POST /api/v1/databases/{id}/branch`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.branch`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/branch', path={'id': id}, body={'name': name, 'auto_suspend_seconds': auto_suspend_seconds}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_credentials_rotate(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new password; the old one stops working for new connections.
+
+        `POST /api/v1/databases/{id}/credentials/rotate`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.rotate_credentials`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/credentials/rotate', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_move(self, id: str, *, region: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Another region (running: the server restarts there).
+
+        `POST /api/v1/databases/{id}/move`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.move`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/move', path={'id': id}, body={'region': region}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_resize_compute(self, id: str, *, size: Literal['small', 'medium', 'large'], idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new size (running: the server restarts with the new limits).
+
+        `POST /api/v1/databases/{id}/resize-compute`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.resize`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/resize-compute', path={'id': id}, body={'size': size}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_restart(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Restart the running server.
+
+        `POST /api/v1/databases/{id}/restart`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.restart`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/restart', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_restore(self, id: str, *, backup_id: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Make the database's contents a completed backup's (of it or another of the tenant's; 202, running).
+
+        `POST /api/v1/databases/{id}/restore`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.restore`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/restore', path={'id': id}, body={'backup_id': backup_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_start(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Start a stopped, suspended or failed database.
+
+        `POST /api/v1/databases/{id}/start`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.start`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/start', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_stop(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Stop the server; the data is kept.
+
+        `POST /api/v1/databases/{id}/stop`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.stop`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/stop', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def database_wake(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Start a suspended database; a running one is answered unchanged.
+
+        `POST /api/v1/databases/{id}/wake`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.wake`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/databases/{id}/wake', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def delete_api_key(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke a key: irreversible, refused from the next request on.
 
@@ -656,6 +775,13 @@ class Operations(SyncBase):
         `DELETE /api/v1/computers/{id}/snapshots/{snapshot_id}`. Bearer API key or JWT access token. Scope: `computers:write`. Audited as `computers.snapshots.delete`.
         """
         return self._call('DELETE', '/api/v1/computers/{id}/snapshots/{snapshot_id}', path={'id': id, 'snapshot_id': snapshot_id}, request_timeout=request_timeout)
+
+    def delete_database(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Stop the server, destroy its data, free its port.
+
+        `DELETE /api/v1/databases/{id}`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.delete`.
+        """
+        return self._call('DELETE', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
 
     def delete_egress_allowlist(self, id: str, *, request_timeout: float | None = None) -> None:
         """Remove an allowlist rule.
@@ -965,6 +1091,55 @@ class Operations(SyncBase):
         """
         return self._call('GET', '/api/v1/credits/usage', query={'from': from_, 'to': to}, request_timeout=request_timeout)
 
+    def get_database(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One database.
+
+        `GET /api/v1/databases/{id}`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    def get_database_backup(self, id: str, backup_id: str, *, request_timeout: float | None = None) -> Any:
+        """One backup (404 BACKUP_NOT_FOUND).
+
+        `GET /api/v1/databases/{id}/backups/{backup_id}`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/backups/{backup_id}', path={'id': id, 'backup_id': backup_id}, request_timeout=request_timeout)
+
+    def get_database_credentials(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The connection contract: {host, port, database, user, password, url, internal_url, sslmode}.
+
+        `GET /api/v1/databases/{id}/credentials`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/credentials', path={'id': id}, request_timeout=request_timeout)
+
+    def get_database_logs(self, id: str, *, tail: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The server's last log lines: {lines: [{line, ts}]}.
+
+        `GET /api/v1/databases/{id}/logs`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/logs', path={'id': id}, query={'tail': tail}, request_timeout=request_timeout)
+
+    def get_database_metrics(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """{connections, size_bytes, transactions_per_second, cpu_percent: [{ts, value}], memory_percent: [{ts, value}]}.
+
+        `GET /api/v1/databases/{id}/metrics`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/metrics', path={'id': id}, request_timeout=request_timeout)
+
+    def get_database_replicas(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The primary's replicas.
+
+        `GET /api/v1/databases/{id}/replicas`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/replicas', path={'id': id}, request_timeout=request_timeout)
+
+    def get_database_restores(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The restores into the database, newest first.
+
+        `GET /api/v1/databases/{id}/restores`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/restores', path={'id': id}, request_timeout=request_timeout)
+
     def get_egress_audit(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One audit event.
 
@@ -1230,6 +1405,20 @@ class Operations(SyncBase):
         `GET /api/v1/computers`. Bearer API key or JWT access token. Scope: `computers:read`.
         """
         return self._call('GET', '/api/v1/computers', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
+
+    def list_database_backups(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The database's backups, newest first.
+
+        `GET /api/v1/databases/{id}/backups`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases/{id}/backups', path={'id': id}, request_timeout=request_timeout)
+
+    def list_databases(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, external_project_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's databases (replicas included), newest first.
+
+        `GET /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return self._call('GET', '/api/v1/databases', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
 
     def list_egress_allowlist(self, *, policy_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Allowlist rules, in the order they are tried.
@@ -1513,6 +1702,14 @@ class Operations(SyncBase):
         Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
         """
         return self._events('/api/v1/computers/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
+
+    def stream_database_logs(self, id: str, *, tail: str | int | None = None, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
+        """SSE: `log` events {line, ts}: the last `tail` lines, then live.
+
+        `GET /api/v1/databases/{id}/logs/stream`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `databases:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/databases/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
 
     def stream_sandbox_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
         """SSE: the sandbox's events (lifecycle, exec, processes, preview, idle).
@@ -1928,6 +2125,30 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/computers/{id}/snapshots', path={'id': id}, body={'name': name}, request_timeout=request_timeout)
 
+    async def create_database(self, *, name: str, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, engine: str | Unset = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, auto_suspend_seconds: int | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a PostgreSQL database (202, status creating; running within about a second).
+
+        `POST /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases', body={'workspace_id': workspace_id, 'workspace_slug': workspace_slug, 'workspace_name': workspace_name, 'project_id': project_id, 'project_slug': project_slug, 'project_name': project_name, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id, 'name': name, 'engine': engine, 'size': size, 'auto_suspend_seconds': auto_suspend_seconds}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def create_database_backup(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """An on-demand backup (pg_basebackup into the blob store; 202, running).
+
+        `POST /api/v1/databases/{id}/backups`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.backup`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/backups', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def create_database_replica(self, id: str, *, name: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A streaming, read-only replica of this running primary (202, creating).
+
+        `POST /api/v1/databases/{id}/replicas`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.replica`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/replicas', path={'id': id}, body={'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def create_egress_allowlist(self, *, policy_id: str, pattern: str, kind: Literal['exact', 'wildcard', 'cidr'], method: str | Unset | None = UNSET, path_glob: str | Unset | None = UNSET, action: Literal['allow', 'deny'] | Unset = UNSET, warn_only: bool | Unset = UNSET, priority: int | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Add an allowlist rule to a policy.
 
@@ -2026,6 +2247,78 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/workspaces/{id}/members', path={'id': id}, body={'user_id': user_id, 'role': role}, request_timeout=request_timeout)
 
+    async def database_branch(self, id: str, *, name: str, auto_suspend_seconds: int | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new independent database with this one's data at this moment (202, creating).
+
+        `POST /api/v1/databases/{id}/branch`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.branch`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/branch', path={'id': id}, body={'name': name, 'auto_suspend_seconds': auto_suspend_seconds}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_credentials_rotate(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new password; the old one stops working for new connections.
+
+        `POST /api/v1/databases/{id}/credentials/rotate`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.rotate_credentials`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/credentials/rotate', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_move(self, id: str, *, region: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Another region (running: the server restarts there).
+
+        `POST /api/v1/databases/{id}/move`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.move`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/move', path={'id': id}, body={'region': region}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_resize_compute(self, id: str, *, size: Literal['small', 'medium', 'large'], idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new size (running: the server restarts with the new limits).
+
+        `POST /api/v1/databases/{id}/resize-compute`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.resize`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/resize-compute', path={'id': id}, body={'size': size}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_restart(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Restart the running server.
+
+        `POST /api/v1/databases/{id}/restart`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.restart`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/restart', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_restore(self, id: str, *, backup_id: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Make the database's contents a completed backup's (of it or another of the tenant's; 202, running).
+
+        `POST /api/v1/databases/{id}/restore`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.restore`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/restore', path={'id': id}, body={'backup_id': backup_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_start(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Start a stopped, suspended or failed database.
+
+        `POST /api/v1/databases/{id}/start`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.start`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/start', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_stop(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Stop the server; the data is kept.
+
+        `POST /api/v1/databases/{id}/stop`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.stop`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/stop', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def database_wake(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Start a suspended database; a running one is answered unchanged.
+
+        `POST /api/v1/databases/{id}/wake`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.wake`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/databases/{id}/wake', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def delete_api_key(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke a key: irreversible, refused from the next request on.
 
@@ -2067,6 +2360,13 @@ class AsyncOperations(AsyncBase):
         `DELETE /api/v1/computers/{id}/snapshots/{snapshot_id}`. Bearer API key or JWT access token. Scope: `computers:write`. Audited as `computers.snapshots.delete`.
         """
         return await self._call('DELETE', '/api/v1/computers/{id}/snapshots/{snapshot_id}', path={'id': id, 'snapshot_id': snapshot_id}, request_timeout=request_timeout)
+
+    async def delete_database(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Stop the server, destroy its data, free its port.
+
+        `DELETE /api/v1/databases/{id}`. Bearer API key or JWT access token. Scope: `databases:write`. Audited as `databases.delete`.
+        """
+        return await self._call('DELETE', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
 
     async def delete_egress_allowlist(self, id: str, *, request_timeout: float | None = None) -> None:
         """Remove an allowlist rule.
@@ -2376,6 +2676,55 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('GET', '/api/v1/credits/usage', query={'from': from_, 'to': to}, request_timeout=request_timeout)
 
+    async def get_database(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One database.
+
+        `GET /api/v1/databases/{id}`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_database_backup(self, id: str, backup_id: str, *, request_timeout: float | None = None) -> Any:
+        """One backup (404 BACKUP_NOT_FOUND).
+
+        `GET /api/v1/databases/{id}/backups/{backup_id}`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/backups/{backup_id}', path={'id': id, 'backup_id': backup_id}, request_timeout=request_timeout)
+
+    async def get_database_credentials(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The connection contract: {host, port, database, user, password, url, internal_url, sslmode}.
+
+        `GET /api/v1/databases/{id}/credentials`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/credentials', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_database_logs(self, id: str, *, tail: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The server's last log lines: {lines: [{line, ts}]}.
+
+        `GET /api/v1/databases/{id}/logs`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/logs', path={'id': id}, query={'tail': tail}, request_timeout=request_timeout)
+
+    async def get_database_metrics(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """{connections, size_bytes, transactions_per_second, cpu_percent: [{ts, value}], memory_percent: [{ts, value}]}.
+
+        `GET /api/v1/databases/{id}/metrics`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/metrics', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_database_replicas(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The primary's replicas.
+
+        `GET /api/v1/databases/{id}/replicas`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/replicas', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_database_restores(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The restores into the database, newest first.
+
+        `GET /api/v1/databases/{id}/restores`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/restores', path={'id': id}, request_timeout=request_timeout)
+
     async def get_egress_audit(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One audit event.
 
@@ -2641,6 +2990,20 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/computers`. Bearer API key or JWT access token. Scope: `computers:read`.
         """
         return await self._call('GET', '/api/v1/computers', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
+
+    async def list_database_backups(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The database's backups, newest first.
+
+        `GET /api/v1/databases/{id}/backups`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases/{id}/backups', path={'id': id}, request_timeout=request_timeout)
+
+    async def list_databases(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, external_project_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's databases (replicas included), newest first.
+
+        `GET /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:read`.
+        """
+        return await self._call('GET', '/api/v1/databases', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
 
     async def list_egress_allowlist(self, *, policy_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Allowlist rules, in the order they are tried.
@@ -2924,6 +3287,14 @@ class AsyncOperations(AsyncBase):
         Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
         """
         return self._events('/api/v1/computers/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
+
+    def stream_database_logs(self, id: str, *, tail: str | int | None = None, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
+        """SSE: `log` events {line, ts}: the last `tail` lines, then live.
+
+        `GET /api/v1/databases/{id}/logs/stream`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `databases:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/databases/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
 
     def stream_sandbox_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
         """SSE: the sandbox's events (lifecycle, exec, processes, preview, idle).
