@@ -16,6 +16,7 @@ from corral.client import (
     OutputLine,
     PayloadTooLarge,
     Terminal,
+    Unprocessable,
     open_async_terminal,
     unwrap,
 )
@@ -185,3 +186,17 @@ async def test_a_dropped_stream_reconnects_with_last_event_id(runtime_api: Api, 
     ids = [e.id for e in seen]
     assert all(ids) and ids == sorted(ids) and len(set(ids)) == len(ids)  # nothing lost, nothing twice
     await direct.aclose()
+
+
+async def test_database_creation_is_idempotent_through_the_client(runtime_api: Api, owner: Tenant) -> None:
+    async with async_client(runtime_api, owner.key) as corral:
+        first = unwrap(await corral.create_database(name="idem", idempotency_key="client-db-1"))
+        replayed = unwrap(await corral.create_database(name="idem", idempotency_key="client-db-1"))
+        assert replayed["id"] == first["id"]  # one database: the stored reply
+        with pytest.raises(Unprocessable) as reused:
+            await corral.create_database(name="other", idempotency_key="client-db-1")
+        assert reused.value.code == "IDEMPOTENCY_KEY_REUSED"
+        listed = unwrap(await corral.call("GET", "/api/v1/databases"))
+        assert [d["id"] for d in listed if d["name"] == "idem"] == [first["id"]]
+        await corral.wait_for("database", first["id"], "running", timeout=120)
+        await corral.call("DELETE", "/api/v1/databases/{id}", path={"id": first["id"]})
