@@ -27,7 +27,16 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, databases, egress, instances, sandboxes
+from corral.actors import (
+    agent_profiles,
+    billing,
+    computers,
+    databases,
+    egress,
+    instances,
+    sandboxes,
+    templates,
+)
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -40,6 +49,7 @@ from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
+from corral.actors.sandboxes.services import TemplateResolver
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
@@ -99,6 +109,8 @@ class Platform:
     computer_metrics: MetricsSampling | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
+    sandbox_templates: TemplateResolver | None = None
+    """Tenants' sandbox templates (`corral.actors.templates`); None: built-ins only."""
     preview_access: AccessCache | None = None
     """Routing and token caches shared by the preview router and the API."""
     preview_router: PreviewRouter | None = None
@@ -231,6 +243,11 @@ async def _start_parts(platform: Platform) -> None:
     if recovered:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
     await sandboxes.start_background(platform)
+    platform.system.register(*templates.ACTORS)
+    interrupted_builds = await templates.recover_interrupted(platform)
+    if interrupted_builds:
+        log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
+    await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
@@ -274,6 +291,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 egress_proxy=proxy,
             )
             platform.databases = database_node(settings)
+            platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,

@@ -52,7 +52,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_admin_tenant': ('POST', '/api/v1/admin/tenants'),
     'create_admin_tenant_credit': ('POST', '/api/v1/admin/tenants/{id}/credits'),
     'create_admin_user': ('POST', '/api/v1/admin/users'),
+    'create_agent_runtime_profile': ('POST', '/api/v1/agent-runtime-profiles'),
     'create_api_key': ('POST', '/api/v1/api-keys'),
+    'create_browser_token': ('POST', '/api/v1/browser-tokens'),
     'create_computer': ('POST', '/api/v1/computers'),
     'create_computer_cua_session': ('POST', '/api/v1/computers/{id}/cua/sessions'),
     'create_computer_cua_session_action': ('POST', '/api/v1/computers/{id}/cua/sessions/{session_id}/actions'),
@@ -70,6 +72,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_sandbox': ('POST', '/api/v1/sandboxes'),
     'create_sandbox_process': ('POST', '/api/v1/sandboxes/{id}/processes'),
     'create_sandbox_share': ('POST', '/api/v1/sandboxes/{id}/shares'),
+    'create_sandbox_template': ('POST', '/api/v1/sandbox-templates'),
+    'create_sandbox_template_build': ('POST', '/api/v1/sandbox-templates/{id}/builds'),
     'create_tenant_invite': ('POST', '/api/v1/tenants/{id}/invites'),
     'create_webhook': ('POST', '/api/v1/webhooks'),
     'create_workspace': ('POST', '/api/v1/workspaces'),
@@ -84,6 +88,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'database_start': ('POST', '/api/v1/databases/{id}/start'),
     'database_stop': ('POST', '/api/v1/databases/{id}/stop'),
     'database_wake': ('POST', '/api/v1/databases/{id}/wake'),
+    'delete_agent_runtime_profile': ('DELETE', '/api/v1/agent-runtime-profiles/{id}'),
     'delete_api_key': ('DELETE', '/api/v1/api-keys/{id}'),
     'delete_computer': ('DELETE', '/api/v1/computers/{id}'),
     'delete_computer_env': ('DELETE', '/api/v1/computers/{id}/env/{name}'),
@@ -104,6 +109,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'delete_sandbox_network_policy': ('DELETE', '/api/v1/sandboxes/{id}/network-policy'),
     'delete_sandbox_process': ('DELETE', '/api/v1/sandboxes/{id}/processes/{pid}'),
     'delete_sandbox_share': ('DELETE', '/api/v1/sandboxes/{id}/shares/{share_id}'),
+    'delete_sandbox_template': ('DELETE', '/api/v1/sandbox-templates/{id}'),
     'delete_tenant_invite': ('DELETE', '/api/v1/tenants/{id}/invites/{invite_id}'),
     'delete_tenant_preview_domain': ('DELETE', '/api/v1/tenant/preview-domain'),
     'delete_webhook': ('DELETE', '/api/v1/webhooks/{id}'),
@@ -114,6 +120,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'egress_oauth_start': ('POST', '/api/v1/egress/oauth/start'),
     'get_admin_actor': ('GET', '/api/v1/admin/actors/{kind}/{id}'),
     'get_admin_outbox': ('GET', '/api/v1/admin/outbox'),
+    'get_agent_runtime_profile': ('GET', '/api/v1/agent-runtime-profiles/{id}'),
     'get_audit_log': ('GET', '/api/v1/audit-log'),
     'get_computer': ('GET', '/api/v1/computers/{id}'),
     'get_computer_apps': ('GET', '/api/v1/computers/{id}/apps'),
@@ -161,7 +168,11 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'get_sandbox_network_policy': ('GET', '/api/v1/sandboxes/{id}/network-policy'),
     'get_sandbox_process': ('GET', '/api/v1/sandboxes/{id}/processes/{pid}'),
     'get_sandbox_process_logs': ('GET', '/api/v1/sandboxes/{id}/processes/{pid}/logs'),
+    'get_sandbox_template': ('GET', '/api/v1/sandbox-templates/{id}'),
+    'get_sandbox_template_build': ('GET', '/api/v1/sandbox-template-builds/{id}'),
+    'get_sandbox_template_build_logs': ('GET', '/api/v1/sandbox-template-builds/{id}/logs'),
     'get_tenant': ('GET', '/api/v1/tenant'),
+    'get_tenant_branding': ('GET', '/api/v1/tenant/branding'),
     'get_tenant_preview_domain': ('GET', '/api/v1/tenant/preview-domain'),
     'get_tenant_preview_domain_verify': ('GET', '/api/v1/tenant/preview-domain/verify'),
     'get_webhook': ('GET', '/api/v1/webhooks/{id}'),
@@ -174,6 +185,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'invite_accept': ('POST', '/api/v1/invites/{token}/accept'),
     'list_admin_actors': ('GET', '/api/v1/admin/actors'),
     'list_admin_tenants': ('GET', '/api/v1/admin/tenants'),
+    'list_agent_runtime_profiles': ('GET', '/api/v1/agent-runtime-profiles'),
     'list_api_keys': ('GET', '/api/v1/api-keys'),
     'list_computer_cua_sessions': ('GET', '/api/v1/computers/{id}/cua/sessions'),
     'list_computer_desktop_windows': ('GET', '/api/v1/computers/{id}/desktop/windows'),
@@ -191,6 +203,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'list_sandbox_env': ('GET', '/api/v1/sandboxes/{id}/env'),
     'list_sandbox_processes': ('GET', '/api/v1/sandboxes/{id}/processes'),
     'list_sandbox_shares': ('GET', '/api/v1/sandboxes/{id}/shares'),
+    'list_sandbox_templates': ('GET', '/api/v1/sandbox-templates'),
     'list_sandboxes': ('GET', '/api/v1/sandboxes'),
     'list_tenant_invites': ('GET', '/api/v1/tenants/{id}/invites'),
     'list_webhooks': ('GET', '/api/v1/webhooks'),
@@ -211,12 +224,15 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'sandbox_preview_token': ('POST', '/api/v1/sandboxes/{id}/preview-token'),
     'sandbox_start': ('POST', '/api/v1/sandboxes/{id}/start'),
     'sandbox_stop': ('POST', '/api/v1/sandboxes/{id}/stop'),
+    'sandbox_template_build_cancel': ('POST', '/api/v1/sandbox-template-builds/{id}/cancel'),
+    'sandbox_template_build_retry': ('POST', '/api/v1/sandbox-template-builds/{id}/retry'),
     'set_admin_tenant_custom_domain': ('PUT', '/api/v1/admin/tenants/{id}/custom-domain'),
     'set_computer_network_policy': ('PUT', '/api/v1/computers/{id}/network-policy'),
     'set_project_preview_domain': ('PUT', '/api/v1/projects/{id}/preview-domain'),
     'set_quotas_external': ('PUT', '/api/v1/quotas/external/{external_user_id}'),
     'set_sandbox_env': ('PUT', '/api/v1/sandboxes/{id}/env'),
     'set_sandbox_network_policy': ('PUT', '/api/v1/sandboxes/{id}/network-policy'),
+    'set_tenant_branding': ('PUT', '/api/v1/tenant/branding'),
     'set_tenant_preview_domain': ('PUT', '/api/v1/tenant/preview-domain'),
     'set_workspace_preview_domain': ('PUT', '/api/v1/workspaces/{id}/preview-domain'),
     'stream_computer_cua_session_events': ('GET', '/api/v1/computers/{id}/cua/sessions/{session_id}/events'),
@@ -227,7 +243,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'stream_sandbox_events_stream': ('GET', '/api/v1/sandboxes/{id}/events/stream'),
     'stream_sandbox_logs': ('GET', '/api/v1/sandboxes/{id}/logs/stream'),
     'stream_sandbox_process': ('GET', '/api/v1/sandboxes/{id}/processes/{pid}/stream'),
+    'stream_sandbox_template_build_logs': ('GET', '/api/v1/sandbox-template-builds/{id}/logs/stream'),
     'tenant_preview_domain_verify': ('POST', '/api/v1/tenant/preview-domain/verify'),
+    'update_agent_runtime_profile': ('PATCH', '/api/v1/agent-runtime-profiles/{id}'),
     'update_computer': ('PATCH', '/api/v1/computers/{id}'),
     'update_computer_auto_stop': ('PATCH', '/api/v1/computers/{id}/auto-stop'),
     'update_egress_policy': ('PATCH', '/api/v1/egress/policies/{id}'),
@@ -498,12 +516,27 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/admin/users', body={'email': email, 'password': password, 'name': name, 'tenant_id': tenant_id, 'role': role}, request_timeout=request_timeout)
 
+    def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
+
+        `POST /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/agent-runtime-profiles', body={'name': name, 'provider': provider, 'model': model, 'command': command, 'applies_to': applies_to, 'env': env, 'secret_ids': secret_ids, 'is_default': is_default, 'workspace_id': workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def create_api_key(self, *, name: str, key_type: Literal['user', 'platform'] | Unset = UNSET, scopes: list[str] | Unset | None = UNSET, rate_limit_rpm: int | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a user or platform key; the plaintext key is in this response only.
 
         `POST /api/v1/api-keys`. Bearer API key or JWT access token. Scope: `keys:write`. Audited as `api_keys.create`.
         """
         return self._call('POST', '/api/v1/api-keys', body={'name': name, 'key_type': key_type, 'scopes': scopes, 'rate_limit_rpm': rate_limit_rpm, 'workspace_id': workspace_id}, request_timeout=request_timeout)
+
+    def create_browser_token(self, *, sandbox_id: str, expires_in: int | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Mint a browser token (mbt_) for one sandbox's routes; expires_in 1-86400 s, default 3600.
+
+        `POST /api/v1/browser-tokens`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `browser_tokens.create`.
+        """
+        return self._call('POST', '/api/v1/browser-tokens', body={'sandbox_id': sandbox_id, 'expires_in': expires_in}, request_timeout=request_timeout)
 
     def create_computer(self, *, name: str, template_type: str, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a computer (201, status provisioning, vm_id null).
@@ -627,6 +660,22 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/sandboxes/{id}/shares', path={'id': id}, body={'expires_in': expires_in, 'port': port}, request_timeout=request_timeout)
 
+    def create_sandbox_template(self, *, name: str, base: str | Unset = UNSET, packages: list[str] | Unset | None = UNSET, setup: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, default_preview_port: int | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a template: its first build (packages, then setup, on base) starts at once.
+
+        `POST /api/v1/sandbox-templates`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/sandbox-templates', body={'name': name, 'base': base, 'packages': packages, 'setup': setup, 'env': env, 'default_preview_port': default_preview_port, 'workspace_id': workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def create_sandbox_template_build(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Rebuild the template (409 BUILD_IN_PROGRESS while a build runs).
+
+        `POST /api/v1/sandbox-templates/{id}/builds`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.rebuild`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/sandbox-templates/{id}/builds', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def create_tenant_invite(self, id: str, *, email: str, role: Literal['owner', 'admin', 'member'], request_timeout: float | None = None) -> Any:
         """Invite an e-mail address to the organization (JWT session of an admin or owner).
 
@@ -733,6 +782,13 @@ class Operations(SyncBase):
         Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
         """
         return self._call('POST', '/api/v1/databases/{id}/wake', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def delete_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Delete a profile; computers and runs it was applied to keep what they got.
+
+        `DELETE /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.delete`.
+        """
+        return self._call('DELETE', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, request_timeout=request_timeout)
 
     def delete_api_key(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke a key: irreversible, refused from the next request on.
@@ -874,6 +930,13 @@ class Operations(SyncBase):
         """
         return self._call('DELETE', '/api/v1/sandboxes/{id}/shares/{share_id}', path={'id': id, 'share_id': share_id}, request_timeout=request_timeout)
 
+    def delete_sandbox_template(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Delete a template (a running build is cancelled); sandboxes made from it keep running.
+
+        `DELETE /api/v1/sandbox-templates/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.delete`.
+        """
+        return self._call('DELETE', '/api/v1/sandbox-templates/{id}', path={'id': id}, request_timeout=request_timeout)
+
     def delete_tenant_invite(self, id: str, invite_id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke an org invite (JWT session of an admin or owner); 409 ALREADY_ACCEPTED once accepted.
 
@@ -943,6 +1006,13 @@ class Operations(SyncBase):
         `GET /api/v1/admin/outbox`. Admin key (`msk_a_`).
         """
         return self._call('GET', '/api/v1/admin/outbox', request_timeout=request_timeout)
+
+    def get_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One profile, by id or name.
+
+        `GET /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, request_timeout=request_timeout)
 
     def get_audit_log(self, *, api_key_id: str | int | None = None, workspace_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Audit events of key-authenticated mutations, newest first (tenant owners and admins).
@@ -1273,12 +1343,40 @@ class Operations(SyncBase):
         """
         return self._call('GET', '/api/v1/sandboxes/{id}/processes/{pid}/logs', path={'id': id, 'pid': pid}, query={'tail': tail}, request_timeout=request_timeout)
 
+    def get_sandbox_template(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One template, by id or name.
+
+        `GET /api/v1/sandbox-templates/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return self._call('GET', '/api/v1/sandbox-templates/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    def get_sandbox_template_build(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One build.
+
+        `GET /api/v1/sandbox-template-builds/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return self._call('GET', '/api/v1/sandbox-template-builds/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    def get_sandbox_template_build_logs(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The build's log lines so far: {lines: [{line, ts}]}.
+
+        `GET /api/v1/sandbox-template-builds/{id}/logs`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return self._call('GET', '/api/v1/sandbox-template-builds/{id}/logs', path={'id': id}, request_timeout=request_timeout)
+
     def get_tenant(self, *, request_timeout: float | None = None) -> Any:
         """The caller's tenant, with the caller's role in it.
 
         `GET /api/v1/tenant`. Bearer API key or JWT access token. Scope: `org:read`.
         """
         return self._call('GET', '/api/v1/tenant', request_timeout=request_timeout)
+
+    def get_tenant_branding(self, *, request_timeout: float | None = None) -> Any:
+        """The tenant's branding (invite pages, e-mails, invite URLs).
+
+        `GET /api/v1/tenant/branding`. Bearer API key or JWT access token. Scope: `org:read`.
+        """
+        return self._call('GET', '/api/v1/tenant/branding', request_timeout=request_timeout)
 
     def get_tenant_preview_domain(self, *, request_timeout: float | None = None) -> Any:
         """The tenant's preview domain.
@@ -1363,6 +1461,13 @@ class Operations(SyncBase):
         `GET /api/v1/admin/tenants`. Admin key (`msk_a_`).
         """
         return self._call('GET', '/api/v1/admin/tenants', request_timeout=request_timeout)
+
+    def list_agent_runtime_profiles(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's profiles (without env values).
+
+        `GET /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runtime-profiles', query={'workspace_id': workspace_id}, request_timeout=request_timeout)
 
     def list_api_keys(self, *, request_timeout: float | None = None) -> Any:
         """The caller's keys (never their plaintext).
@@ -1482,6 +1587,13 @@ class Operations(SyncBase):
         `GET /api/v1/sandboxes/{id}/shares`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
         """
         return self._call('GET', '/api/v1/sandboxes/{id}/shares', path={'id': id}, request_timeout=request_timeout)
+
+    def list_sandbox_templates(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The built-in templates and the tenant's.
+
+        `GET /api/v1/sandbox-templates`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return self._call('GET', '/api/v1/sandbox-templates', query={'workspace_id': workspace_id}, request_timeout=request_timeout)
 
     def list_sandboxes(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, external_project_id: str | int | None = None, status: str | int | None = None, request_timeout: float | None = None) -> Any:
         """List sandboxes, filtered by attribution.
@@ -1623,6 +1735,21 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/sandboxes/{id}/stop', path={'id': id}, request_timeout=request_timeout)
 
+    def sandbox_template_build_cancel(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Cancel a queued or building build (409 BUILD_ALREADY_TERMINAL otherwise).
+
+        `POST /api/v1/sandbox-template-builds/{id}/cancel`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_template_builds.cancel`.
+        """
+        return self._call('POST', '/api/v1/sandbox-template-builds/{id}/cancel', path={'id': id}, request_timeout=request_timeout)
+
+    def sandbox_template_build_retry(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new build of the same template after a failed or cancelled one (409 BUILD_NOT_RETRYABLE otherwise).
+
+        `POST /api/v1/sandbox-template-builds/{id}/retry`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_template_builds.retry`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/sandbox-template-builds/{id}/retry', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def set_admin_tenant_custom_domain(self, id: str, *, custom_domain: str | None, request_timeout: float | None = None) -> Any:
         """Set or clear (null) a tenant's custom domain; its invite links then use that host.
 
@@ -1664,6 +1791,13 @@ class Operations(SyncBase):
         `PUT /api/v1/sandboxes/{id}/network-policy`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandboxes.network_policy.update`.
         """
         return self._call('PUT', '/api/v1/sandboxes/{id}/network-policy', path={'id': id}, body={'mode': mode, 'rules': rules}, request_timeout=request_timeout)
+
+    def set_tenant_branding(self, *, display_name: str | Unset | None = UNSET, logo_url: str | Unset | None = UNSET, primary_color: str | Unset | None = UNSET, support_email: str | Unset | None = UNSET, custom_domain: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Change the tenant's branding (owner or admin); absent fields stay, null clears.
+
+        `PUT /api/v1/tenant/branding`. Bearer API key or JWT access token. Scope: `org:write`. Audited as `tenant.branding.update`.
+        """
+        return self._call('PUT', '/api/v1/tenant/branding', body={'display_name': display_name, 'logo_url': logo_url, 'primary_color': primary_color, 'support_email': support_email, 'custom_domain': custom_domain}, request_timeout=request_timeout)
 
     def set_tenant_preview_domain(self, *, preview_domain: str, request_timeout: float | None = None) -> Any:
         """Set the tenant's preview domain (apex); status pending_dns until its CNAMEs resolve.
@@ -1743,12 +1877,27 @@ class Operations(SyncBase):
         """
         return self._events('/api/v1/sandboxes/{id}/processes/{pid}/stream', path={'id': id, 'pid': pid}, last_event_id=last_event_id, ticket=ticket)
 
+    def stream_sandbox_template_build_logs(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
+        """SSE: `log {line, ts}` as the build writes them and `status {status}`; closes at a terminal status.
+
+        `GET /api/v1/sandbox-template-builds/{id}/logs/stream`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `sandboxes:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/sandbox-template-builds/{id}/logs/stream', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
+
     def tenant_preview_domain_verify(self, *, request_timeout: float | None = None) -> Any:
         """Check the tenant's preview domain's DNS now.
 
         `POST /api/v1/tenant/preview-domain/verify`. Bearer API key or JWT access token. Scope: `org:read`. Audited as `preview_domains.verify`.
         """
         return self._call('POST', '/api/v1/tenant/preview-domain/verify', request_timeout=request_timeout)
+
+    def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: str | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
+        """Change a profile; env and secret_ids replace the whole set when given.
+
+        `PATCH /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.update`.
+        """
+        return self._call('PATCH', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, body={'name': name, 'provider': provider, 'model': model, 'command': command, 'applies_to': applies_to, 'env': env, 'secret_ids': secret_ids, 'is_default': is_default}, request_timeout=request_timeout)
 
     def update_computer(self, id: str, *, agent_session_id: str | None, request_timeout: float | None = None) -> Any:
         """Update agent_session_id (the only updatable field).
@@ -2083,12 +2232,27 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/admin/users', body={'email': email, 'password': password, 'name': name, 'tenant_id': tenant_id, 'role': role}, request_timeout=request_timeout)
 
+    async def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
+
+        `POST /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/agent-runtime-profiles', body={'name': name, 'provider': provider, 'model': model, 'command': command, 'applies_to': applies_to, 'env': env, 'secret_ids': secret_ids, 'is_default': is_default, 'workspace_id': workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def create_api_key(self, *, name: str, key_type: Literal['user', 'platform'] | Unset = UNSET, scopes: list[str] | Unset | None = UNSET, rate_limit_rpm: int | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a user or platform key; the plaintext key is in this response only.
 
         `POST /api/v1/api-keys`. Bearer API key or JWT access token. Scope: `keys:write`. Audited as `api_keys.create`.
         """
         return await self._call('POST', '/api/v1/api-keys', body={'name': name, 'key_type': key_type, 'scopes': scopes, 'rate_limit_rpm': rate_limit_rpm, 'workspace_id': workspace_id}, request_timeout=request_timeout)
+
+    async def create_browser_token(self, *, sandbox_id: str, expires_in: int | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Mint a browser token (mbt_) for one sandbox's routes; expires_in 1-86400 s, default 3600.
+
+        `POST /api/v1/browser-tokens`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `browser_tokens.create`.
+        """
+        return await self._call('POST', '/api/v1/browser-tokens', body={'sandbox_id': sandbox_id, 'expires_in': expires_in}, request_timeout=request_timeout)
 
     async def create_computer(self, *, name: str, template_type: str, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a computer (201, status provisioning, vm_id null).
@@ -2212,6 +2376,22 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/sandboxes/{id}/shares', path={'id': id}, body={'expires_in': expires_in, 'port': port}, request_timeout=request_timeout)
 
+    async def create_sandbox_template(self, *, name: str, base: str | Unset = UNSET, packages: list[str] | Unset | None = UNSET, setup: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, default_preview_port: int | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a template: its first build (packages, then setup, on base) starts at once.
+
+        `POST /api/v1/sandbox-templates`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/sandbox-templates', body={'name': name, 'base': base, 'packages': packages, 'setup': setup, 'env': env, 'default_preview_port': default_preview_port, 'workspace_id': workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def create_sandbox_template_build(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Rebuild the template (409 BUILD_IN_PROGRESS while a build runs).
+
+        `POST /api/v1/sandbox-templates/{id}/builds`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.rebuild`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/sandbox-templates/{id}/builds', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def create_tenant_invite(self, id: str, *, email: str, role: Literal['owner', 'admin', 'member'], request_timeout: float | None = None) -> Any:
         """Invite an e-mail address to the organization (JWT session of an admin or owner).
 
@@ -2318,6 +2498,13 @@ class AsyncOperations(AsyncBase):
         Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
         """
         return await self._call('POST', '/api/v1/databases/{id}/wake', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def delete_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Delete a profile; computers and runs it was applied to keep what they got.
+
+        `DELETE /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.delete`.
+        """
+        return await self._call('DELETE', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, request_timeout=request_timeout)
 
     async def delete_api_key(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke a key: irreversible, refused from the next request on.
@@ -2459,6 +2646,13 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('DELETE', '/api/v1/sandboxes/{id}/shares/{share_id}', path={'id': id, 'share_id': share_id}, request_timeout=request_timeout)
 
+    async def delete_sandbox_template(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Delete a template (a running build is cancelled); sandboxes made from it keep running.
+
+        `DELETE /api/v1/sandbox-templates/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_templates.delete`.
+        """
+        return await self._call('DELETE', '/api/v1/sandbox-templates/{id}', path={'id': id}, request_timeout=request_timeout)
+
     async def delete_tenant_invite(self, id: str, invite_id: str, *, request_timeout: float | None = None) -> Any:
         """Revoke an org invite (JWT session of an admin or owner); 409 ALREADY_ACCEPTED once accepted.
 
@@ -2528,6 +2722,13 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/admin/outbox`. Admin key (`msk_a_`).
         """
         return await self._call('GET', '/api/v1/admin/outbox', request_timeout=request_timeout)
+
+    async def get_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One profile, by id or name.
+
+        `GET /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, request_timeout=request_timeout)
 
     async def get_audit_log(self, *, api_key_id: str | int | None = None, workspace_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Audit events of key-authenticated mutations, newest first (tenant owners and admins).
@@ -2858,12 +3059,40 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('GET', '/api/v1/sandboxes/{id}/processes/{pid}/logs', path={'id': id, 'pid': pid}, query={'tail': tail}, request_timeout=request_timeout)
 
+    async def get_sandbox_template(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One template, by id or name.
+
+        `GET /api/v1/sandbox-templates/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return await self._call('GET', '/api/v1/sandbox-templates/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_sandbox_template_build(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One build.
+
+        `GET /api/v1/sandbox-template-builds/{id}`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return await self._call('GET', '/api/v1/sandbox-template-builds/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_sandbox_template_build_logs(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """The build's log lines so far: {lines: [{line, ts}]}.
+
+        `GET /api/v1/sandbox-template-builds/{id}/logs`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return await self._call('GET', '/api/v1/sandbox-template-builds/{id}/logs', path={'id': id}, request_timeout=request_timeout)
+
     async def get_tenant(self, *, request_timeout: float | None = None) -> Any:
         """The caller's tenant, with the caller's role in it.
 
         `GET /api/v1/tenant`. Bearer API key or JWT access token. Scope: `org:read`.
         """
         return await self._call('GET', '/api/v1/tenant', request_timeout=request_timeout)
+
+    async def get_tenant_branding(self, *, request_timeout: float | None = None) -> Any:
+        """The tenant's branding (invite pages, e-mails, invite URLs).
+
+        `GET /api/v1/tenant/branding`. Bearer API key or JWT access token. Scope: `org:read`.
+        """
+        return await self._call('GET', '/api/v1/tenant/branding', request_timeout=request_timeout)
 
     async def get_tenant_preview_domain(self, *, request_timeout: float | None = None) -> Any:
         """The tenant's preview domain.
@@ -2948,6 +3177,13 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/admin/tenants`. Admin key (`msk_a_`).
         """
         return await self._call('GET', '/api/v1/admin/tenants', request_timeout=request_timeout)
+
+    async def list_agent_runtime_profiles(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's profiles (without env values).
+
+        `GET /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runtime-profiles', query={'workspace_id': workspace_id}, request_timeout=request_timeout)
 
     async def list_api_keys(self, *, request_timeout: float | None = None) -> Any:
         """The caller's keys (never their plaintext).
@@ -3067,6 +3303,13 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/sandboxes/{id}/shares`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
         """
         return await self._call('GET', '/api/v1/sandboxes/{id}/shares', path={'id': id}, request_timeout=request_timeout)
+
+    async def list_sandbox_templates(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The built-in templates and the tenant's.
+
+        `GET /api/v1/sandbox-templates`. Bearer API key or JWT access token. Scope: `sandboxes:read`.
+        """
+        return await self._call('GET', '/api/v1/sandbox-templates', query={'workspace_id': workspace_id}, request_timeout=request_timeout)
 
     async def list_sandboxes(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, external_project_id: str | int | None = None, status: str | int | None = None, request_timeout: float | None = None) -> Any:
         """List sandboxes, filtered by attribution.
@@ -3208,6 +3451,21 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/sandboxes/{id}/stop', path={'id': id}, request_timeout=request_timeout)
 
+    async def sandbox_template_build_cancel(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Cancel a queued or building build (409 BUILD_ALREADY_TERMINAL otherwise).
+
+        `POST /api/v1/sandbox-template-builds/{id}/cancel`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_template_builds.cancel`.
+        """
+        return await self._call('POST', '/api/v1/sandbox-template-builds/{id}/cancel', path={'id': id}, request_timeout=request_timeout)
+
+    async def sandbox_template_build_retry(self, id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """A new build of the same template after a failed or cancelled one (409 BUILD_NOT_RETRYABLE otherwise).
+
+        `POST /api/v1/sandbox-template-builds/{id}/retry`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandbox_template_builds.retry`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/sandbox-template-builds/{id}/retry', path={'id': id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def set_admin_tenant_custom_domain(self, id: str, *, custom_domain: str | None, request_timeout: float | None = None) -> Any:
         """Set or clear (null) a tenant's custom domain; its invite links then use that host.
 
@@ -3249,6 +3507,13 @@ class AsyncOperations(AsyncBase):
         `PUT /api/v1/sandboxes/{id}/network-policy`. Bearer API key or JWT access token. Scope: `sandboxes:write`. Audited as `sandboxes.network_policy.update`.
         """
         return await self._call('PUT', '/api/v1/sandboxes/{id}/network-policy', path={'id': id}, body={'mode': mode, 'rules': rules}, request_timeout=request_timeout)
+
+    async def set_tenant_branding(self, *, display_name: str | Unset | None = UNSET, logo_url: str | Unset | None = UNSET, primary_color: str | Unset | None = UNSET, support_email: str | Unset | None = UNSET, custom_domain: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Change the tenant's branding (owner or admin); absent fields stay, null clears.
+
+        `PUT /api/v1/tenant/branding`. Bearer API key or JWT access token. Scope: `org:write`. Audited as `tenant.branding.update`.
+        """
+        return await self._call('PUT', '/api/v1/tenant/branding', body={'display_name': display_name, 'logo_url': logo_url, 'primary_color': primary_color, 'support_email': support_email, 'custom_domain': custom_domain}, request_timeout=request_timeout)
 
     async def set_tenant_preview_domain(self, *, preview_domain: str, request_timeout: float | None = None) -> Any:
         """Set the tenant's preview domain (apex); status pending_dns until its CNAMEs resolve.
@@ -3328,12 +3593,27 @@ class AsyncOperations(AsyncBase):
         """
         return self._events('/api/v1/sandboxes/{id}/processes/{pid}/stream', path={'id': id, 'pid': pid}, last_event_id=last_event_id, ticket=ticket)
 
+    def stream_sandbox_template_build_logs(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
+        """SSE: `log {line, ts}` as the build writes them and `status {status}`; closes at a terminal status.
+
+        `GET /api/v1/sandbox-template-builds/{id}/logs/stream`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `sandboxes:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/sandbox-template-builds/{id}/logs/stream', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
+
     async def tenant_preview_domain_verify(self, *, request_timeout: float | None = None) -> Any:
         """Check the tenant's preview domain's DNS now.
 
         `POST /api/v1/tenant/preview-domain/verify`. Bearer API key or JWT access token. Scope: `org:read`. Audited as `preview_domains.verify`.
         """
         return await self._call('POST', '/api/v1/tenant/preview-domain/verify', request_timeout=request_timeout)
+
+    async def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: str | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
+        """Change a profile; env and secret_ids replace the whole set when given.
+
+        `PATCH /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.update`.
+        """
+        return await self._call('PATCH', '/api/v1/agent-runtime-profiles/{id}', path={'id': id}, body={'name': name, 'provider': provider, 'model': model, 'command': command, 'applies_to': applies_to, 'env': env, 'secret_ids': secret_ids, 'is_default': is_default}, request_timeout=request_timeout)
 
     async def update_computer(self, id: str, *, agent_session_id: str | None, request_timeout: float | None = None) -> Any:
         """Update agent_session_id (the only updatable field).

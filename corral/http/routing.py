@@ -52,7 +52,9 @@ class Route:
 
     @property
     def full_path(self) -> str:
-        return f"{self.prefix}{self.path}" if self.path != "/" else self.prefix
+        if self.path == "/":
+            return self.prefix or "/"  # a router mounted at the root (prefix "") may serve `/` itself
+        return f"{self.prefix}{self.path}"
 
     @property
     def rule(self) -> str:
