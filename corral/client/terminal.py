@@ -135,7 +135,8 @@ class Terminal:
         self.send(_resize_frame(cols, rows))
 
     def recv(self, timeout: float | None = None) -> bytes | None:
-        """The next output, or None when the session closed; `TimeoutError` after `timeout`."""
+        """The output received so far (at least one message), or None when the session
+        closed; `TimeoutError` after `timeout`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._pending:
             if self.closed:
@@ -154,7 +155,8 @@ class Terminal:
             self._ws.receive_data(data)
             for event in self._ws.events():
                 self._handle(event)
-        return self._pending.pop(0)
+        output, self._pending = b"".join(self._pending), []  # a byte stream: everything received so far
+        return output
 
     def read_until(self, needle: bytes, timeout: float = 10.0) -> bytes:
         """Everything received until `needle` appears (TimeoutError otherwise)."""

@@ -108,7 +108,10 @@ def _interact(term: Terminal) -> int:
     if interactive:
         saved = termios.tcgetattr(stdin)
         tty.setraw(stdin)
-    sources = [stdin, term.fileno()]
+    # Piped input waits for the shell's first output (its prompt): typed-ahead bytes sent
+    # before the shell set up its terminal could be flushed away.
+    sources = [stdin, term.fileno()] if interactive else [term.fileno()]
+    stdin_done = False
     try:
         while not term.closed:
             ready, _, _ = select.select(sources, [], [], 1.0)
@@ -120,11 +123,14 @@ def _interact(term: Terminal) -> int:
                 if data is None:
                     break  # the shell exited
                 os.write(sys.stdout.fileno(), data)
+                if stdin not in sources and not stdin_done:
+                    sources.append(stdin)
             if stdin in ready:
                 chunk = os.read(stdin, 4096)
                 if chunk:
                     term.send(chunk)
                 else:
+                    stdin_done = True
                     sources = [term.fileno()]  # end of input: keep showing output until the shell exits
     finally:
         if saved is not None:

@@ -168,7 +168,7 @@ async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path
         check=False,
     )
     assert shell.returncode == 0, shell.stderr
-    assert b"shell-42" in shell.stdout
+    assert b"shell-42" in shell.stdout, (shell.stdout, shell.stderr)
     paused = await cli.json("computers", "pause", cid, "--wait")
     assert isinstance(paused, dict) and paused["status"] == "paused"
     resumed = await cli.json("computers", "start", cid, "--wait")
