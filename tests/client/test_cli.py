@@ -159,14 +159,15 @@ async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path
     assert url.startswith(f"http://{computer['slug']}.") and "?auth=" in url
     code, out, err = await cli("computers", "exec", cid, "--", "echo on-the-desktop $DISPLAY")
     assert (code, out) == (0, "on-the-desktop :0\n"), err
-    shell = await trio.run_process(
-        [sys.executable, "-m", "corral", "computers", "shell", cid],
-        stdin=b"echo shell-$((6*7))\nexit\n",
-        capture_stdout=True,
-        capture_stderr=True,
-        env={**os.environ, **cli.env},
-        check=False,
-    )
+    with trio.fail_after(90):
+        shell = await trio.run_process(
+            [sys.executable, "-m", "corral", "computers", "shell", cid],
+            stdin=b"echo shell-$((6*7))\nexit\n",
+            capture_stdout=True,
+            capture_stderr=True,
+            env={**os.environ, **cli.env},
+            check=False,
+        )
     assert shell.returncode == 0, shell.stderr
     assert b"shell-42" in shell.stdout, (shell.stdout, shell.stderr)
     paused = await cli.json("computers", "pause", cid, "--wait")
