@@ -29,9 +29,11 @@ import trio
 
 from corral.actors import (
     agent_profiles,
+    agent_runs,
     billing,
     computers,
     databases,
+    deployments,
     egress,
     instances,
     sandboxes,
@@ -122,6 +124,10 @@ class Platform:
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
     databases: DatabaseNode = field(init=False)
     """This node's database servers, their connection proxy and access rules."""
+    run_profiles: agent_runs.RunProfiles | None = None
+    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
+    deployment_sites: deployments.DeploymentSites | None = None
+    """The router's in-memory table of deployment hosts (set when the parts start)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -179,6 +185,11 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def _loopback(host: str) -> str:
+    """Where this node's own API answers locally."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "localhost") else host
+
+
 def database_dir(settings: Settings) -> Path:
     """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
     reach it, else a directory of this data directory's own under /var/lib/corral."""
@@ -213,6 +224,8 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
         port=settings.egress_port,
         destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
         ca_bundle=settings.ca_bundle,
+        platform_upstream=(_loopback(settings.host), settings.port),
+        platform_paths=(agent_runs.USAGE_PATH,),
     )
     return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
 
@@ -249,6 +262,10 @@ async def _start_parts(platform: Platform) -> None:
         log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
     await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
+    platform.system.register(*agent_runs.ACTORS)
+    resumed = await agent_runs.resume_runs(platform)
+    if resumed:
+        log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
@@ -261,6 +278,21 @@ async def _start_parts(platform: Platform) -> None:
         "egress audit retention",
     )
     await databases.start_background(platform)
+    await _start_deployments(platform)
+
+
+async def _start_deployments(platform: Platform) -> None:
+    """Route every live deployment (services re-adopted by their actors on the way)."""
+    platform.system.register(*deployments.ACTORS)
+    deployments.register_with_billing(platform)
+    sites = deployments.DeploymentSites(platform)
+    platform.deployment_sites = sites
+    interrupted = await deployments.fail_interrupted(platform)
+    if interrupted:
+        log.info("%d publish(es) cut off by the last stop failed", interrupted)
+    routed = await sites.load_all()
+    if routed:
+        log.info("routing %d deployment(s)", routed)
 
 
 @contextlib.asynccontextmanager
@@ -292,6 +324,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
             )
             platform.databases = database_node(settings)
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.run_profiles = agent_profiles.RunProfileResolver(platform)
             platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,

@@ -16,6 +16,8 @@ from ._types import UNSET, Unset
 __all__ = ["OPERATIONS", "AsyncOperations", "Operations"]
 
 OPERATIONS: dict[str, tuple[str, str]] = {
+    'agent_run_cancel': ('POST', '/api/v1/agent-runs/{run_id}/cancel'),
+    'agent_runs_usage': ('POST', '/api/v1/agent-runs/usage'),
     'auth_login': ('POST', '/api/v1/auth/login'),
     'auth_refresh': ('POST', '/api/v1/auth/refresh'),
     'auth_sse_ticket': ('POST', '/api/v1/auth/sse-ticket'),
@@ -52,6 +54,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_admin_tenant': ('POST', '/api/v1/admin/tenants'),
     'create_admin_tenant_credit': ('POST', '/api/v1/admin/tenants/{id}/credits'),
     'create_admin_user': ('POST', '/api/v1/admin/users'),
+    'create_agent_run': ('POST', '/api/v1/agent-runs'),
     'create_agent_runtime_profile': ('POST', '/api/v1/agent-runtime-profiles'),
     'create_api_key': ('POST', '/api/v1/api-keys'),
     'create_browser_token': ('POST', '/api/v1/browser-tokens'),
@@ -69,6 +72,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'create_egress_policy': ('POST', '/api/v1/egress/policies'),
     'create_egress_secret': ('POST', '/api/v1/egress/secrets'),
     'create_project': ('POST', '/api/v1/projects'),
+    'create_project_deployment': ('POST', '/api/v1/projects/{project_id}/deployments'),
     'create_sandbox': ('POST', '/api/v1/sandboxes'),
     'create_sandbox_process': ('POST', '/api/v1/sandboxes/{id}/processes'),
     'create_sandbox_share': ('POST', '/api/v1/sandboxes/{id}/shares'),
@@ -96,6 +100,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'delete_computer_network_policy': ('DELETE', '/api/v1/computers/{id}/network-policy'),
     'delete_computer_snapshot': ('DELETE', '/api/v1/computers/{id}/snapshots/{snapshot_id}'),
     'delete_database': ('DELETE', '/api/v1/databases/{id}'),
+    'delete_deployment': ('DELETE', '/api/v1/deployments/{id}'),
     'delete_egress_allowlist': ('DELETE', '/api/v1/egress/allowlist/{id}'),
     'delete_egress_binding': ('DELETE', '/api/v1/egress/bindings/{id}'),
     'delete_egress_oauth_admin_provider': ('DELETE', '/api/v1/egress/oauth/admin/providers/{id}'),
@@ -117,9 +122,16 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'delete_workspace_invite': ('DELETE', '/api/v1/workspaces/{id}/invites/{invite_id}'),
     'delete_workspace_member': ('DELETE', '/api/v1/workspaces/{id}/members/{user_id}'),
     'delete_workspace_preview_domain': ('DELETE', '/api/v1/workspaces/{id}/preview-domain'),
+    'deployment_publish': ('POST', '/api/v1/deployments/{id}/publish'),
+    'deployment_rollback': ('POST', '/api/v1/deployments/{id}/rollback'),
+    'deployment_version_promote': ('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote'),
     'egress_oauth_start': ('POST', '/api/v1/egress/oauth/start'),
     'get_admin_actor': ('GET', '/api/v1/admin/actors/{kind}/{id}'),
     'get_admin_outbox': ('GET', '/api/v1/admin/outbox'),
+    'get_agent_run': ('GET', '/api/v1/agent-runs/{run_id}'),
+    'get_agent_run_artifact_download': ('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download'),
+    'get_agent_run_artifact_signed': ('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/signed'),
+    'get_agent_run_events': ('GET', '/api/v1/agent-runs/{run_id}/events'),
     'get_agent_runtime_profile': ('GET', '/api/v1/agent-runtime-profiles/{id}'),
     'get_audit_log': ('GET', '/api/v1/audit-log'),
     'get_computer': ('GET', '/api/v1/computers/{id}'),
@@ -149,6 +161,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'get_database_metrics': ('GET', '/api/v1/databases/{id}/metrics'),
     'get_database_replicas': ('GET', '/api/v1/databases/{id}/replicas'),
     'get_database_restores': ('GET', '/api/v1/databases/{id}/restores'),
+    'get_deployment': ('GET', '/api/v1/deployments/{id}'),
+    'get_deployment_service_logs': ('GET', '/api/v1/deployments/{id}/services/{service_id}/logs'),
+    'get_deployment_version': ('GET', '/api/v1/deployments/{id}/versions/{version_id}'),
     'get_egress_audit': ('GET', '/api/v1/egress/audit/{id}'),
     'get_egress_audit_suggestions': ('GET', '/api/v1/egress/audit/suggestions'),
     'get_egress_oauth_callback': ('GET', '/api/v1/egress/oauth/callback'),
@@ -185,6 +200,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'invite_accept': ('POST', '/api/v1/invites/{token}/accept'),
     'list_admin_actors': ('GET', '/api/v1/admin/actors'),
     'list_admin_tenants': ('GET', '/api/v1/admin/tenants'),
+    'list_agent_run_artifacts': ('GET', '/api/v1/agent-runs/{run_id}/artifacts'),
+    'list_agent_runs': ('GET', '/api/v1/agent-runs'),
     'list_agent_runtime_profiles': ('GET', '/api/v1/agent-runtime-profiles'),
     'list_api_keys': ('GET', '/api/v1/api-keys'),
     'list_computer_cua_sessions': ('GET', '/api/v1/computers/{id}/cua/sessions'),
@@ -194,6 +211,8 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'list_computers': ('GET', '/api/v1/computers'),
     'list_database_backups': ('GET', '/api/v1/databases/{id}/backups'),
     'list_databases': ('GET', '/api/v1/databases'),
+    'list_deployment_versions': ('GET', '/api/v1/deployments/{id}/versions'),
+    'list_deployments': ('GET', '/api/v1/deployments'),
     'list_egress_allowlist': ('GET', '/api/v1/egress/allowlist'),
     'list_egress_audit': ('GET', '/api/v1/egress/audit'),
     'list_egress_bindings': ('GET', '/api/v1/egress/bindings'),
@@ -222,6 +241,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'sandbox_files_write': ('POST', '/api/v1/sandboxes/{id}/files/write'),
     'sandbox_fork': ('POST', '/api/v1/sandboxes/{id}/fork'),
     'sandbox_preview_token': ('POST', '/api/v1/sandboxes/{id}/preview-token'),
+    'sandbox_publish': ('POST', '/api/v1/sandboxes/{id}/publish'),
     'sandbox_start': ('POST', '/api/v1/sandboxes/{id}/start'),
     'sandbox_stop': ('POST', '/api/v1/sandboxes/{id}/stop'),
     'sandbox_template_build_cancel': ('POST', '/api/v1/sandbox-template-builds/{id}/cancel'),
@@ -235,10 +255,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'set_tenant_branding': ('PUT', '/api/v1/tenant/branding'),
     'set_tenant_preview_domain': ('PUT', '/api/v1/tenant/preview-domain'),
     'set_workspace_preview_domain': ('PUT', '/api/v1/workspaces/{id}/preview-domain'),
+    'stream_computer_agent_events': ('GET', '/api/v1/computers/{id}/agent/events'),
     'stream_computer_cua_session_events': ('GET', '/api/v1/computers/{id}/cua/sessions/{session_id}/events'),
     'stream_computer_events': ('GET', '/api/v1/computers/{id}/events'),
     'stream_computer_logs': ('GET', '/api/v1/computers/{id}/logs/stream'),
     'stream_database_logs': ('GET', '/api/v1/databases/{id}/logs/stream'),
+    'stream_deployment_events': ('GET', '/api/v1/deployments/{id}/events'),
     'stream_sandbox_events': ('GET', '/api/v1/sandboxes/{id}/events'),
     'stream_sandbox_events_stream': ('GET', '/api/v1/sandboxes/{id}/events/stream'),
     'stream_sandbox_logs': ('GET', '/api/v1/sandboxes/{id}/logs/stream'),
@@ -248,6 +270,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'update_agent_runtime_profile': ('PATCH', '/api/v1/agent-runtime-profiles/{id}'),
     'update_computer': ('PATCH', '/api/v1/computers/{id}'),
     'update_computer_auto_stop': ('PATCH', '/api/v1/computers/{id}/auto-stop'),
+    'update_deployment': ('PATCH', '/api/v1/deployments/{id}'),
     'update_egress_policy': ('PATCH', '/api/v1/egress/policies/{id}'),
     'update_egress_secret': ('PATCH', '/api/v1/egress/secrets/{id}'),
     'update_project': ('PATCH', '/api/v1/projects/{id}'),
@@ -264,6 +287,21 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 class Operations(SyncBase):
     """Every operation of the API, blocking."""
 
+    def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.
+
+        `POST /api/v1/agent-runs/{run_id}/cancel`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runs.cancel`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/agent-runs/{run_id}/cancel', path={'run_id': run_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def agent_runs_usage(self, *, provider: str, model: str, input_tokens: int, output_tokens: int, request_timeout: float | None = None) -> Any:
+        """From inside a run ($CORRAL_USAGE_URL, Bearer $CORRAL_RUN_TOKEN): report AI tokens, charged by the AI prices.
+
+        `POST /api/v1/agent-runs/usage`. Public.
+        """
+        return self._call('POST', '/api/v1/agent-runs/usage', body={'provider': provider, 'model': model, 'input_tokens': input_tokens, 'output_tokens': output_tokens}, request_timeout=request_timeout)
+
     def auth_login(self, *, email: str, password: str, tenant_id: str | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Exchange an email and password for an access token (about 1 h) and a refresh token (7 days).
 
@@ -279,7 +317,7 @@ class Operations(SyncBase):
         return self._call('POST', '/api/v1/auth/refresh', body={'refresh_token': refresh_token}, request_timeout=request_timeout)
 
     def auth_sse_ticket(self, *, request_timeout: float | None = None) -> Any:
-        """Mint a single-use SSE ticket valid for 60 seconds.
+        """Mint a single-use SSE ticket valid for 60 seconds (a browser token's opens only its sandbox's streams).
 
         `POST /api/v1/auth/sse-ticket`. Bearer API key or JWT access token.
         """
@@ -516,6 +554,14 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/admin/users', body={'email': email, 'password': password, 'name': name, 'tenant_id': tenant_id, 'role': role}, request_timeout=request_timeout)
 
+    def create_agent_run(self, *, prompt: str, target_id: str | Unset | None = UNSET, target_kind: Literal['sandbox', 'computer'] | Unset | None = UNSET, sandbox_id: str | Unset | None = UNSET, computer_id: str | Unset | None = UNSET, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'] | Unset | None = UNSET, command: str | Unset | None = UNSET, model: str | Unset | None = UNSET, cwd: str | Unset | None = UNSET, timeout: int | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, agent_run_group_id: str | Unset | None = UNSET, parent_agent_run_id: str | Unset | None = UNSET, orchestration_role: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, wait: bool | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Run an agent command in a sandbox or computer (wait: the final state, up to timeout).
+
+        `POST /api/v1/agent-runs`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runs.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/agent-runs', body={'prompt': prompt, 'target_id': target_id, 'target_kind': target_kind, 'sandbox_id': sandbox_id, 'computer_id': computer_id, 'provider': provider, 'command': command, 'model': model, 'cwd': cwd, 'timeout': timeout, 'env': env, 'agent_runtime_profile_id': agent_runtime_profile_id, 'agent_profile_id': agent_profile_id, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'orchestration_role': orchestration_role, 'skip_agent_runtime_profile': skip_agent_runtime_profile, 'metadata': metadata, 'wait': wait}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
 
@@ -638,6 +684,14 @@ class Operations(SyncBase):
         `POST /api/v1/projects`. Bearer API key or JWT access token. Scope: `org:write`. Audited as `projects.create`.
         """
         return self._call('POST', '/api/v1/projects', body={'name': name, 'slug': slug, 'workspace_id': workspace_id}, request_timeout=request_timeout)
+
+    def create_project_deployment(self, project_id: str, *, name: str, source_type: Literal['sandbox'] | Unset = UNSET, auto_deploy: bool | Unset = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a deployment in a project (state created; publish to serve it).
+
+        `POST /api/v1/projects/{project_id}/deployments`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/projects/{project_id}/deployments', path={'project_id': project_id}, body={'name': name, 'source_type': source_type, 'auto_deploy': auto_deploy, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id, 'metadata': metadata}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
     def create_sandbox(self, *, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, template_id: str | Unset = UNSET, name: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, env: dict[str, str] | Unset | None = UNSET, auto_stop: int | Unset | None = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a sandbox (status creating, or already running).
@@ -839,6 +893,13 @@ class Operations(SyncBase):
         """
         return self._call('DELETE', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
 
+    def delete_deployment(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Stop services, unroute every URL, mark deleted (versions kept).
+
+        `DELETE /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.delete`.
+        """
+        return self._call('DELETE', '/api/v1/deployments/{id}', path={'id': id}, request_timeout=request_timeout)
+
     def delete_egress_allowlist(self, id: str, *, request_timeout: float | None = None) -> None:
         """Remove an allowlist rule.
 
@@ -986,6 +1047,30 @@ class Operations(SyncBase):
         """
         return self._call('DELETE', '/api/v1/workspaces/{id}/preview-domain', path={'id': id}, request_timeout=request_timeout)
 
+    def deployment_publish(self, id: str, *, source_sandbox_id: str, kind: Literal['auto', 'static', 'service'] | Unset = UNSET, environment: str | Unset = UNSET, output_path: str | Unset | None = UNSET, build_command: str | Unset | None = UNSET, run_command: str | Unset | None = UNSET, port: int | Unset | None = UNSET, health_check_path: str | Unset = UNSET, workspace_id: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Publish a running sandbox into a new version (synchronous; events on /deployments/{id}/events).
+
+        `POST /api/v1/deployments/{id}/publish`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.publish`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/deployments/{id}/publish', path={'id': id}, body={'source_sandbox_id': source_sandbox_id, 'kind': kind, 'environment': environment, 'output_path': output_path, 'build_command': build_command, 'run_command': run_command, 'port': port, 'health_check_path': health_check_path, 'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def deployment_rollback(self, id: str, *, version_id: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Serve an earlier ready or archived version in production.
+
+        `POST /api/v1/deployments/{id}/rollback`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.rollback`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/deployments/{id}/rollback', path={'id': id}, body={'version_id': version_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    def deployment_version_promote(self, id: str, version_id: str, *, environment: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Point production (or another environment) at a ready or archived version.
+
+        `POST /api/v1/deployments/{id}/versions/{version_id}/promote`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.promote`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Begin connecting an OAuth account: the provider's authorize URL (PKCE S256) and the state.
 
@@ -1006,6 +1091,34 @@ class Operations(SyncBase):
         `GET /api/v1/admin/outbox`. Admin key (`msk_a_`).
         """
         return self._call('GET', '/api/v1/admin/outbox', request_timeout=request_timeout)
+
+    def get_agent_run(self, run_id: str, *, request_timeout: float | None = None) -> Any:
+        """One agent run.
+
+        `GET /api/v1/agent-runs/{run_id}`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runs/{run_id}', path={'run_id': run_id}, request_timeout=request_timeout)
+
+    def get_agent_run_artifact_download(self, run_id: str, artifact_id: str, *, disposition: str | int | None = None, request_timeout: float | None = None) -> bytes:
+        """An artifact's bytes (disposition=inline for embedding; default attachment).
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download', path={'run_id': run_id, 'artifact_id': artifact_id}, query={'disposition': disposition}, expect='bytes', request_timeout=request_timeout)
+
+    def get_agent_run_artifact_signed(self, run_id: str, artifact_id: str, *, expires: str | int | None = None, signature: str | int | None = None, disposition: str | int | None = None, request_timeout: float | None = None) -> bytes:
+        """An artifact's bytes through its signed_download_url (no bearer; 15 minutes).
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/signed`. Public.
+        """
+        return self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/signed', path={'run_id': run_id, 'artifact_id': artifact_id}, query={'expires': expires, 'signature': signature, 'disposition': disposition}, expect='bytes', request_timeout=request_timeout)
+
+    def get_agent_run_events(self, run_id: str, *, stream: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The run's durable events in order; ?stream=true: as SSE (existing, then live, closed after the terminal one).
+
+        `GET /api/v1/agent-runs/{run_id}/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runs/{run_id}/events', path={'run_id': run_id}, query={'stream': stream}, request_timeout=request_timeout)
 
     def get_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One profile, by id or name.
@@ -1209,6 +1322,27 @@ class Operations(SyncBase):
         `GET /api/v1/databases/{id}/restores`. Bearer API key or JWT access token. Scope: `databases:read`.
         """
         return self._call('GET', '/api/v1/databases/{id}/restores', path={'id': id}, request_timeout=request_timeout)
+
+    def get_deployment(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One deployment.
+
+        `GET /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return self._call('GET', '/api/v1/deployments/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    def get_deployment_service_logs(self, id: str, service_id: str, *, tail: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The last output lines of a deployment service's run_command (tail 1-1000, default 200).
+
+        `GET /api/v1/deployments/{id}/services/{service_id}/logs`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return self._call('GET', '/api/v1/deployments/{id}/services/{service_id}/logs', path={'id': id, 'service_id': service_id}, query={'tail': tail}, request_timeout=request_timeout)
+
+    def get_deployment_version(self, id: str, version_id: str, *, request_timeout: float | None = None) -> Any:
+        """One version, in full.
+
+        `GET /api/v1/deployments/{id}/versions/{version_id}`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return self._call('GET', '/api/v1/deployments/{id}/versions/{version_id}', path={'id': id, 'version_id': version_id}, request_timeout=request_timeout)
 
     def get_egress_audit(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One audit event.
@@ -1462,6 +1596,20 @@ class Operations(SyncBase):
         """
         return self._call('GET', '/api/v1/admin/tenants', request_timeout=request_timeout)
 
+    def list_agent_run_artifacts(self, run_id: str, *, request_timeout: float | None = None) -> Any:
+        """The run's artifact records.
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts', path={'run_id': run_id}, request_timeout=request_timeout)
+
+    def list_agent_runs(self, *, target_id: str | int | None = None, status: str | int | None = None, agent_run_group_id: str | int | None = None, parent_agent_run_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's agent runs, newest first.
+
+        `GET /api/v1/agent-runs`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return self._call('GET', '/api/v1/agent-runs', query={'target_id': target_id, 'status': status, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'limit': limit, 'cursor': cursor}, request_timeout=request_timeout)
+
     def list_agent_runtime_profiles(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """The tenant's profiles (without env values).
 
@@ -1524,6 +1672,20 @@ class Operations(SyncBase):
         `GET /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:read`.
         """
         return self._call('GET', '/api/v1/databases', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
+
+    def list_deployment_versions(self, id: str, *, state: str | int | None = None, workspace_id: str | int | None = None, external_workspace_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """Versions, newest first (limit 1-100, default 20; cursor).
+
+        `GET /api/v1/deployments/{id}/versions`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return self._call('GET', '/api/v1/deployments/{id}/versions', path={'id': id}, query={'state': state, 'workspace_id': workspace_id, 'external_workspace_id': external_workspace_id, 'limit': limit, 'cursor': cursor}, request_timeout=request_timeout)
+
+    def list_deployments(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, state: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """List deployments, filtered by attribution and state.
+
+        `GET /api/v1/deployments`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return self._call('GET', '/api/v1/deployments', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'state': state}, request_timeout=request_timeout)
 
     def list_egress_allowlist(self, *, policy_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Allowlist rules, in the order they are tried.
@@ -1721,6 +1883,14 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/sandboxes/{id}/preview-token', path={'id': id}, body={'expires_in': expires_in}, request_timeout=request_timeout)
 
+    def sandbox_publish(self, id: str, *, source_sandbox_id: str | Unset = UNSET, kind: Literal['auto', 'static', 'service'] | Unset = UNSET, environment: str | Unset = UNSET, output_path: str | Unset | None = UNSET, build_command: str | Unset | None = UNSET, run_command: str | Unset | None = UNSET, port: int | Unset | None = UNSET, health_check_path: str | Unset = UNSET, workspace_id: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, name: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Publish this sandbox into deployment_id, or into a new deployment `name` in its project.
+
+        `POST /api/v1/sandboxes/{id}/publish`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.publish`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return self._call('POST', '/api/v1/sandboxes/{id}/publish', path={'id': id}, body={'source_sandbox_id': source_sandbox_id, 'kind': kind, 'environment': environment, 'output_path': output_path, 'build_command': build_command, 'run_command': run_command, 'port': port, 'health_check_path': health_check_path, 'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'deployment_id': deployment_id, 'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     def sandbox_start(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Start a stopped or suspended sandbox.
 
@@ -1813,6 +1983,14 @@ class Operations(SyncBase):
         """
         return self._call('PUT', '/api/v1/workspaces/{id}/preview-domain', path={'id': id}, body={'preview_domain': preview_domain}, request_timeout=request_timeout)
 
+    def stream_computer_agent_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
+        """SSE: the events of every agent run on this computer, live (Last-Event-ID resumes).
+
+        `GET /api/v1/computers/{id}/agent/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `agents:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/computers/{id}/agent/events', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
+
     def stream_computer_cua_session_events(self, id: str, session_id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
         """SSE: the session's cua.action, cua.screenshot and cua.ended from its start (or after Last-Event-ID), then live; closes after cua.ended.
 
@@ -1844,6 +2022,14 @@ class Operations(SyncBase):
         Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
         """
         return self._events('/api/v1/databases/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
+
+    def stream_deployment_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
+        """SSE: the deployment's events (deployment.publish.*, succeeded, failed, rollback).
+
+        `GET /api/v1/deployments/{id}/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `deployments:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/deployments/{id}/events', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
 
     def stream_sandbox_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> EventStream:
         """SSE: the sandbox's events (lifecycle, exec, processes, preview, idle).
@@ -1913,6 +2099,13 @@ class Operations(SyncBase):
         """
         return self._call('PATCH', '/api/v1/computers/{id}/auto-stop', path={'id': id}, body={'auto_stop_seconds': auto_stop_seconds}, request_timeout=request_timeout)
 
+    def update_deployment(self, id: str, *, name: str | Unset = UNSET, auto_deploy: bool | Unset = UNSET, metadata: dict[str, Any] | Unset = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Change name, auto_deploy, metadata or external ids.
+
+        `PATCH /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.update`.
+        """
+        return self._call('PATCH', '/api/v1/deployments/{id}', path={'id': id}, body={'name': name, 'auto_deploy': auto_deploy, 'metadata': metadata, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
+
     def update_egress_policy(self, id: str, *, mode: Literal['audit_only', 'enforce'] | Unset = UNSET, default_action: Literal['allow', 'deny'] | Unset = UNSET, name: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Set a policy's mode and default action.
 
@@ -1980,6 +2173,21 @@ class Operations(SyncBase):
 class AsyncOperations(AsyncBase):
     """Every operation of the API, async (trio or asyncio)."""
 
+    async def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.
+
+        `POST /api/v1/agent-runs/{run_id}/cancel`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runs.cancel`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/agent-runs/{run_id}/cancel', path={'run_id': run_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def agent_runs_usage(self, *, provider: str, model: str, input_tokens: int, output_tokens: int, request_timeout: float | None = None) -> Any:
+        """From inside a run ($CORRAL_USAGE_URL, Bearer $CORRAL_RUN_TOKEN): report AI tokens, charged by the AI prices.
+
+        `POST /api/v1/agent-runs/usage`. Public.
+        """
+        return await self._call('POST', '/api/v1/agent-runs/usage', body={'provider': provider, 'model': model, 'input_tokens': input_tokens, 'output_tokens': output_tokens}, request_timeout=request_timeout)
+
     async def auth_login(self, *, email: str, password: str, tenant_id: str | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Exchange an email and password for an access token (about 1 h) and a refresh token (7 days).
 
@@ -1995,7 +2203,7 @@ class AsyncOperations(AsyncBase):
         return await self._call('POST', '/api/v1/auth/refresh', body={'refresh_token': refresh_token}, request_timeout=request_timeout)
 
     async def auth_sse_ticket(self, *, request_timeout: float | None = None) -> Any:
-        """Mint a single-use SSE ticket valid for 60 seconds.
+        """Mint a single-use SSE ticket valid for 60 seconds (a browser token's opens only its sandbox's streams).
 
         `POST /api/v1/auth/sse-ticket`. Bearer API key or JWT access token.
         """
@@ -2232,6 +2440,14 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/admin/users', body={'email': email, 'password': password, 'name': name, 'tenant_id': tenant_id, 'role': role}, request_timeout=request_timeout)
 
+    async def create_agent_run(self, *, prompt: str, target_id: str | Unset | None = UNSET, target_kind: Literal['sandbox', 'computer'] | Unset | None = UNSET, sandbox_id: str | Unset | None = UNSET, computer_id: str | Unset | None = UNSET, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'] | Unset | None = UNSET, command: str | Unset | None = UNSET, model: str | Unset | None = UNSET, cwd: str | Unset | None = UNSET, timeout: int | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, agent_run_group_id: str | Unset | None = UNSET, parent_agent_run_id: str | Unset | None = UNSET, orchestration_role: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, wait: bool | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Run an agent command in a sandbox or computer (wait: the final state, up to timeout).
+
+        `POST /api/v1/agent-runs`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runs.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/agent-runs', body={'prompt': prompt, 'target_id': target_id, 'target_kind': target_kind, 'sandbox_id': sandbox_id, 'computer_id': computer_id, 'provider': provider, 'command': command, 'model': model, 'cwd': cwd, 'timeout': timeout, 'env': env, 'agent_runtime_profile_id': agent_runtime_profile_id, 'agent_profile_id': agent_profile_id, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'orchestration_role': orchestration_role, 'skip_agent_runtime_profile': skip_agent_runtime_profile, 'metadata': metadata, 'wait': wait}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
 
@@ -2354,6 +2570,14 @@ class AsyncOperations(AsyncBase):
         `POST /api/v1/projects`. Bearer API key or JWT access token. Scope: `org:write`. Audited as `projects.create`.
         """
         return await self._call('POST', '/api/v1/projects', body={'name': name, 'slug': slug, 'workspace_id': workspace_id}, request_timeout=request_timeout)
+
+    async def create_project_deployment(self, project_id: str, *, name: str, source_type: Literal['sandbox'] | Unset = UNSET, auto_deploy: bool | Unset = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Create a deployment in a project (state created; publish to serve it).
+
+        `POST /api/v1/projects/{project_id}/deployments`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.create`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/projects/{project_id}/deployments', path={'project_id': project_id}, body={'name': name, 'source_type': source_type, 'auto_deploy': auto_deploy, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id, 'metadata': metadata}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
     async def create_sandbox(self, *, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, template_id: str | Unset = UNSET, name: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, env: dict[str, str] | Unset | None = UNSET, auto_stop: int | Unset | None = UNSET, metadata: dict[str, Any] | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a sandbox (status creating, or already running).
@@ -2555,6 +2779,13 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('DELETE', '/api/v1/databases/{id}', path={'id': id}, request_timeout=request_timeout)
 
+    async def delete_deployment(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """Stop services, unroute every URL, mark deleted (versions kept).
+
+        `DELETE /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.delete`.
+        """
+        return await self._call('DELETE', '/api/v1/deployments/{id}', path={'id': id}, request_timeout=request_timeout)
+
     async def delete_egress_allowlist(self, id: str, *, request_timeout: float | None = None) -> None:
         """Remove an allowlist rule.
 
@@ -2702,6 +2933,30 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('DELETE', '/api/v1/workspaces/{id}/preview-domain', path={'id': id}, request_timeout=request_timeout)
 
+    async def deployment_publish(self, id: str, *, source_sandbox_id: str, kind: Literal['auto', 'static', 'service'] | Unset = UNSET, environment: str | Unset = UNSET, output_path: str | Unset | None = UNSET, build_command: str | Unset | None = UNSET, run_command: str | Unset | None = UNSET, port: int | Unset | None = UNSET, health_check_path: str | Unset = UNSET, workspace_id: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Publish a running sandbox into a new version (synchronous; events on /deployments/{id}/events).
+
+        `POST /api/v1/deployments/{id}/publish`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.publish`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/deployments/{id}/publish', path={'id': id}, body={'source_sandbox_id': source_sandbox_id, 'kind': kind, 'environment': environment, 'output_path': output_path, 'build_command': build_command, 'run_command': run_command, 'port': port, 'health_check_path': health_check_path, 'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def deployment_rollback(self, id: str, *, version_id: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Serve an earlier ready or archived version in production.
+
+        `POST /api/v1/deployments/{id}/rollback`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.rollback`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/deployments/{id}/rollback', path={'id': id}, body={'version_id': version_id}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
+    async def deployment_version_promote(self, id: str, version_id: str, *, environment: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Point production (or another environment) at a ready or archived version.
+
+        `POST /api/v1/deployments/{id}/versions/{version_id}/promote`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.promote`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Begin connecting an OAuth account: the provider's authorize URL (PKCE S256) and the state.
 
@@ -2722,6 +2977,34 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/admin/outbox`. Admin key (`msk_a_`).
         """
         return await self._call('GET', '/api/v1/admin/outbox', request_timeout=request_timeout)
+
+    async def get_agent_run(self, run_id: str, *, request_timeout: float | None = None) -> Any:
+        """One agent run.
+
+        `GET /api/v1/agent-runs/{run_id}`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runs/{run_id}', path={'run_id': run_id}, request_timeout=request_timeout)
+
+    async def get_agent_run_artifact_download(self, run_id: str, artifact_id: str, *, disposition: str | int | None = None, request_timeout: float | None = None) -> bytes:
+        """An artifact's bytes (disposition=inline for embedding; default attachment).
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download', path={'run_id': run_id, 'artifact_id': artifact_id}, query={'disposition': disposition}, expect='bytes', request_timeout=request_timeout)
+
+    async def get_agent_run_artifact_signed(self, run_id: str, artifact_id: str, *, expires: str | int | None = None, signature: str | int | None = None, disposition: str | int | None = None, request_timeout: float | None = None) -> bytes:
+        """An artifact's bytes through its signed_download_url (no bearer; 15 minutes).
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/signed`. Public.
+        """
+        return await self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/signed', path={'run_id': run_id, 'artifact_id': artifact_id}, query={'expires': expires, 'signature': signature, 'disposition': disposition}, expect='bytes', request_timeout=request_timeout)
+
+    async def get_agent_run_events(self, run_id: str, *, stream: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The run's durable events in order; ?stream=true: as SSE (existing, then live, closed after the terminal one).
+
+        `GET /api/v1/agent-runs/{run_id}/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runs/{run_id}/events', path={'run_id': run_id}, query={'stream': stream}, request_timeout=request_timeout)
 
     async def get_agent_runtime_profile(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One profile, by id or name.
@@ -2925,6 +3208,27 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/databases/{id}/restores`. Bearer API key or JWT access token. Scope: `databases:read`.
         """
         return await self._call('GET', '/api/v1/databases/{id}/restores', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_deployment(self, id: str, *, request_timeout: float | None = None) -> Any:
+        """One deployment.
+
+        `GET /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return await self._call('GET', '/api/v1/deployments/{id}', path={'id': id}, request_timeout=request_timeout)
+
+    async def get_deployment_service_logs(self, id: str, service_id: str, *, tail: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The last output lines of a deployment service's run_command (tail 1-1000, default 200).
+
+        `GET /api/v1/deployments/{id}/services/{service_id}/logs`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return await self._call('GET', '/api/v1/deployments/{id}/services/{service_id}/logs', path={'id': id, 'service_id': service_id}, query={'tail': tail}, request_timeout=request_timeout)
+
+    async def get_deployment_version(self, id: str, version_id: str, *, request_timeout: float | None = None) -> Any:
+        """One version, in full.
+
+        `GET /api/v1/deployments/{id}/versions/{version_id}`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return await self._call('GET', '/api/v1/deployments/{id}/versions/{version_id}', path={'id': id, 'version_id': version_id}, request_timeout=request_timeout)
 
     async def get_egress_audit(self, id: str, *, request_timeout: float | None = None) -> Any:
         """One audit event.
@@ -3178,6 +3482,20 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('GET', '/api/v1/admin/tenants', request_timeout=request_timeout)
 
+    async def list_agent_run_artifacts(self, run_id: str, *, request_timeout: float | None = None) -> Any:
+        """The run's artifact records.
+
+        `GET /api/v1/agent-runs/{run_id}/artifacts`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runs/{run_id}/artifacts', path={'run_id': run_id}, request_timeout=request_timeout)
+
+    async def list_agent_runs(self, *, target_id: str | int | None = None, status: str | int | None = None, agent_run_group_id: str | int | None = None, parent_agent_run_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """The tenant's agent runs, newest first.
+
+        `GET /api/v1/agent-runs`. Bearer API key or JWT access token. Scope: `agents:read`.
+        """
+        return await self._call('GET', '/api/v1/agent-runs', query={'target_id': target_id, 'status': status, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'limit': limit, 'cursor': cursor}, request_timeout=request_timeout)
+
     async def list_agent_runtime_profiles(self, *, workspace_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """The tenant's profiles (without env values).
 
@@ -3240,6 +3558,20 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/databases`. Bearer API key or JWT access token. Scope: `databases:read`.
         """
         return await self._call('GET', '/api/v1/databases', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
+
+    async def list_deployment_versions(self, id: str, *, state: str | int | None = None, workspace_id: str | int | None = None, external_workspace_id: str | int | None = None, limit: str | int | None = None, cursor: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """Versions, newest first (limit 1-100, default 20; cursor).
+
+        `GET /api/v1/deployments/{id}/versions`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return await self._call('GET', '/api/v1/deployments/{id}/versions', path={'id': id}, query={'state': state, 'workspace_id': workspace_id, 'external_workspace_id': external_workspace_id, 'limit': limit, 'cursor': cursor}, request_timeout=request_timeout)
+
+    async def list_deployments(self, *, workspace_id: str | int | None = None, project_id: str | int | None = None, external_workspace_id: str | int | None = None, external_user_id: str | int | None = None, state: str | int | None = None, request_timeout: float | None = None) -> Any:
+        """List deployments, filtered by attribution and state.
+
+        `GET /api/v1/deployments`. Bearer API key or JWT access token. Scope: `deployments:read`.
+        """
+        return await self._call('GET', '/api/v1/deployments', query={'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'state': state}, request_timeout=request_timeout)
 
     async def list_egress_allowlist(self, *, policy_id: str | int | None = None, request_timeout: float | None = None) -> Any:
         """Allowlist rules, in the order they are tried.
@@ -3437,6 +3769,14 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/sandboxes/{id}/preview-token', path={'id': id}, body={'expires_in': expires_in}, request_timeout=request_timeout)
 
+    async def sandbox_publish(self, id: str, *, source_sandbox_id: str | Unset = UNSET, kind: Literal['auto', 'static', 'service'] | Unset = UNSET, environment: str | Unset = UNSET, output_path: str | Unset | None = UNSET, build_command: str | Unset | None = UNSET, run_command: str | Unset | None = UNSET, port: int | Unset | None = UNSET, health_check_path: str | Unset = UNSET, workspace_id: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, name: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+        """Publish this sandbox into deployment_id, or into a new deployment `name` in its project.
+
+        `POST /api/v1/sandboxes/{id}/publish`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.publish`.
+        Sends an `Idempotency-Key` (a fresh one unless `idempotency_key` is given); retries reuse it.
+        """
+        return await self._call('POST', '/api/v1/sandboxes/{id}/publish', path={'id': id}, body={'source_sandbox_id': source_sandbox_id, 'kind': kind, 'environment': environment, 'output_path': output_path, 'build_command': build_command, 'run_command': run_command, 'port': port, 'health_check_path': health_check_path, 'workspace_id': workspace_id, 'project_id': project_id, 'external_workspace_id': external_workspace_id, 'deployment_id': deployment_id, 'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
+
     async def sandbox_start(self, id: str, *, request_timeout: float | None = None) -> Any:
         """Start a stopped or suspended sandbox.
 
@@ -3529,6 +3869,14 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('PUT', '/api/v1/workspaces/{id}/preview-domain', path={'id': id}, body={'preview_domain': preview_domain}, request_timeout=request_timeout)
 
+    def stream_computer_agent_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
+        """SSE: the events of every agent run on this computer, live (Last-Event-ID resumes).
+
+        `GET /api/v1/computers/{id}/agent/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `agents:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/computers/{id}/agent/events', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
+
     def stream_computer_cua_session_events(self, id: str, session_id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
         """SSE: the session's cua.action, cua.screenshot and cua.ended from its start (or after Last-Event-ID), then live; closes after cua.ended.
 
@@ -3560,6 +3908,14 @@ class AsyncOperations(AsyncBase):
         Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
         """
         return self._events('/api/v1/databases/{id}/logs/stream', path={'id': id}, query={'tail': tail}, last_event_id=last_event_id, ticket=ticket)
+
+    def stream_deployment_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
+        """SSE: the deployment's events (deployment.publish.*, succeeded, failed, rollback).
+
+        `GET /api/v1/deployments/{id}/events`. Bearer credential, or `?ticket=` from POST /auth/sse-ticket (single use). Scope: `deployments:read`.
+        Returns the stream's events; `last_event_id` resumes after an event, `ticket` authenticates with a fresh SSE ticket.
+        """
+        return self._events('/api/v1/deployments/{id}/events', path={'id': id}, last_event_id=last_event_id, ticket=ticket)
 
     def stream_sandbox_events(self, id: str, *, last_event_id: str | None = None, ticket: bool = False) -> AsyncEventStream:
         """SSE: the sandbox's events (lifecycle, exec, processes, preview, idle).
@@ -3628,6 +3984,13 @@ class AsyncOperations(AsyncBase):
         `PATCH /api/v1/computers/{id}/auto-stop`. Bearer API key or JWT access token. Scope: `computers:write`. Audited as `computers.auto_stop`.
         """
         return await self._call('PATCH', '/api/v1/computers/{id}/auto-stop', path={'id': id}, body={'auto_stop_seconds': auto_stop_seconds}, request_timeout=request_timeout)
+
+    async def update_deployment(self, id: str, *, name: str | Unset = UNSET, auto_deploy: bool | Unset = UNSET, metadata: dict[str, Any] | Unset = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+        """Change name, auto_deploy, metadata or external ids.
+
+        `PATCH /api/v1/deployments/{id}`. Bearer API key or JWT access token. Scope: `deployments:write`. Audited as `deployments.update`.
+        """
+        return await self._call('PATCH', '/api/v1/deployments/{id}', path={'id': id}, body={'name': name, 'auto_deploy': auto_deploy, 'metadata': metadata, 'external_workspace_id': external_workspace_id, 'external_user_id': external_user_id, 'external_project_id': external_project_id}, request_timeout=request_timeout)
 
     async def update_egress_policy(self, id: str, *, mode: Literal['audit_only', 'enforce'] | Unset = UNSET, default_action: Literal['allow', 'deny'] | Unset = UNSET, name: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Set a policy's mode and default action.

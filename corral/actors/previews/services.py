@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from typing import Protocol
 
 from corral.actors.sandboxes.services import SandboxServices
-from corral.net.preview import PreviewRouter
+from corral.net.preview import Decision, PreviewRequest, PreviewRouter
 
 from .access_cache import AccessCache
+
+
+class HostSites(Protocol):
+    """Deployments' hosts as the router asks them (`corral.actors.deployments.DeploymentSites`):
+    the answer for `{slug}.{domain}` / `v{n}-{slug}.{domain}`, or None when no deployment has it."""
+
+    async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision | None: ...
+
+    def domains_changed(self) -> None:
+        """A preview domain was configured, verified or removed: routable domains change."""
 
 
 class PreviewServices(SandboxServices, Protocol):
@@ -17,3 +28,7 @@ class PreviewServices(SandboxServices, Protocol):
     preview_router: PreviewRouter | None
     preview_polls: set[str]
     """Previews whose port is being polled for `sandbox.preview.ready`."""
+
+    @property
+    def deployment_sites(self) -> HostSites | None:
+        """Set by the node once deployments are routed (None before)."""
