@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from ._base import AsyncEventStream, EventStream
 from ._generated import AsyncOperations, Operations
 from .config import load_credentials
 from .errors import ResourceFailed, WaitTimeout
@@ -35,6 +36,7 @@ __all__ = ["AsyncClient", "AsyncProcessRun", "Client", "OutputLine", "ProcessRun
 
 FAILED_STATES = frozenset({"error", "failed", "destroyed", "deleted", "cancelled", "canceled"})
 FILE_KINDS = {"sandbox": "sandboxes", "computer": "computers"}
+AGENT_RUN_EVENTS = "/api/v1/agent-runs/{run_id}/events"
 
 
 def unwrap(body: Any) -> Any:
@@ -201,6 +203,11 @@ class Client(Operations):
         process = unwrap(self.create_sandbox_process(sandbox_id, **body))
         return ProcessRun(self, sandbox_id, process)
 
+    def follow_agent_run(self, run_id: str, *, last_event_id: str | None = None) -> EventStream:
+        """An agent run's events as they happen (`GET /agent-runs/{id}/events?stream=true`):
+        the recorded ones first, then live; the stream ends after the terminal event."""
+        return self.events(AGENT_RUN_EVENTS, path={"run_id": run_id}, query={"stream": "true"}, last_event_id=last_event_id)
+
     def terminal(self, computer_id: str, *, cols: int = 80, rows: int = 24, shell: str | None = None, connect_to: str | None = None) -> Terminal:
         """A new shell on a PTY in the computer, connected."""
         extra: dict[str, Any] = {"shell": shell} if shell else {}
@@ -314,6 +321,10 @@ class AsyncClient(AsyncOperations):
     async def download(self, id: str, path: str, *, kind: str = "sandbox") -> bytes:
         url = self.url(_files_path(kind, "download"), {"id": id})
         return bytes((await self.request("GET", url, params={"path": path}, headers={"Accept": "*/*"})).content)
+
+    def follow_agent_run(self, run_id: str, *, last_event_id: str | None = None) -> AsyncEventStream:
+        """An agent run's events as they happen, recorded ones first; ends after the terminal event."""
+        return self.events(AGENT_RUN_EVENTS, path={"run_id": run_id}, query={"stream": "true"}, last_event_id=last_event_id)
 
     async def exec_stream(self, sandbox_id: str, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None, name: str | None = None) -> AsyncProcessRun:
         body: dict[str, Any] = {"cmd": command}

@@ -252,7 +252,7 @@ TERMINAL_EVENTS = frozenset({"command_finished", "failed", "canceled"})
 def _follow_run(ctx: Context, run_id: str) -> int:
     """Print the run's events as they happen, then its output; exit with its exit code
     (0 for a run that finished without one, 1 for a failed or canceled run)."""
-    stream = ctx.client.events(API + "/agent-runs/{id}/events", path={"id": run_id}, query={"stream": "true"})
+    stream = ctx.client.follow_agent_run(run_id)
     kind: str | None = None
     payload: dict[str, Any] = {}
     with stream:
