@@ -9,6 +9,7 @@ import sys
 
 import trio
 
+from corral import commands
 from corral.config import Settings, SettingsError
 from corral.net.edge import EdgeConfig, caddy_binary, edge_config, run_edge_process
 
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     _templates_parser(sub)
     _edge_parser(sub)
+    commands.register(sub, parser)
     return parser
 
 
@@ -101,7 +103,7 @@ def templates_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from corral.http.server import serve
@@ -121,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         return templates_command(args)
     if args.command == "edge":
         return edge_command(args)
+    if args.command in commands.CLIENT_COMMANDS:
+        return commands.run(args)
     return 2
 
 
