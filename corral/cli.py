@@ -60,7 +60,7 @@ def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corral", description="Corral compute platform")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)  # not `command`: options such as `agent-runs create --command` use that name
     _serve_parser(sub)
     _templates_parser(sub)
     _edge_parser(sub)
@@ -104,7 +104,7 @@ def templates_command(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
-    if args.command == "serve":
+    if args.subcommand == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from corral.http.server import serve
 
@@ -119,11 +119,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"corral: {exc}", file=sys.stderr)
             return 2
         return 0
-    if args.command == "templates":
+    if args.subcommand == "templates":
         return templates_command(args)
-    if args.command == "edge":
+    if args.subcommand == "edge":
         return edge_command(args)
-    if args.command in commands.CLIENT_COMMANDS:
+    if args.subcommand in commands.CLIENT_COMMANDS:
         return commands.run(args)
     return 2
 

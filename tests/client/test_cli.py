@@ -36,6 +36,7 @@ class Cli:
 
         def run() -> int:
             args = commands.parse(build_parser(), list(argv))
+            assert args.subcommand in commands.CLIENT_COMMANDS, args  # what `corral.cli.main` dispatches on
             return commands.run(args, Console(out, err), self.env)
 
         code = await trio.to_thread.run_sync(run)

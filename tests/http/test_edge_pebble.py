@@ -25,7 +25,7 @@ from tests.http.domain_support import API, add_domain, new_computer, verify
 from tests.http.edge_support import edge_server, https_get, names_in, served_certificate
 from tests.support import Api, free_port
 
-pytestmark = pytest.mark.skipif(shutil.which("pebble") is None, reason="Debian's pebble is not installed")
+assert shutil.which("pebble") is not None, "Debian's pebble is installed by tools/install --test"
 
 
 @contextlib.asynccontextmanager
