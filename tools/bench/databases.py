@@ -181,7 +181,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     target = data_dir / f"basebackup-{i}"
                     start = time.perf_counter()
                     subprocess.run([str(PG_BIN / "pg_basebackup"), "-h", str(platform.databases.driver.socket_dir(source["id"])),
-                                    "-U", "corral_admin", "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
+                                    "-p", str(platform.databases.driver.port(source["id"])), "-U", "corral_admin", "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
                     base_times.append(time.perf_counter() - start)
                     shutil.rmtree(target, ignore_errors=True)
                 results["branch"] = {**summary(branch_times), "database_bytes": size}
@@ -204,9 +204,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 bcreds = await bench.call("GET", f"/databases/{source['id']}/credentials")
                 socket_dir = str(platform.databases.driver.socket_dir(source["id"]))
                 common = ["-U", bcreds["user"], bcreds["database"]]
-                await trio.to_thread.run_sync(lambda: pgbench(["-i", "-s", "5", "-q", "-h", socket_dir, *common], bcreds["password"]))
+                server_port = str(platform.databases.driver.port(source["id"]))
+                await trio.to_thread.run_sync(lambda: pgbench(["-i", "-s", "5", "-q", "-h", socket_dir, "-p", server_port, *common], bcreds["password"]))
                 load = ["-S", "-c", str(args.clients), "-j", "2", "-T", str(args.pgbench_seconds), "-n"]
-                direct = await trio.to_thread.run_sync(lambda: pgbench([*load, "-h", socket_dir, *common], bcreds["password"]))
+                direct = await trio.to_thread.run_sync(lambda: pgbench([*load, "-h", socket_dir, "-p", server_port, *common], bcreds["password"]))
                 proxied = await trio.to_thread.run_sync(
                     lambda: pgbench([*load, "-h", bcreds["host"], "-p", str(bcreds["port"]), *common], bcreds["password"])
                 )
@@ -219,6 +220,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             stop.set()
     finally:
         subprocess.run(["nft", "delete", "table", "inet", "corral_bench_db"], capture_output=True)
+        subprocess.run(["nft", "delete", "table", "ip", "corral_bench_db_db"], capture_output=True)
         subprocess.run(["ip", "link", "delete", "corralbd0"], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
     return results

@@ -53,6 +53,11 @@ async def start_background(platform: DatabaseServices) -> None:
         with contextlib.suppress(Exception):
             await listen(platform, row)
         node.proxy.mark_active(row.id)
+        if row.status == "running":  # servers that outlived the last run keep their fast path
+            with contextlib.suppress(Exception):
+                await node.access.open_fast_path(
+                    row.id, node.listen_hosts(True), row.port, node.server_port(row.port)
+                )
         ref = await platform.system.get(DatabaseActor, row.id)
         if row.status == "creating":
             await ref.tell(Boot(clone_source=row.parent_id))
@@ -123,7 +128,11 @@ async def check_once(platform: DatabaseServices, *, sample: bool = False) -> Non
             and node.proxy.open_connections(row.id) == 0
             and node.proxy.idle_seconds(row.id) >= row.auto_suspend_seconds
         ):
-            await _tell(platform, row.id, Suspend())
+            # Clients on the fast path are the server's alone to count.
+            if await node.driver.client_connections(row.id):
+                node.proxy.mark_active(row.id)
+            else:
+                await _tell(platform, row.id, Suspend())
         if sample:
             await _sample(platform, row.id, row.size, info.limits.vcpus)
 
@@ -152,7 +161,8 @@ async def allowed_pairs(platform: DatabaseServices) -> set[tuple[str, int]]:
     that has databases (other tenants' instances are in no pair with the port)."""
     ports: dict[str, list[int]] = {}
     for row in await store.live(platform.db):
-        ports.setdefault(row.tenant_id, []).append(row.port)
+        # the proxy's port, and the server's own where the fast path leads
+        ports.setdefault(row.tenant_id, []).extend((row.port, platform.databases.server_port(row.port)))
     if not ports:
         return set()
     owners: dict[str, str] = {}
