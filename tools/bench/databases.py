@@ -208,17 +208,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 server_port = str(platform.databases.driver.port(source["id"]))
                 await trio.to_thread.run_sync(lambda: pgbench(["-i", "-s", "5", "-q", "-h", socket_dir, "-p", server_port, *common], bcreds["password"]))
                 load = ["-S", "-c", str(args.clients), "-j", "2", "-T", str(args.pgbench_seconds), "-n"]
-                direct = await trio.to_thread.run_sync(lambda: pgbench([*load, "-h", socket_dir, "-p", server_port, *common], bcreds["password"]))
-                direct_tcp = await trio.to_thread.run_sync(
-                    lambda: pgbench([*load, "-h", bcreds["host"], "-p", server_port, *common], bcreds["password"])
-                )
-                proxied = await trio.to_thread.run_sync(
-                    lambda: pgbench([*load, "-h", bcreds["host"], "-p", str(bcreds["port"]), *common], bcreds["password"])
-                )
+                # interleaved rounds, medians: the machine's other load moves between runs
+                runs: dict[str, list[float]] = {"socket": [], "tcp": [], "url": []}
+                targets = {
+                    "socket": ["-h", socket_dir, "-p", server_port],
+                    "tcp": ["-h", bcreds["host"], "-p", server_port],
+                    "url": ["-h", bcreds["host"], "-p", str(bcreds["port"])],
+                }
+                for _ in range(args.rounds):
+                    for name, target in targets.items():
+                        tps = await trio.to_thread.run_sync(lambda target=target: pgbench([*load, *target, *common], bcreds["password"]))
+                        runs[name].append(tps)
+                direct, direct_tcp, proxied = (statistics.median(runs[name]) for name in ("socket", "tcp", "url"))
                 results["pgbench_select_only"] = {
                     "direct_tcp_tps": round(direct_tcp, 1), "direct_socket_tps": round(direct, 1), "url_tps": round(proxied, 1),
                     "ratio_vs_direct_tcp": round(proxied / direct_tcp, 3), "ratio_vs_direct_socket": round(proxied / direct, 3),
-                    "clients": args.clients, "seconds": args.pgbench_seconds,
+                    "clients": args.clients, "seconds": args.pgbench_seconds, "rounds": args.rounds,
+                    "runs": {name: [round(v, 1) for v in values] for name, values in runs.items()},
                 }
                 for database in await bench.call("GET", "/databases"):
                     await bench.call("DELETE", f"/databases/{database['id']}")
@@ -238,6 +244,7 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=5)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--pgbench-seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if os.geteuid() != 0:
