@@ -202,6 +202,17 @@ class DatabaseActor(InstanceActor):
         if self.draft is not None:
             await self.emit("created", self.subject_data())
 
+    async def reconcile(self) -> None:
+        """A state a control-plane restart caught mid-change is settled first: a stop goes
+        on to `stopped`, anything else to `running` (which the base then makes true)."""
+        if self.state == "stopping":
+            with contextlib.suppress(Exception):
+                await self.halt_instance()
+            await self.persist(state="stopped")
+        elif self.state in ("starting", "restarting", "restoring"):
+            await self.persist(state="running")
+        await super().reconcile()
+
     def subject_data(self) -> dict[str, Any]:
         return {"database_id": self.id, "name": self.record.name, "status": self.state}
 
