@@ -8,7 +8,7 @@ import sys
 
 import trio
 
-from corral.config import Settings
+from corral.config import Settings, SettingsError
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:  # SettingsError, or a number that is not one
             print(f"corral: {exc}", file=sys.stderr)
             return 2
-        trio.run(serve, settings)
+        try:
+            trio.run(serve, settings)
+        except SettingsError as exc:  # found while starting: a configuration file that cannot be used
+            print(f"corral: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "templates":
         return templates_command(args)

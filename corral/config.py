@@ -113,6 +113,9 @@ class Settings:
     (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet."""
     oauth_providers: str | None = None
     """The operator's OAuth providers: a JSON file path (`CORRAL_OAUTH_PROVIDERS`; contract §11)."""
+    public_api_url: str | None = None
+    """How the outside world reaches this API (`CORRAL_PUBLIC_API_URL`), e.g. for OAuth redirect URIs;
+    unset: the Host of each request."""
     # Managed databases (issue 17; contract §13; docs/api.md "Managed databases").
     database_dir: Path | None = None
     """Where database servers live (`CORRAL_DATABASE_DIR`); None: `<data-dir>/databases` when
@@ -185,6 +188,7 @@ class Settings:
             "egress_proxy": _env_flag("CORRAL_EGRESS_PROXY", default=True),
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
             "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
+            "public_api_url": env.get("CORRAL_PUBLIC_API_URL") or None,
             "database_dir": Path(env["CORRAL_DATABASE_DIR"]) if env.get("CORRAL_DATABASE_DIR") else None,
             "database_ports": env.get("CORRAL_DATABASE_PORTS", "15432-16431"),
             "database_host": env.get("CORRAL_DATABASE_HOST", ""),

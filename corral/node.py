@@ -27,7 +27,17 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, databases, egress, instances, sandboxes
+from corral.actors import (
+    agent_profiles,
+    agent_runs,
+    billing,
+    computers,
+    databases,
+    egress,
+    instances,
+    sandboxes,
+    templates,
+)
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
@@ -35,11 +45,12 @@ from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.databases import DatabaseNode
-from corral.actors.egress import PolicyHooks
+from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
+from corral.actors.sandboxes.services import TemplateResolver
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
@@ -99,6 +110,8 @@ class Platform:
     computer_metrics: MetricsSampling | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
+    sandbox_templates: TemplateResolver | None = None
+    """Tenants' sandbox templates (`corral.actors.templates`); None: built-ins only."""
     preview_access: AccessCache | None = None
     """Routing and token caches shared by the preview router and the API."""
     preview_router: PreviewRouter | None = None
@@ -110,6 +123,8 @@ class Platform:
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
     databases: DatabaseNode = field(init=False)
     """This node's database servers, their connection proxy and access rules."""
+    run_profiles: agent_runs.RunProfiles | None = None
+    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -167,6 +182,11 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def _loopback(host: str) -> str:
+    """Where this node's own API answers locally."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "localhost") else host
+
+
 def database_dir(settings: Settings) -> Path:
     """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
     reach it, else a directory of this data directory's own under /var/lib/corral."""
@@ -201,6 +221,8 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
         port=settings.egress_port,
         destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
         ca_bundle=settings.ca_bundle,
+        platform_upstream=(_loopback(settings.host), settings.port),
+        platform_paths=(agent_runs.USAGE_PATH,),
     )
     return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
 
@@ -231,7 +253,16 @@ async def _start_parts(platform: Platform) -> None:
     if recovered:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
     await sandboxes.start_background(platform)
+    platform.system.register(*templates.ACTORS)
+    interrupted_builds = await templates.recover_interrupted(platform)
+    if interrupted_builds:
+        log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
+    await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
+    platform.system.register(*agent_runs.ACTORS)
+    resumed = await agent_runs.resume_runs(platform)
+    if resumed:
+        log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
@@ -250,6 +281,7 @@ async def _start_parts(platform: Platform) -> None:
 async def open_node(settings: Settings) -> AsyncIterator[Platform]:
     data_dir = Path(settings.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    check_operator_providers(settings.oauth_providers)
     db = open_database(settings.database_url)
     try:
         await migrate(db)
@@ -273,6 +305,9 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 egress_proxy=proxy,
             )
             platform.databases = database_node(settings)
+            platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.run_profiles = agent_profiles.RunProfileResolver(platform)
+            platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,

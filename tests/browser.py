@@ -18,13 +18,14 @@ import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx
 import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
+from tests.browser_network import BrowserNetwork, browser_network
 from tests.support import free_port
 
 
@@ -118,8 +119,25 @@ def chromium_path() -> str:
 
 
 @contextlib.asynccontextmanager
-async def open_browser(*, host_rules: str | None = None) -> AsyncIterator[Browser]:
-    """A headless Chromium; `host_rules` (e.g. "MAP * 127.0.0.1") resolves test host names."""
+async def open_browser(*, host_rules: str | None = None, ports: Sequence[int] = ()) -> AsyncIterator[Browser]:
+    """A headless Chromium; `host_rules` (e.g. "MAP * 127.0.0.1") resolves test host names.
+
+    With `ports`, Chromium runs in a network namespace of its own where only those
+    loopback ports reach the host's (`tests/browser_network.py`): it then never sees
+    the host's interfaces change, which makes it abort requests in flight."""
+    if ports:
+        async with browser_network() as network:
+            for forwarded in ports:
+                await network.outward(forwarded)
+            async with _open_browser(host_rules, network) as browser:
+                yield browser
+        return
+    async with _open_browser(host_rules, None) as browser:
+        yield browser
+
+
+@contextlib.asynccontextmanager
+async def _open_browser(host_rules: str | None, network: BrowserNetwork | None) -> AsyncIterator[Browser]:
     port = free_port()
     profile = tempfile.mkdtemp(prefix="corral-chromium-")
     argv = [
@@ -138,9 +156,15 @@ async def open_browser(*, host_rules: str | None = None) -> AsyncIterator[Browse
     if host_rules:
         argv.append(f"--host-resolver-rules={host_rules}")
     argv.append("about:blank")
+    if network is not None:
+        argv = network.command(argv)
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        ws_url = await _debugger_url(port, process)
+        if network is None:
+            ws_url = await _debugger_url(port, process)
+        else:
+            reach = await network.inward(port)
+            ws_url = (await _debugger_url(reach, process)).replace(f"127.0.0.1:{port}/", f"127.0.0.1:{reach}/")
         async with open_websocket_url(ws_url, max_message_size=64 * 1024 * 1024) as ws, trio.open_nursery() as nursery:
             yield Browser(ws, nursery)
             nursery.cancel_scope.cancel()

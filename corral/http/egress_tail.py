@@ -37,6 +37,8 @@ async def _principal(pipeline: Pipeline) -> Principal:
         raise unauthorized("missing token")
     principal = await pipeline.authenticator.authenticate(f"Bearer {token}", websocket.remote_addr)
     principal.require_scope("egress:read")
+    if principal.workspace_id is not None:
+        raise forbidden("this key is restricted to one workspace; the egress audit needs a tenant-wide key")
     if principal.tenant_id is None:
         raise forbidden("the live tail needs a tenant's credentials")
     return principal

@@ -17,7 +17,7 @@ from quart import Response, request
 from quart.wrappers.response import DataBody
 from werkzeug.exceptions import HTTPException
 
-from corral.actors import idempotency
+from corral.actors import browser_tokens, idempotency
 from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
@@ -166,6 +166,8 @@ class Pipeline:
                 bucket, limit = f"{bucket}:egress", min(limit, EGRESS_RPM)
             decision = self.limiter.hit(bucket, limit)
             if decision.allowed:
+                if principal.sandbox_id is not None:  # a browser token: its sandbox's routes only
+                    browser_tokens.check_route(principal.sandbox_id, route.method, route.path, params)
                 _authorize(principal, route)
         if not decision.allowed:
             raise ApiError(429, "RATE_LIMITED", rate_limited(decision).message, headers=decision.headers())
@@ -219,6 +221,8 @@ def _authorize(principal: Principal, route: Route) -> None:
         raise forbidden("this endpoint needs an admin key")
     if route.scope is not None:
         principal.require_scope(route.scope)
+    if route.tenant_wide and principal.workspace_id is not None:
+        raise forbidden("this key is restricted to one workspace; the tenant's egress vault, policies and audit need a tenant-wide key")
 
 
 def _to_response(result: Any, route: Route) -> Response:

@@ -43,13 +43,18 @@ class Route:
     content_type: str = "application/json"
     idempotent: bool = False
     """POST routes that honour the `Idempotency-Key` header (contract §12)."""
+    tenant_wide: bool = False
+    """Manages what belongs to the whole tenant (the egress vault, its policies and audit):
+    a key restricted to one workspace is refused (403)."""
     ticket_purpose: str | None = None
     """A `ticket` route that also takes a narrower ticket than the general `sse` one:
     its purpose, with path parameters in braces (`cua:{session_id}`)."""
 
     @property
     def full_path(self) -> str:
-        return f"{self.prefix}{self.path}" if self.path != "/" else self.prefix
+        if self.path == "/":
+            return self.prefix or "/"  # a router mounted at the root (prefix "") may serve `/` itself
+        return f"{self.prefix}{self.path}"
 
     @property
     def rule(self) -> str:
@@ -82,9 +87,10 @@ class Route:
 class Router:
     """A group of routes under one OpenAPI tag."""
 
-    def __init__(self, tag: str, prefix: str = "/api/v1") -> None:
+    def __init__(self, tag: str, prefix: str = "/api/v1", *, tenant_wide: bool = False) -> None:
         self.tag = tag
         self.prefix = prefix
+        self.tenant_wide = tenant_wide
         self.routes: list[Route] = []
 
     def route(
@@ -123,6 +129,7 @@ class Router:
                     prefix=self.prefix,
                     content_type=content_type,
                     idempotent=idempotent,
+                    tenant_wide=self.tenant_wide,
                     ticket_purpose=ticket_purpose,
                 )
             )

@@ -374,3 +374,54 @@ async def test_an_expiring_token_is_refreshed_before_it_is_substituted(oauth_api
     asked = len(auth_server.token_requests)
     assert (await egress.load_context(api.platform, "sandbox", sandbox_id)).secrets == []  # type: ignore[union-attr]
     assert len(auth_server.token_requests) == asked
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{not json", "Expecting property name"),
+        ('{"provider": "github"}', "JSON list"),
+        ('[{"provider": "github", "client_id": "x", "token_url": "http://t"}]', "missing field 'authorize_url'"),
+        (None, "No such file"),
+    ],
+)
+async def test_a_broken_providers_file_stops_the_start_with_the_reason(
+    tmp_path: Path, content: str | None, problem: str
+) -> None:
+    path = tmp_path / "providers.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(egress.ProvidersFileError, match=problem):
+        async with running_server(tmp_path / "node", egress_proxy=False, oauth_providers=str(path)):
+            pass
+
+
+async def test_a_providers_file_broken_while_running_answers_503(oauth_api: Api) -> None:
+    tenant = await oauth_api.create_tenant()
+    assert oauth_api.platform.settings.oauth_providers is not None
+    Path(oauth_api.platform.settings.oauth_providers).write_text("[{")
+    for path, method in (("/providers", "GET"), ("/start", "POST")):
+        response = await call(oauth_api, tenant, method, path, json={"provider": "github"} if method == "POST" else None)
+        error = assert_error(response, 503, "SERVICE_UNAVAILABLE")
+        assert "providers.json" not in error["message"]
+
+
+async def test_redirect_uri_uses_the_public_api_url_and_old_flows_are_pruned(
+    tmp_path: Path, auth_server: AuthServer
+) -> None:
+    providers = _providers_file(tmp_path, auth_server)
+    async with running_server(
+        tmp_path / "node", egress_proxy=False, oauth_providers=providers, public_api_url="https://api.corral.example/"
+    ) as api:
+        tenant = await api.create_tenant()
+        first = await start(api, tenant)
+        query = parse_qs(urlsplit(first["authorize_url"]).query)
+        assert query["redirect_uri"] == ["https://api.corral.example/api/v1/egress/oauth/callback"]
+        # A flow that never completed, started two days ago, is gone at the next start.
+        await api.platform.db.execute(
+            "UPDATE egress_oauth_flows SET created_at = '2000-01-01T00:00:00.000000Z' WHERE state = ?", (first["state"],)
+        )
+        await start(api, tenant)
+        assert (await call(api, tenant, "GET", f"/status?state={first['state']}")).status_code == 404
+        rows = await api.platform.db.fetch_value("SELECT COUNT(*) FROM egress_oauth_flows WHERE tenant_id = ?", (tenant.id,))
+        assert rows == 1

@@ -217,7 +217,43 @@ async def _egress_audit(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": row.id}
 
 
+async def _agent_runtime_profile(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "isolated", "provider": "claude", "env": {"MINE": "secret-env"}}
+    response = await api.request("POST", "/api/v1/agent-runtime-profiles", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _sandbox_template(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("POST", "/api/v1/sandbox-templates", key=tenant.key, json={"name": "isolated", "setup": ["true"]})
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["template"]["id"]}
+
+
+async def _sandbox_template_build(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "isolated-build", "setup": ["true"]}
+    response = await api.request("POST", "/api/v1/sandbox-templates", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["build"]["id"]}
+async def _agent_run(api: Api, tenant: Tenant, _: Params) -> Params:
+    sandbox = await _sandbox(api, tenant, {})
+    body = {"sandbox_id": sandbox["id"], "prompt": "isolated", "command": "echo mine > /workspace/run.txt",
+            "metadata": {"artifact_paths": ["/workspace/run.txt"]}}
+    response = await api.request("POST", "/api/v1/agent-runs", key=tenant.key, json=body)
+    assert response.status_code == 200, response.text
+    return {"run_id": response.json()["data"]["id"]}
+
+
+async def _agent_run_artifact(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("GET", f"/api/v1/agent-runs/{params['run_id']}/artifacts", key=tenant.key)
+    assert response.status_code == 200, response.text
+    return {"artifact_id": response.json()["data"][0]["id"]}
+
+
 FACTORIES: dict[str, Factory] = {
+    "/agent-runtime-profiles/{id}": _agent_runtime_profile,
+    "/sandbox-templates/{id}": _sandbox_template,
+    "/sandbox-template-builds/{id}": _sandbox_template_build,
     "/workspaces/{id}/members/{user_id}": _workspace_member,
     "/workspaces/{id}/invites/{invite_id}": _workspace_invite,
     "/tenants/{id}": _tenant,
@@ -245,6 +281,8 @@ FACTORIES: dict[str, Factory] = {
     "/egress/oauth/admin/providers/{id}": _egress_oauth_provider,
     "/egress/allowlist/{id}": _egress_rule,
     "/egress/audit/{id}": _egress_audit,
+    "/agent-runs/{run_id}": _agent_run,
+    "/agent-runs/{run_id}/artifacts/{artifact_id}": _agent_run_artifact,
 }
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
@@ -260,6 +298,9 @@ the tenant: another tenant's user holding it is refused `422 EMAIL_MISMATCH` unl
 are the invitee, and the invite stays pending (checked at the end)."""
 
 OWNER_CHECKS: dict[str, str] = {
+    "/agent-runtime-profiles/{id}": "/api/v1/agent-runtime-profiles/{id}",
+    "/sandbox-templates/{id}": "/api/v1/sandbox-templates/{id}",
+    "/sandbox-template-builds/{id}": "/api/v1/sandbox-template-builds/{id}",
     "/quotas/external/{external_user_id}": "/api/v1/quotas/external/{external_user_id}",
     "/computers/{id}": "/api/v1/computers/{id}/files/stat?path=/workspace/mine.txt",
     "/sandboxes/{id}": "/api/v1/sandboxes/{id}/files/stat?path=/workspace/mine.txt",
@@ -268,6 +309,7 @@ OWNER_CHECKS: dict[str, str] = {
     "/webhooks/{id}": "/api/v1/webhooks/{id}",
     "/egress/secrets/{id}": "/api/v1/egress/secrets/{id}",
     "/egress/policies/{id}": "/api/v1/egress/policies/{id}",
+    "/agent-runs/{run_id}": "/api/v1/agent-runs/{run_id}",
 }
 
 

@@ -244,3 +244,24 @@ async def test_expect_100_continue_gets_its_answer(tmp_path: Path) -> None:
     answer, elapsed = result.stdout.decode().rsplit(" ", 1)
     assert '"body_size": 5000' in answer
     assert float(elapsed) < 2  # not the client's own timeout
+
+
+async def test_a_tunnel_opens_no_connection_before_its_request_is_allowed(tmp_path: Path) -> None:
+    accepted = 0
+
+    async def count(stream: trio.SocketStream) -> None:
+        nonlocal accepted
+        accepted += 1
+        await stream.aclose()
+
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.serve_listeners, count, listeners)
+        hooks = Recording(deny=["127.0.0.1"])
+        async with running_proxy(tmp_path, hooks=hooks) as proxy, client(proxy) as http:
+            response = await http.get(f"https://127.0.0.1:{port}/")
+            assert response.status_code == 403
+            assert response.json()["error"]["code"] == "EGRESS_DENIED"
+        assert accepted == 0
+        nursery.cancel_scope.cancel()

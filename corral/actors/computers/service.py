@@ -3,7 +3,6 @@ resize, move, delete, auto-stop. Each state change goes through the computer's a
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from corral.actors.ref import ActorRef
@@ -116,9 +115,7 @@ async def create_computer(
         )
     profile = await explicit_profile(platform, tenant_id, new)
     await billing_hooks.require_allowance(platform, None, new.size, tenant_id=tenant_id, external_user_id=new.external_user_id)
-    if key_workspace_id is not None:
-        new = _within_key_workspace(new, key_workspace_id)
-    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id, key_workspace_id=key_workspace_id)
     profile = profile or await default_profile(platform, tenant_id, attribution.workspace_id, new)
     template = get_template(new.template_type)
     assert template is not None
@@ -138,17 +135,10 @@ async def create_computer(
     record: ComputerRecord = await ref.ask(Get())
     if profile is not None and profile.env:
         await set_env(platform, record, profile.env)
+    if profile is not None and platform.agent_runtime_profiles is not None:
+        await platform.agent_runtime_profiles.applied(platform, tenant_id, profile.id, record.id)
     await ref.ask(Boot(snapshot_source=draft.from_snapshot_id))
     return record
-
-
-def _within_key_workspace(new: NewComputer, key_workspace_id: str) -> NewComputer:
-    """A key restricted to one workspace creates there: naming another is 403, checked
-    before attribution so that nothing is created on the way."""
-    named = new.workspace_id
-    if (named is not None and named != key_workspace_id) or new.workspace_slug or new.workspace_name:
-        raise forbidden("this key is restricted to one workspace; give its workspace_id or none")
-    return dataclasses.replace(new, workspace_id=key_workspace_id)
 
 
 async def clone_computer(platform: ComputerServices, owner_user_id: str | None, source: ComputerRecord) -> ComputerRecord:

@@ -35,7 +35,6 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 import trio
 
-from corral.actors.record import RowStore
 from corral.actors.webhooks.destinations import (
     DestinationRefused,
     InvalidUrl,
@@ -43,17 +42,22 @@ from corral.actors.webhooks.destinations import (
     check_url_host,
     parse_url,
 )
+from corral.config import SettingsError
 from corral.errors import ApiError, conflict, forbidden, not_found, validation_error
 from corral.ids import new_uuid
 from corral.models import Rule, model
-from corral.storage import associated_data, iso_in, parse_iso, utc_now, utc_now_iso
+from corral.storage import associated_data, iso_in, parse_iso, to_iso, utc_now, utc_now_iso
 
+from . import oauth_store
+from .oauth_store import FLOWS, PROVIDERS, FlowRecord, ProviderRecord
 from .services import EgressServices
 from .spec import EnvName, Hosts, NewSecret, SecretChange
 from .store import SECRETS
 from .vault import Caller, create_secret, require_role, update_secret
 
 FLOW_TTL = timedelta(minutes=10)
+FLOW_RETENTION = timedelta(days=1)
+"""Flows that did not complete are deleted this long after they started."""
 """A flow's callback must arrive within this long of its start."""
 TOKEN_TIMEOUT = 15.0
 REFRESH_MARGIN = 60.0
@@ -104,7 +108,9 @@ class OAuthStart:
 
     provider: Annotated[str, Rule(max_length=64)]
     expose_as_env: EnvName | None = None
-    scope: Annotated[str, Rule(max_length=32, description="tenant or user (default user)")] | None = None
+    scope: (
+        Annotated[str, Rule(max_length=32, description="tenant or user (default user)")] | None
+    ) = None
     owner_user_id: str | None = None
 
 
@@ -120,46 +126,6 @@ class Provider:
     scopes: list[str] = field(hash=False)
     allowed_hosts: list[str] = field(hash=False)
     source: str
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderRecord:
-    id: str
-    tenant_id: str
-    provider: str
-    name: str
-    client_id: str
-    client_secret: bytes = field(repr=False)
-    authorize_url: str
-    token_url: str
-    scopes: list[str] = field(hash=False)
-    allowed_hosts: list[str] = field(hash=False)
-    created_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class FlowRecord:
-    id: str
-    tenant_id: str
-    state: str
-    provider: str
-    user_id: str | None
-    is_admin: int
-    scope: str
-    owner_user_id: str | None
-    expose_as_env: str | None
-    redirect_uri: str
-    code_verifier: str = field(repr=False)
-    status: str
-    secret_id: str | None
-    error: str | None
-    refresh_token: bytes | None = field(repr=False)
-    created_at: str
-    updated_at: str
-
-
-PROVIDERS = RowStore("egress_oauth_providers", ProviderRecord, json_columns=("scopes", "allowed_hosts"))
-FLOWS = RowStore("egress_oauth_flows", FlowRecord)
 
 
 def _provider_aad(tenant_id: str, provider_id: str) -> bytes:
@@ -193,30 +159,46 @@ def flow_public(flow: FlowRecord) -> dict[str, Any]:
 # -- providers ----------------------------------------------------------------------
 
 
+class ProvidersFileError(SettingsError):
+    """`CORRAL_OAUTH_PROVIDERS` cannot be read or is not a list of providers."""
+
+
 def operator_providers(path: str | None) -> list[Provider]:
-    """The operator's providers from the JSON file (none when unset; a broken file is an error)."""
+    """The operator's providers from the JSON file (none when unset). The node checks the
+    file at start (`check_operator_providers`); if it breaks later, OAuth answers 503."""
     if not path:
         return []
-    entries = json.loads(Path(path).read_text())
-    if not isinstance(entries, list):
-        raise ValueError(f"{path}: CORRAL_OAUTH_PROVIDERS must hold a JSON list")
-    providers = []
-    for entry in entries:
-        providers.append(
-            Provider(
-                id=str(entry["provider"]),
-                provider=str(entry["provider"]),
-                name=str(entry.get("name") or entry["provider"]),
-                client_id=str(entry["client_id"]),
-                client_secret=str(entry.get("client_secret") or ""),
-                authorize_url=str(entry["authorize_url"]),
-                token_url=str(entry["token_url"]),
-                scopes=[str(scope) for scope in entry.get("scopes") or []],
-                allowed_hosts=[str(host) for host in entry.get("allowed_hosts") or []],
-                source="platform",
-            )
-        )
-    return providers
+    try:
+        entries = json.loads(Path(path).read_text())
+        if not isinstance(entries, list):
+            raise ValueError("the file must hold a JSON list of providers")
+        return [_operator_provider(entry) for entry in entries]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        problem = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ProvidersFileError(f"CORRAL_OAUTH_PROVIDERS ({path}): {problem}") from exc
+
+
+def check_operator_providers(path: str | None) -> None:
+    """Refuse to start with a providers file that cannot be used (the error says why)."""
+    operator_providers(path)
+
+
+def _operator_provider(entry: dict[str, Any]) -> Provider:
+    for name in ("provider", "client_id", "authorize_url", "token_url"):
+        if not entry.get(name):
+            raise KeyError(name)
+    return Provider(
+        id=str(entry["provider"]),
+        provider=str(entry["provider"]),
+        name=str(entry.get("name") or entry["provider"]),
+        client_id=str(entry["client_id"]),
+        client_secret=str(entry.get("client_secret") or ""),
+        authorize_url=str(entry["authorize_url"]),
+        token_url=str(entry["token_url"]),
+        scopes=[str(scope) for scope in entry.get("scopes") or []],
+        allowed_hosts=[str(host) for host in entry.get("allowed_hosts") or []],
+        source="platform",
+    )
 
 
 def _tenant_provider(services: EgressServices, record: ProviderRecord) -> Provider:
@@ -225,7 +207,9 @@ def _tenant_provider(services: EgressServices, record: ProviderRecord) -> Provid
         provider=record.provider,
         name=record.name,
         client_id=record.client_id,
-        client_secret=services.secrets.decrypt_text(record.client_secret, _provider_aad(record.tenant_id, record.id)),
+        client_secret=services.secrets.decrypt_text(
+            record.client_secret, _provider_aad(record.tenant_id, record.id)
+        ),
         authorize_url=record.authorize_url,
         token_url=record.token_url,
         scopes=record.scopes,
@@ -234,10 +218,23 @@ def _tenant_provider(services: EgressServices, record: ProviderRecord) -> Provid
     )
 
 
-async def providers_of(services: EgressServices, tenant_id: str, operator_file: str | None) -> list[Provider]:
+async def providers_of(
+    services: EgressServices, tenant_id: str, operator_file: str | None
+) -> list[Provider]:
     """The operator's providers with the tenant's overrides in their place."""
-    merged = {provider.provider: provider for provider in operator_providers(operator_file)}
-    for record in await PROVIDERS.where(services.db, [("tenant_id", tenant_id)], order_by="provider"):
+    try:
+        operator = operator_providers(operator_file)
+    except ProvidersFileError as exc:
+        log.error("%s", exc)
+        raise ApiError(
+            503,
+            "SERVICE_UNAVAILABLE",
+            "the platform's OAuth provider configuration cannot be read; tell the operator",
+        ) from exc
+    merged = {provider.provider: provider for provider in operator}
+    for record in await PROVIDERS.where(
+        services.db, [("tenant_id", tenant_id)], order_by="provider"
+    ):
         merged[record.provider] = _tenant_provider(services, record)
     return sorted(merged.values(), key=lambda provider: provider.provider)
 
@@ -257,7 +254,9 @@ def _check_destination(url: str, allow_private: bool) -> None:
         raise validation_error({"token_url": str(exc)}, "token_url destination refused") from None
 
 
-async def register_provider(services: EgressServices, caller: Caller, fields: NewProvider, *, allow_private: bool) -> Provider:
+async def register_provider(
+    services: EgressServices, caller: Caller, fields: NewProvider, *, allow_private: bool
+) -> Provider:
     _require_admin(caller)
     _check_destination(fields.token_url, allow_private)
     provider_id = new_uuid()
@@ -267,7 +266,9 @@ async def register_provider(services: EgressServices, caller: Caller, fields: Ne
         provider=fields.provider,
         name=fields.name,
         client_id=fields.client_id,
-        client_secret=services.secrets.encrypt_text(fields.client_secret, _provider_aad(caller.tenant_id, provider_id)),
+        client_secret=services.secrets.encrypt_text(
+            fields.client_secret, _provider_aad(caller.tenant_id, provider_id)
+        ),
         authorize_url=fields.authorize_url,
         token_url=fields.token_url,
         scopes=list(fields.scopes or []),
@@ -275,21 +276,15 @@ async def register_provider(services: EgressServices, caller: Caller, fields: Ne
         created_at=utc_now_iso(),
     )
 
-    def work(tx: Any) -> None:
-        taken = tx.fetch_value(
-            "SELECT COUNT(*) FROM egress_oauth_providers WHERE tenant_id = ? AND provider = ?",
-            (caller.tenant_id, fields.provider),
-        )
-        if taken:
-            raise conflict("PROVIDER_EXISTS", "this tenant already registered this provider")
-        PROVIDERS.insert(tx, record)
-
-    await services.db.transaction(work)
+    if not await oauth_store.add_provider(services.db, record):
+        raise conflict("PROVIDER_EXISTS", "this tenant already registered this provider")
     return _tenant_provider(services, record)
 
 
 async def delete_provider(services: EgressServices, caller: Caller, provider_id: str) -> None:
-    found = await PROVIDERS.where(services.db, [("id", provider_id), ("tenant_id", caller.tenant_id)])
+    found = await PROVIDERS.where(
+        services.db, [("id", provider_id), ("tenant_id", caller.tenant_id)]
+    )
     if not found:
         raise not_found("provider not found")
     _require_admin(caller)
@@ -300,28 +295,44 @@ async def delete_provider(services: EgressServices, caller: Caller, provider_id:
 
 
 def _challenge(verifier: str) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return (
+        base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    )
 
 
 async def start(
-    services: EgressServices, caller: Caller, fields: OAuthStart, *, operator_file: str | None, api_base: str
+    services: EgressServices,
+    caller: Caller,
+    fields: OAuthStart,
+    *,
+    operator_file: str | None,
+    api_base: str,
 ) -> tuple[str, str]:
     """A pending flow; `(authorize_url, state)`."""
-    providers = {p.provider: p for p in await providers_of(services, caller.tenant_id, operator_file)}
+    providers = {
+        p.provider: p for p in await providers_of(services, caller.tenant_id, operator_file)
+    }
     provider = providers.get(fields.provider)
     if provider is None:
         raise not_found("OAuth provider not found")
     scope = fields.scope or "user"
     if scope not in ("tenant", "user"):
-        raise ApiError(400, "INVALID_PARAM", "invalid scope", details={"scope": "must be tenant or user"})
+        raise ApiError(
+            400, "INVALID_PARAM", "invalid scope", details={"scope": "must be tenant or user"}
+        )
     owner = None
     if scope == "user":
         owner = fields.owner_user_id or caller.user_id
         if not owner:
-            raise validation_error({"owner_user_id": "is required for scope user"}, "scope and identity mismatch")
+            raise validation_error(
+                {"owner_user_id": "is required for scope user"}, "scope and identity mismatch"
+            )
     elif fields.owner_user_id:
-        raise validation_error({"owner_user_id": "must not be set for scope tenant"}, "scope and identity mismatch")
+        raise validation_error(
+            {"owner_user_id": "must not be set for scope tenant"}, "scope and identity mismatch"
+        )
     require_role(caller, scope, owner)
+    await oauth_store.prune_flows(services.db, caller.tenant_id, to_iso(utc_now() - FLOW_RETENTION))
     state = random.token_urlsafe(32)
     verifier = random.token_urlsafe(48)
     redirect_uri = api_base.rstrip("/") + "/api/v1/egress/oauth/callback"
@@ -376,7 +387,9 @@ class CallbackError(Exception):
 
 
 async def _fail(services: EgressServices, flow: FlowRecord, error: str) -> None:
-    await FLOWS.update(services.db, flow.id, {"status": "failed", "error": error, "updated_at": utc_now_iso()})
+    await FLOWS.update(
+        services.db, flow.id, {"status": "failed", "error": error, "updated_at": utc_now_iso()}
+    )
 
 
 async def _claim(services: EgressServices, state: str) -> FlowRecord:
@@ -385,11 +398,7 @@ async def _claim(services: EgressServices, state: str) -> FlowRecord:
     if not found:
         raise CallbackError(404, "This sign-in link is unknown.")
     flow = found[0]
-    changed = await services.db.execute(
-        "UPDATE egress_oauth_flows SET status = 'exchanging', updated_at = ? WHERE id = ? AND status = 'pending'",
-        (utc_now_iso(), flow.id),
-    )
-    if changed != 1:
+    if not await oauth_store.mark_exchanging(services.db, flow.id):
         raise CallbackError(409, "This sign-in was already used.")
     if parse_iso(flow.created_at) + FLOW_TTL < utc_now():
         await _fail(services, flow, "the flow expired before the provider answered")
@@ -425,7 +434,9 @@ async def callback(
             raise CallbackError(400, f"provider answered error: {error[:200]}")
         if not code:
             raise CallbackError(400, "provider sent no code")
-        providers = {p.provider: p for p in await providers_of(services, flow.tenant_id, operator_file)}
+        providers = {
+            p.provider: p for p in await providers_of(services, flow.tenant_id, operator_file)
+        }
         provider = providers.get(flow.provider)
         if provider is None:
             raise CallbackError(400, "the provider is no longer configured")
@@ -453,14 +464,22 @@ async def callback(
         try:
             secret, _ = await create_secret(services, caller, fields)
         except ApiError as exc:
-            raise CallbackError(exc.status, f"the secret could not be stored: {exc.message}") from None
+            raise CallbackError(
+                exc.status, f"the secret could not be stored: {exc.message}"
+            ) from None
     except CallbackError as exc:
         await _fail(services, flow, exc.message)
         raise
     refresh = tokens.get("refresh_token")
-    values: dict[str, Any] = {"status": "complete", "secret_id": secret.id, "updated_at": utc_now_iso()}
+    values: dict[str, Any] = {
+        "status": "complete",
+        "secret_id": secret.id,
+        "updated_at": utc_now_iso(),
+    }
     if isinstance(refresh, str) and refresh:
-        values["refresh_token"] = services.secrets.encrypt_text(refresh, _refresh_aad(flow.tenant_id, flow.id))
+        values["refresh_token"] = services.secrets.encrypt_text(
+            refresh, _refresh_aad(flow.tenant_id, flow.id)
+        )
     await FLOWS.update(services.db, flow.id, values)
     return FLOWS.replaced(flow, values)
 
@@ -475,7 +494,9 @@ async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, 
         form["client_secret"] = provider.client_secret
     try:
         async with httpx.AsyncClient(timeout=TOKEN_TIMEOUT, follow_redirects=False) as client:
-            response = await client.post(provider.token_url, data=form, headers={"Accept": "application/json"})
+            response = await client.post(
+                provider.token_url, data=form, headers={"Accept": "application/json"}
+            )
     except httpx.HTTPError as exc:
         raise CallbackError(502, f"token endpoint unreachable: {type(exc).__name__}") from None
     try:
@@ -483,7 +504,9 @@ async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, 
     except ValueError:
         body = None
     if not isinstance(body, dict):
-        raise CallbackError(502, f"token endpoint answered {response.status_code} without a JSON object")
+        raise CallbackError(
+            502, f"token endpoint answered {response.status_code} without a JSON object"
+        )
     if response.status_code != 200 or "error" in body:
         error = str(body.get("error") or response.status_code)
         raise CallbackError(502, f"token endpoint refused: {error[:200]}")
@@ -495,13 +518,7 @@ async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, 
 async def refresh_expiring(services: EgressServices, tenant_id: str) -> int:
     """Refresh the tenant's `oauth_connect` secrets that expire within `REFRESH_MARGIN`;
     how many were refreshed. Failures are logged (without tokens) and leave the secret."""
-    rows = await services.db.fetch_all(
-        "SELECT * FROM egress_oauth_flows WHERE tenant_id = ? AND status = 'complete' AND refresh_token IS NOT NULL"
-        " AND secret_id IN (SELECT id FROM egress_secrets WHERE tenant_id = ? AND expires_at IS NOT NULL"
-        " AND expires_at <= ?)",
-        (tenant_id, tenant_id, iso_in(REFRESH_MARGIN)),
-    )
-    due = FLOWS.records(rows)
+    due = await oauth_store.refreshable_flows(services.db, tenant_id, iso_in(REFRESH_MARGIN))
     refreshed = 0
     for flow in due:
         if trio.current_time() - _failed_at.get(flow.id, float("-inf")) < REFRESH_RETRY_SECONDS:
@@ -522,9 +539,16 @@ async def _refresh(services: EgressServices, flow_id: str) -> int:
     if flow is None or flow.secret_id is None or flow.refresh_token is None:
         return 0
     secret = await SECRETS.load(services.db, flow.secret_id)
-    if secret is None or secret.expires_at is None or parse_iso(secret.expires_at) > parse_iso(iso_in(REFRESH_MARGIN)):
+    if (
+        secret is None
+        or secret.expires_at is None
+        or parse_iso(secret.expires_at) > parse_iso(iso_in(REFRESH_MARGIN))
+    ):
         return 0  # gone, or refreshed meanwhile
-    providers = {p.provider: p for p in await providers_of(services, flow.tenant_id, services.settings.oauth_providers)}
+    providers = {
+        p.provider: p
+        for p in await providers_of(services, flow.tenant_id, services.settings.oauth_providers)
+    }
     provider = providers.get(flow.provider)
     if provider is None:
         raise CallbackError(400, "the provider is no longer configured")
@@ -533,8 +557,12 @@ async def _refresh(services: EgressServices, flow_id: str) -> int:
             await check_destination(parse_url(provider.token_url), allow_private=False)
         except (InvalidUrl, DestinationRefused) as exc:
             raise CallbackError(502, f"token_url refused: {exc}") from None
-    refresh_token = services.secrets.decrypt_text(flow.refresh_token, _refresh_aad(flow.tenant_id, flow.id))
-    tokens = await _token_request(provider, {"grant_type": "refresh_token", "refresh_token": refresh_token})
+    refresh_token = services.secrets.decrypt_text(
+        flow.refresh_token, _refresh_aad(flow.tenant_id, flow.id)
+    )
+    tokens = await _token_request(
+        provider, {"grant_type": "refresh_token", "refresh_token": refresh_token}
+    )
     expires_in = tokens.get("expires_in")
     expires_at = iso_in(float(expires_in)) if isinstance(expires_in, int | float) else None
     change = SecretChange(value=tokens["access_token"], expires_at=expires_at)
@@ -542,5 +570,7 @@ async def _refresh(services: EgressServices, flow_id: str) -> int:
     rotated = tokens.get("refresh_token")
     if isinstance(rotated, str) and rotated:
         sealed = services.secrets.encrypt_text(rotated, _refresh_aad(flow.tenant_id, flow.id))
-        await FLOWS.update(services.db, flow.id, {"refresh_token": sealed, "updated_at": utc_now_iso()})
+        await FLOWS.update(
+            services.db, flow.id, {"refresh_token": sealed, "updated_at": utc_now_iso()}
+        )
     return 1

@@ -6,7 +6,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from corral.actors.instances import ExecTimeout, clamp_timeout
-from corral.actors.sandboxes.services import SandboxServices
+from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
@@ -59,22 +59,39 @@ class NewSandbox(Placement):
 
 
 async def create_sandbox(
-    platform: SandboxServices, tenant_id: str, owner_user_id: str | None, new: NewSandbox
+    platform: SandboxServices,
+    tenant_id: str,
+    owner_user_id: str | None,
+    new: NewSandbox,
+    *,
+    key_workspace_id: str | None = None,
 ) -> SandboxRecord:
-    if not platform.runtime.templates.exists(new.template_id):
-        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
+    template = await _template_of(platform, tenant_id, new)
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
-    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id)
+    attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id, key_workspace_id=key_workspace_id)
     draft = SandboxDraft(
-        attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=new.template_id,
+        attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=template.id,
         size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
     )
     ref = await platform.system.create(SandboxActor, new_uuid(), draft)
     record: SandboxRecord = await ref.ask(Get())
-    if new.env:
-        await put_vars(platform, record, [EnvVar(key, value) for key, value in new.env.items()])
+    env = {**template.env, **(new.env or {})}
+    if env:
+        await put_vars(platform, record, [EnvVar(key, value) for key, value in env.items()])
     await ref.ask(Boot())
     return await wait_until_settled(platform, record.id, platform.settings.sandbox_ready_wait)
+
+
+async def _template_of(platform: SandboxServices, tenant_id: str, new: NewSandbox) -> SandboxTemplate:
+    """The tenant's template by id or name, else a built-in one (`400 INVALID_TEMPLATE`)."""
+    resolver = platform.sandbox_templates
+    found = await resolver.resolve(platform, tenant_id, new.template_id, new.workspace_id) if resolver else None
+    if found is not None:
+        return found
+    templates = platform.runtime.templates
+    if not templates.exists(new.template_id) or templates.is_layered(new.template_id):  # another tenant's layers are not built-ins
+        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
+    return SandboxTemplate(new.template_id)
 
 
 async def fork_sandbox(
@@ -117,15 +134,21 @@ async def start_background(platform: SandboxServices) -> None:
     await resume_watchers(platform)
 
 
-async def find_sandbox(platform: SandboxServices, tenant_id: str, sandbox_id: str) -> SandboxRecord:
+async def find_sandbox(
+    platform: SandboxServices, tenant_id: str, sandbox_id: str, *, key_workspace_id: str | None = None
+) -> SandboxRecord:
+    """The tenant's sandbox; 404 for another tenant's, and for one outside the workspace a
+    restricted key is limited to."""
     record = await store.find(platform.db, tenant_id, sandbox_id)
-    if record is None:
+    if record is None or (key_workspace_id is not None and record.workspace_id != key_workspace_id):
         raise not_found("sandbox not found")
     return record
 
 
-async def list_sandboxes(platform: SandboxServices, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
-    return await store.list_for_tenant(platform.db, tenant_id, filters)
+async def list_sandboxes(
+    platform: SandboxServices, tenant_id: str, filters: dict[str, str], *, key_workspace_id: str | None = None
+) -> list[SandboxRecord]:
+    return await store.list_for_tenant(platform.db, tenant_id, filters, within_workspace=key_workspace_id)
 
 
 async def lifecycle(platform: SandboxServices, sandbox_id: str, message: Start | Stop | Destroy) -> SandboxRecord:

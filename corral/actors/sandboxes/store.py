@@ -67,9 +67,13 @@ async def load(db: Database, sandbox_id: str) -> SandboxRecord | None:
     return await SANDBOXES.load(db, sandbox_id)
 
 
-async def list_for_tenant(db: Database, tenant_id: str, filters: dict[str, str]) -> list[SandboxRecord]:
-    """The tenant's sandboxes but the destroyed, newest first; `filters` are column = value."""
-    return await SANDBOXES.where(db, [("tenant_id", tenant_id), *filters.items()], also="status != 'destroyed'")
+async def list_for_tenant(
+    db: Database, tenant_id: str, filters: dict[str, str], *, within_workspace: str | None = None
+) -> list[SandboxRecord]:
+    """The tenant's sandboxes but the destroyed (only one workspace's, for a key restricted
+    to it), newest first; `filters` are column = value."""
+    scope = [("workspace_id", within_workspace)] if within_workspace is not None else []
+    return await SANDBOXES.where(db, [("tenant_id", tenant_id), *scope, *filters.items()], also="status != 'destroyed'")
 
 
 async def being_created(db: Database) -> list[SandboxRecord]:

@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any
 
-from corral.errors import ApiError, validation_error
+from corral.errors import ApiError, forbidden, validation_error
 from corral.models import Rule, model
 from corral.storage import Database, Transaction
 
@@ -77,11 +77,24 @@ class Placement:
 
 
 async def resolve_attribution(
-    db: Database, tenant_id: str | None, placement: Placement, creator_id: str | None = None
+    db: Database,
+    tenant_id: str | None,
+    placement: Placement,
+    creator_id: str | None = None,
+    *,
+    key_workspace_id: str | None = None,
 ) -> Attribution:
+    """The workspace and project of a new resource. A key restricted to one workspace
+    (`key_workspace_id`) creates there: naming another (by id, or any slug or name,
+    which could create one) is 403, before anything is created."""
     if tenant_id is None:
         raise tenant_resolution_failed()
     fields = {field.name: getattr(placement, field.name) for field in dataclasses.fields(Placement)}
+    if key_workspace_id is not None:
+        named = fields["workspace_id"]
+        if (named and named != key_workspace_id) or fields["workspace_slug"] or fields["workspace_name"]:
+            raise forbidden("this key is restricted to one workspace; give its workspace_id or none")
+        fields["workspace_id"] = key_workspace_id
 
     def work(tx: Transaction) -> Attribution:
         workspace = _workspace(tx, tenant_id, fields, creator_id)

@@ -5,8 +5,12 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runs,
+    agent_runtime_profiles,
     api_keys,
     auth,
+    branding,
+    browser_tokens,
     computer_cua,
     computer_desktop,
     computer_logs,
@@ -14,6 +18,7 @@ from . import (
     computer_snapshots,
     computer_streams,
     computers,
+    console,
     credits,
     database_ops,
     databases,
@@ -29,6 +34,7 @@ from . import (
     sandbox_env,
     sandbox_events,
     sandbox_processes,
+    sandbox_templates,
     sandboxes,
     tenant,
     webhooks,
@@ -48,4 +54,6 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
-        databases.router, database_ops.router]
+        databases.router, database_ops.router,
+        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
+        agent_runs.router, console.router]

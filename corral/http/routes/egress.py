@@ -13,7 +13,7 @@ from ..context import RequestContext
 from ..replies import Reply, data, no_content
 from ..routing import Router
 
-router = Router("egress")
+router = Router("egress", tenant_wide=True)  # keys restricted to a workspace: 403
 
 _SECRET_FILTERS = ("scope", "workspace_id", "owner_user_id", "external_user_id", "external_workspace_id")
 

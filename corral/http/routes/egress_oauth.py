@@ -18,7 +18,7 @@ from ..context import RequestContext
 from ..replies import Reply, data, no_content
 from ..routing import Router
 
-router = Router("egress oauth")
+router = Router("egress oauth", tenant_wide=True)  # keys restricted to a workspace: 403
 
 
 def _caller(ctx: RequestContext) -> egress.Caller:
@@ -27,7 +27,8 @@ def _caller(ctx: RequestContext) -> egress.Caller:
 
 
 def _api_base(ctx: RequestContext) -> str:
-    return ctx.request.host_url.rstrip("/")
+    """The configured public URL of the API; without one, the Host the caller used."""
+    return (ctx.platform.settings.public_api_url or ctx.request.host_url).rstrip("/")
 
 
 @router.get("/egress/oauth/providers", summary="OAuth providers (the operator's merged with the tenant's), no client secrets", scope="egress:read")

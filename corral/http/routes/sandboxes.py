@@ -29,7 +29,7 @@ def _audit(ctx: RequestContext, sandbox: sandboxes.SandboxRecord) -> None:
 
 async def _sandbox(ctx: RequestContext, id: str) -> sandboxes.SandboxRecord:
     sandbox_id = require_uuid(id, "sandbox id")
-    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id)
+    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id, key_workspace_id=ctx.principal.workspace_id)
     _audit(ctx, row)
     return row
 
@@ -38,7 +38,9 @@ async def _sandbox(ctx: RequestContext, id: str) -> sandboxes.SandboxRecord:
 async def create(ctx: RequestContext) -> Reply:
     principal = ctx.principal
     body = await ctx.body(sandboxes.NewSandbox)
-    row = await sandboxes.create_sandbox(ctx.platform, ctx.tenant_id, principal.user_id, body)
+    row = await sandboxes.create_sandbox(
+        ctx.platform, ctx.tenant_id, principal.user_id, body, key_workspace_id=principal.workspace_id
+    )
     _audit(ctx, row)
     return data(sandboxes.sandbox_public(row), 201)
 
@@ -46,7 +48,7 @@ async def create(ctx: RequestContext) -> Reply:
 @router.get("/sandboxes", summary="List sandboxes, filtered by attribution", scope="sandboxes:read", query={name: f"only sandboxes with this {name}" for name in FILTERS})
 async def list_(ctx: RequestContext) -> Reply:
     filters = {name: value for name in FILTERS if (value := ctx.query(name))}
-    rows = await sandboxes.list_sandboxes(ctx.platform, ctx.tenant_id, filters)
+    rows = await sandboxes.list_sandboxes(ctx.platform, ctx.tenant_id, filters, key_workspace_id=ctx.principal.workspace_id)
     return data([sandboxes.sandbox_public(row) for row in rows], total=len(rows))
 
 

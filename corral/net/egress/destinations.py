@@ -129,6 +129,21 @@ async def resolve(host: str, port: int) -> list[str]:
     return addresses
 
 
+async def checked_address(policy: DestinationPolicy, host: str, port: int) -> str:
+    """The first address of `host` that passes the check, without connecting to it: a
+    CONNECT is answered on this, and the connection is opened (to this address) only
+    once the first request inside the tunnel was decided."""
+    refused: DestinationRefused | None = None
+    for candidate in await resolve(host, port):
+        try:
+            policy.check(host, candidate)
+        except DestinationRefused as exc:
+            refused = refused or exc
+            continue
+        return candidate
+    raise refused or DestinationUnreachable(f"{host} has no address")
+
+
 async def open_checked(
     policy: DestinationPolicy, host: str, port: int, *, address: str | None = None, timeout: float = 10.0
 ) -> tuple[trio.SocketStream, str]:

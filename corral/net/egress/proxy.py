@@ -40,6 +40,7 @@ from .destinations import (
     DestinationPolicy,
     DestinationRefused,
     DestinationUnreachable,
+    checked_address,
     open_checked,
 )
 from .hooks import (
@@ -53,7 +54,16 @@ from .hooks import (
     ResponseScrubber,
     Transform,
 )
-from .streams import READ_SIZE, Peer, Prefixed, looks_closed, original_destination, split_host_port
+from .streams import (
+    READ_SIZE,
+    Peer,
+    Prefixed,
+    looks_closed,
+    original_destination,
+    plain_socket,
+    splice,
+    split_host_port,
+)
 
 log = logging.getLogger("corral.net.egress")
 
@@ -79,6 +89,16 @@ class EgressProxyConfig:
     connect_timeout: float = 10.0
     handshake_timeout: float = 10.0
     idle_timeout: float = 75.0
+    platform_upstream: tuple[str, int] | None = None
+    """The node's own API (host, port): where `platform_paths` asked of the proxy itself go."""
+    platform_paths: tuple[str, ...] = ()
+    """Paths an instance may ask of the proxy directly (`GET /path`, not a proxy request),
+    forwarded to `platform_upstream` without policy: the platform's own endpoints for
+    instances (an agent run's usage report), reachable because the proxy is the one
+    host address instances may connect to."""
+
+
+PLATFORM_MODE = "platform"
 
 
 class ProxyFailure(Exception):
@@ -101,8 +121,6 @@ class _Target:
     port: int
     address: str | None
     mode: str
-    stream: trio.SocketStream | None = None
-    """A TCP connection already opened (after a CONNECT), used by the first request."""
 
 
 class _Upstream:
@@ -237,7 +255,9 @@ class EgressProxy:
             sslobj.context = leaf
 
     async def _connect_tunnel(self, client: Peer, peer: str, request: h11.Request) -> None:
-        """CONNECT host:port: open the upstream (or refuse), answer 200, then serve the tunnel."""
+        """CONNECT host:port: check the destination (or refuse), answer 200, then serve the
+        tunnel. The upstream connection opens only after the hooks decided the first
+        request inside it, so a host the policy refuses never sees a packet."""
         request_id = new_ulid()
         started = time.monotonic()
         target_text = request.target.decode("latin-1")
@@ -248,7 +268,7 @@ class EgressProxy:
             except ValueError as exc:
                 raise ProxyFailure(400, "INVALID_REQUEST", str(exc)) from exc
             info = RequestInfo(request_id, peer, "CONNECT", "https", host, port, "", "explicit")
-            stream, address = await self._open(host, port, None)
+            address = await self._check(host, port)
         except ProxyFailure as failure:
             await self._refuse(client, info, failure, started, Decision(allow=False, rejected_by=failure.rejected_by))
             return
@@ -260,16 +280,13 @@ class EgressProxy:
             with trio.move_on_after(self.config.idle_timeout):
                 first = bytes(await inner.receive_some(16384))
         if not first:
-            await stream.aclose()
             return
         wrapped = Prefixed(inner, first)
         if first[0] == TLS_HANDSHAKE:
             tls, _sni = await self._terminate_tls(wrapped, host)
-            target = _Target("https", host, port, address, "explicit", stream)
-            await self._serve_http(Peer(tls, h11.SERVER), peer, target)
+            await self._serve_http(Peer(tls, h11.SERVER), peer, _Target("https", host, port, address, "explicit"))
         else:
-            target = _Target("http", host, port, address, "explicit", stream)
-            await self._serve_http(Peer(wrapped, h11.SERVER), peer, target)
+            await self._serve_http(Peer(wrapped, h11.SERVER), peer, _Target("http", host, port, address, "explicit"))
 
     # -- requests -------------------------------------------------------------
 
@@ -293,8 +310,6 @@ class EgressProxy:
         finally:
             if upstream is not None:
                 await upstream.peer.aclose()
-            if target is not None and target.stream is not None:
-                await target.stream.aclose()
 
     def _where(self, target: _Target | None, request: h11.Request) -> tuple[str, str, int, str, str | None, str]:
         """(scheme, host, port, origin-form path, address to connect to, mode) of a request."""
@@ -307,7 +322,7 @@ class EgressProxy:
                 host = split_host_port(host_header, target.port)[0] if host_header else str(target.address)
             return target.scheme, host, target.port, path, target.address, target.mode
         if raw_target.startswith("/"):
-            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+            return self._where_platform(raw_target)
         url = urlsplit(raw_target)
         if url.scheme not in DEFAULT_PORTS or not url.netloc:
             raise ProxyFailure(400, "INVALID_REQUEST", f"cannot proxy {raw_target!r}")
@@ -315,7 +330,17 @@ class EgressProxy:
             host, port = split_host_port(url.netloc.rpartition("@")[2], DEFAULT_PORTS[url.scheme])
         except ValueError as exc:
             raise ProxyFailure(400, "INVALID_REQUEST", str(exc)) from exc
-        return url.scheme, host, port, self._origin_form(raw_target), None, "explicit"
+        path = self._origin_form(raw_target)
+        if url.scheme == "http" and (host, port) == (self.config.listen_host, self.config.port):
+            return self._where_platform(path)  # the proxy itself, named as a proxy target
+        return url.scheme, host, port, path, None, "explicit"
+
+    def _where_platform(self, path: str) -> tuple[str, str, int, str, str | None, str]:
+        """A request for the proxy itself: a platform path goes to the node's API."""
+        platform = self.config.platform_upstream
+        if platform is None or path.split("?", 1)[0] not in self.config.platform_paths:
+            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+        return "http", platform[0], platform[1], path, platform[0], PLATFORM_MODE
 
     @staticmethod
     def _origin_form(url: str) -> str:
@@ -336,7 +361,8 @@ class EgressProxy:
         try:
             scheme, host, port, path, address, mode = self._where(target, request)
             info = RequestInfo(request_id, peer, method, scheme, host, port, path, mode, address)
-            decision = await self.hooks.decide(info)
+            platform = mode == PLATFORM_MODE
+            decision = Decision() if platform else await self.hooks.decide(info)
             if not decision.allow:
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by)
             headers = _strip(request.headers, REQUEST_HOP_BY_HOP)
@@ -344,11 +370,12 @@ class EgressProxy:
                 default = DEFAULT_PORTS[scheme]
                 headers.insert(0, (b"host", (host if port == default else f"{host}:{port}").encode()))
             try:
-                headers, transforms = await self.hooks.transform_headers(info, headers)
+                if not platform:
+                    headers, transforms = await self.hooks.transform_headers(info, headers)
             except Rejected as rejected:
                 decision = rejected.decision
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by) from None
-            upstream = await self._upstream_for(upstream, target, scheme, host, port, address)
+            upstream = await self._upstream_for(upstream, scheme, host, port, address, platform=platform)
             upstream_request = h11.Request(method=request.method, target=path.encode("latin-1"), headers=headers)
         except ProxyFailure as failure:
             if upstream is not None:
@@ -404,17 +431,19 @@ class EgressProxy:
         return None
 
     async def _upstream_for(
-        self, current: _Upstream | None, target: _Target | None, scheme: str, host: str, port: int, address: str | None
+        self, current: _Upstream | None, scheme: str, host: str, port: int, address: str | None,
+        *, platform: bool = False,
     ) -> _Upstream:
-        key = (scheme, host, port, address)
+        key = (scheme if not platform else PLATFORM_MODE, host, port, address)
         if current is not None:
             if current.key == key and not looks_closed(current.raw.socket):
                 return current
             await current.peer.aclose()
-        raw: trio.SocketStream | None = None
-        if target is not None and target.stream is not None:
-            raw, connected = target.stream, str(target.address)
-            target.stream = None
+        if platform:  # the node's own API on loopback: no destination check applies
+            try:
+                raw, connected = await trio.open_tcp_stream(host, port), host
+            except OSError as exc:
+                raise ProxyFailure(502, "UPSTREAM_UNREACHABLE", f"the platform API is unreachable: {exc}") from exc
         else:
             raw, connected = await self._open(host, port, address)
         stream: trio.abc.Stream = raw
@@ -432,6 +461,14 @@ class EgressProxy:
                 raise ProxyFailure(502, "UPSTREAM_TLS_ERROR", f"TLS with {host} failed: {reason}", "upstream_tls") from exc
             stream = tls
         return _Upstream(key, Peer(stream, h11.CLIENT), raw, connected)
+
+    async def _check(self, host: str, port: int) -> str:
+        try:
+            return await checked_address(self.config.destinations, host, port)
+        except DestinationRefused as exc:
+            raise ProxyFailure(403, "EGRESS_DENIED", f"destination refused: {exc}", "destination") from exc
+        except DestinationUnreachable as exc:
+            raise ProxyFailure(502, "UPSTREAM_UNREACHABLE", str(exc)) from exc
 
     async def _open(self, host: str, port: int, address: str | None) -> tuple[trio.SocketStream, str]:
         try:
@@ -484,7 +521,8 @@ class EgressProxy:
 
     @staticmethod
     async def _relay_raw(upstream: Peer, client: Peer, length: int) -> int:
-        """A Content-Length body past h11 (what it already holds, then straight from the socket).
+        """A Content-Length body past h11 (what it already holds, then straight from the socket,
+        spliced in the kernel when neither side is TLS).
 
         Parsing adds nothing to a body of known length but copies; the connections are
         not reused afterwards (the response said `Connection: close`).
@@ -499,6 +537,11 @@ class EgressProxy:
                 return count
             else:
                 break
+        source, sink = plain_socket(upstream.stream), plain_socket(client.stream)
+        if source is not None and sink is not None and count < length:  # plain HTTP both ways: in the kernel
+            count += await splice(source, sink, length - count)
+            if count < length:
+                raise trio.BrokenResourceError("the upstream closed the response")
         while count < length:
             data = await upstream.stream.receive_some(min(READ_SIZE, length - count))
             if not data:

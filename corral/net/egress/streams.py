@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
+import os
 import select
 import socket
 import struct
@@ -14,6 +16,8 @@ import trio
 
 SO_ORIGINAL_DST = 80
 READ_SIZE = 1048576
+PIPE_SIZE = 1048576
+F_SETPIPE_SZ = 1031
 
 
 class Prefixed(trio.abc.Stream):
@@ -72,6 +76,46 @@ class Peer:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await self.stream.aclose()
+
+
+def plain_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
+    """The TCP socket under a stream that adds nothing to its bytes (no TLS, no replayed
+    prefix left), or None."""
+    if isinstance(stream, Prefixed) and not stream.prefix:
+        stream = stream.inner
+    return stream.socket if isinstance(stream, trio.SocketStream) else None
+
+
+async def splice(source: trio.socket.SocketType, sink: trio.socket.SocketType, count: int) -> int:
+    """Move `count` bytes from one socket to another inside the kernel (splice(2) through a
+    pipe): a big download passes the proxy without being copied into Python. Returns how
+    many bytes moved; fewer only when the source closed."""
+    reader, writer = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(writer, F_SETPIPE_SZ, PIPE_SIZE)
+    flags = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+    moved = 0
+    try:
+        while moved < count:
+            await trio.lowlevel.wait_readable(source)
+            try:
+                filled = os.splice(source.fileno(), writer, min(PIPE_SIZE, count - moved), flags=flags)
+            except BlockingIOError:
+                continue
+            if filled == 0:
+                break
+            while filled:
+                await trio.lowlevel.wait_writable(sink)
+                try:
+                    sent = os.splice(reader, sink.fileno(), filled, flags=flags)
+                except BlockingIOError:
+                    continue
+                filled -= sent
+                moved += sent
+    finally:
+        os.close(reader)
+        os.close(writer)
+    return moved
 
 
 def original_destination(sock: trio.socket.SocketType) -> tuple[str, int] | None:
