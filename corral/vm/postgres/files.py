@@ -136,6 +136,24 @@ def postmaster_pid(data: Path) -> int | None:
     return pid
 
 
+def server_ready(data: Path) -> bool:
+    """`postmaster.pid`'s status line says `ready` (PostgreSQL writes it once it accepts
+    connections) and the postmaster lives."""
+    try:
+        lines = (data / "postmaster.pid").read_text().split("\n")
+    except OSError:
+        return False
+    return len(lines) > 7 and lines[7].strip() == "ready" and postmaster_pid(data) is not None
+
+
+def failed_to_start(data: Path, waited: float) -> bool:
+    """The server is not coming: its pid file names a dead postmaster, or there is still
+    none after 10 s (a postmaster that fails at once never writes one)."""
+    if (data / "postmaster.pid").exists():
+        return postmaster_pid(data) is None
+    return waited > 10.0
+
+
 def _zombie(pid: int) -> bool:
     """A killed postmaster reparented to this process (a subreaper) stays a zombie until
     reaped: it is reaped here, and counts as gone."""
