@@ -1,7 +1,7 @@
 """The databases part's background work on one node.
 
 - `start_background`: the proxy starts (with `ProxyHooks`), the template cluster is
-  prepared, every live database gets its listener again, unfinished creations boot
+  prepared when the node has databases (else at the first create), every live database gets its listener again, unfinished creations boot
   again, backups and restores a restart cut short are marked failed.
 - `watch`: every `database_check_seconds`, a running database whose server is gone
   is reported to its actor (which restarts it with backoff); an idle one past its
@@ -43,8 +43,9 @@ async def start_background(platform: DatabaseServices) -> None:
     node = platform.databases
     node.proxy.hooks = ProxyHooks(platform)
     await platform.nursery.start(node.proxy.run)
-    platform.nursery.start_soon(_prepare_template, platform)
     rows = await store.live(platform.db)
+    if rows:  # a node without databases makes no template (test servers start by the hundred)
+        platform.nursery.start_soon(_prepare_template, platform)
     for backup in await store.unfinished_backups(platform.db):
         await store.finish_backup(platform.db, backup.id, size=None, sha256=None, error="interrupted by a restart of the control plane")
     for restore in await store.unfinished_restores(platform.db):

@@ -127,12 +127,20 @@ class PostgresDriver(RuntimeDriver):
             os.chown(run, NOBODY, NOBODY)
             files.write_config(data, run, "app_user", 512)
             (data / "pg_hba.conf").write_text("local all all trust\nlocal replication all trust\n")
-            start = await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(work / "log"), "-w", "-s", "start"])
+            with trio.CancelScope(shield=True):  # started, it is stopped below whatever happens
+                start = await files.run_as(
+                    NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(work / "log"), "-w", "-s", "start"]
+                )
             if start.returncode != 0:
                 raise LaunchFailed(f"the template server did not start: {start.stderr.decode().strip()}")
             try:
                 await admin.template_roles((run, SOCKET_PORT))
-            finally:
+            except BaseException:
+                with trio.CancelScope(shield=True):  # a cancelled preparation leaves no server behind
+                    await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "-s", "stop"])
+                    files.remove_tree(work)
+                raise
+            with trio.CancelScope(shield=True):
                 await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-s", "stop"])
             files.remove_tree(self.layout.template)
             work.rename(self.layout.template)

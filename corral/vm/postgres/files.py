@@ -149,9 +149,11 @@ def server_ready(data: Path) -> bool:
 def failed_to_start(data: Path, waited: float) -> bool:
     """The server is not coming: its pid file names a dead postmaster, or there is still
     none after 10 s (a postmaster that fails at once never writes one)."""
-    if (data / "postmaster.pid").exists():
-        return postmaster_pid(data) is None
-    return waited > 10.0
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):  # not written yet, or being written
+        return waited > 10.0
+    return postmaster_pid(data) is None and not Path(f"/proc/{pid}").exists()
 
 
 def _zombie(pid: int) -> bool:
