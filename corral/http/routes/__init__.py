@@ -20,8 +20,11 @@ from . import (
     computers,
     console,
     credits,
+    custom_domains,
     database_ops,
     databases,
+    deployment_events,
+    deployments,
     egress,
     egress_oauth,
     invite_pages,
@@ -37,6 +40,7 @@ from . import (
     sandbox_templates,
     sandboxes,
     tenant,
+    tls,
     webhooks,
     white_label,
     workspaces,
@@ -56,4 +60,5 @@ def all_routers() -> list[Router]:
         network_policy.router, egress.router, egress_oauth.router,
         databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
-        agent_runs.router, console.router]
+        agent_runs.router, deployments.router, deployment_events.router,
+        console.router, custom_domains.router, tls.router]
