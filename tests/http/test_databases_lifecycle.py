@@ -65,8 +65,13 @@ async def test_restart_wake_resize_and_move(db_api: Api, owner: Tenant) -> None:
     assert resized.status_code == 200, resized.text
     body = resized.json()["data"]
     assert body["size"] == "medium" and body["vcpus"] == 2 and body["memory_mb"] == 8192 and body["status"] == "running"
-    state = db_api.platform.databases.driver.layout.load(did)
+    servers = db_api.platform.databases.driver
+    state = servers.layout.load(did)
     assert state is not None and state.memory_mb == 8192
+    if servers.cgroups is not None:  # the running server's cgroup has the new limit
+        limit = (servers.cgroups.path("memory", did) / "memory.limit_in_bytes").read_text()
+        assert int(limit) == 8192 * 1024 * 1024
+        assert (await servers.info(did)).init_pid in servers.cgroups.pids(did)
     [rows] = await sql(creds["url"], "SELECT v FROM t")
     assert rows == [(7,)]
     assert_error(await db_api.request("POST", f"{API}/databases/{did}/resize-compute", key=owner.key, json={}), 400, "MISSING_PARAM")
