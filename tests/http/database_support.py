@@ -22,7 +22,8 @@ from tests.support import (
 )
 
 API = "/api/v1"
-DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1800}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1999}"
+DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1800}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1899}"
+"""Proxy ports; the servers' own are the next 100."""
 DATABASE_SETTINGS: dict[str, Any] = {
     **RUNTIME_SETTINGS,
     "database_ports": DB_PORTS,
@@ -45,6 +46,7 @@ async def db_api(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -
             driver = await platform.runtime.driver()
             for info in await driver.instances():
                 await driver.destroy(info.id)
+            await platform.databases.access.drop_fast_table()
             shutil.rmtree(servers.layout.root, ignore_errors=True)
 
 

@@ -88,3 +88,14 @@ async def test_reads_of_a_deleted_database_are_404(db_api: Api, owner: Tenant, p
     database = await running_db(db_api, owner, name="deleted")
     await db_api.request("DELETE", f"{API}/databases/{database['id']}", key=owner.key)
     assert_error(await db_api.request("GET", f"{API}/databases/{database['id']}{path}", key=owner.key), 404, "DATABASE_NOT_FOUND")
+
+
+async def test_logs_default_to_the_last_200_lines(db_api: Api, owner: Tenant) -> None:
+    database = await running_db(db_api, owner, name="chatty")
+    servers = db_api.platform.databases.driver
+    for n in range(300):
+        servers.note(database["id"], f"note {n}")
+    lines = (await db_api.request("GET", f"{API}/databases/{database['id']}/logs", key=owner.key)).json()["data"]["lines"]
+    assert len(lines) == 200 and lines[-1]["line"].endswith("note 299")
+    every = (await db_api.request("GET", f"{API}/databases/{database['id']}/logs?tail=5000", key=owner.key)).json()["data"]["lines"]
+    assert len(every) > 300

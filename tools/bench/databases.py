@@ -10,8 +10,9 @@ Each figure beside a baseline measured in the same run:
   goal 1 s); baseline: a bare `pg_basebackup` of the same server;
 - wake on connect: a client connecting to `url` of a suspended database until its
   first query is answered (goal 500 ms); baseline: the same against a running one;
-- `pgbench -S` (select-only) through the proxy (`url`) beside a direct connection to
-  the server's socket (goal: at least 0.9x).
+- `pgbench -S` (select-only) through `url` (the proxy's port: the kernel's fast path
+  to a running server) beside direct connections to the server's own TCP port and to
+  its Unix socket (goal: at least 0.9x of direct).
 
 Needs root and PostgreSQL 15. Starts a node of its own (own bridge, range, nftables
 table, cgroup parent, data directory) and removes everything at the end.
@@ -181,7 +182,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     target = data_dir / f"basebackup-{i}"
                     start = time.perf_counter()
                     subprocess.run([str(PG_BIN / "pg_basebackup"), "-h", str(platform.databases.driver.socket_dir(source["id"])),
-                                    "-U", "corral_admin", "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
+                                    "-p", str(platform.databases.driver.port(source["id"])), "-U", "corral_admin", "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
                     base_times.append(time.perf_counter() - start)
                     shutil.rmtree(target, ignore_errors=True)
                 results["branch"] = {**summary(branch_times), "database_bytes": size}
@@ -204,21 +205,33 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 bcreds = await bench.call("GET", f"/databases/{source['id']}/credentials")
                 socket_dir = str(platform.databases.driver.socket_dir(source["id"]))
                 common = ["-U", bcreds["user"], bcreds["database"]]
-                await trio.to_thread.run_sync(lambda: pgbench(["-i", "-s", "5", "-q", "-h", socket_dir, *common], bcreds["password"]))
+                server_port = str(platform.databases.driver.port(source["id"]))
+                await trio.to_thread.run_sync(lambda: pgbench(["-i", "-s", "5", "-q", "-h", socket_dir, "-p", server_port, *common], bcreds["password"]))
                 load = ["-S", "-c", str(args.clients), "-j", "2", "-T", str(args.pgbench_seconds), "-n"]
-                direct = await trio.to_thread.run_sync(lambda: pgbench([*load, "-h", socket_dir, *common], bcreds["password"]))
-                proxied = await trio.to_thread.run_sync(
-                    lambda: pgbench([*load, "-h", bcreds["host"], "-p", str(bcreds["port"]), *common], bcreds["password"])
-                )
+                # interleaved rounds, medians: the machine's other load moves between runs
+                runs: dict[str, list[float]] = {"socket": [], "tcp": [], "url": []}
+                targets = {
+                    "socket": ["-h", socket_dir, "-p", server_port],
+                    "tcp": ["-h", bcreds["host"], "-p", server_port],
+                    "url": ["-h", bcreds["host"], "-p", str(bcreds["port"])],
+                }
+                for _ in range(args.rounds):
+                    for name, target in targets.items():
+                        tps = await trio.to_thread.run_sync(lambda target=target: pgbench([*load, *target, *common], bcreds["password"]))
+                        runs[name].append(tps)
+                direct, direct_tcp, proxied = (statistics.median(runs[name]) for name in ("socket", "tcp", "url"))
                 results["pgbench_select_only"] = {
-                    "direct_tps": round(direct, 1), "proxy_tps": round(proxied, 1), "ratio": round(proxied / direct, 3),
-                    "clients": args.clients, "seconds": args.pgbench_seconds,
+                    "direct_tcp_tps": round(direct_tcp, 1), "direct_socket_tps": round(direct, 1), "url_tps": round(proxied, 1),
+                    "ratio_vs_direct_tcp": round(proxied / direct_tcp, 3), "ratio_vs_direct_socket": round(proxied / direct, 3),
+                    "clients": args.clients, "seconds": args.pgbench_seconds, "rounds": args.rounds,
+                    "runs": {name: [round(v, 1) for v in values] for name, values in runs.items()},
                 }
                 for database in await bench.call("GET", "/databases"):
                     await bench.call("DELETE", f"/databases/{database['id']}")
             stop.set()
     finally:
         subprocess.run(["nft", "delete", "table", "inet", "corral_bench_db"], capture_output=True)
+        subprocess.run(["nft", "delete", "table", "ip", "corral_bench_db_db"], capture_output=True)
         subprocess.run(["ip", "link", "delete", "corralbd0"], capture_output=True)
         shutil.rmtree(data_dir, ignore_errors=True)
     return results
@@ -231,6 +244,7 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=5)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--pgbench-seconds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if os.geteuid() != 0:

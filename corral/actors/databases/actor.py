@@ -26,6 +26,7 @@ from corral.actors.instances import InstanceActor, failure_summary
 from corral.actors.instances.refusals import Refusals
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
+from corral.net import NetworkError
 from corral.storage import BlobNotFound, associated_data, utc_now_iso
 from corral.vm import SIZES, InstanceInfo, InstanceSpec, RuntimeDriver
 from corral.vm.postgres import PostgresDriver
@@ -154,7 +155,12 @@ class DatabaseActor(InstanceActor):
         return "postgresql-15"
 
     def spec(self, boot_env: dict[str, str], instance_id: str | None = None) -> InstanceSpec:
-        env = {"role": self.record.pg_user, "database": self.record.pg_database}
+        env = {
+            "role": self.record.pg_user,
+            "database": self.record.pg_database,
+            "port": str(self.node.server_port(self.record.port)),
+            "listen": ",".join(self.node.listen_hosts(True)),
+        }
         if self.record.primary_id:
             env["replica_of"] = self.record.primary_id
         return InstanceSpec(
@@ -196,8 +202,39 @@ class DatabaseActor(InstanceActor):
         if self.draft is not None:
             await self.emit("created", self.subject_data())
 
+    async def reconcile(self) -> None:
+        """A state a control-plane restart caught mid-change is settled first: a stop goes
+        on to `stopped`, anything else to `running` (which the base then makes true)."""
+        if self.state == "stopping":
+            with contextlib.suppress(Exception):
+                await self.halt_instance()
+            await self.persist(state="stopped")
+        elif self.state in ("starting", "restarting", "restoring"):
+            await self.persist(state="running")
+        await super().reconcile()
+
     def subject_data(self) -> dict[str, Any]:
         return {"database_id": self.id, "name": self.record.name, "status": self.state}
+
+    async def on_instance_up(self, info: InstanceInfo) -> None:
+        await self.open_fast_path()
+
+    async def before_halt(self) -> None:
+        await self.close_fast_path()
+
+    async def open_fast_path(self) -> None:
+        """New connections go straight to the running server (`corral.net.pgproxy.access`)."""
+        node = self.node
+        try:
+            await node.access.open_fast_path(
+                self.id, node.listen_hosts(True), self.record.port, node.server_port(self.record.port)
+            )
+        except NetworkError as exc:  # the proxy still serves every connection
+            log.warning("database %s: no fast path: %s", self.id, exc)
+
+    async def close_fast_path(self) -> None:
+        with contextlib.suppress(NetworkError):
+            await self.node.access.close_fast_path(self.id)
 
     async def on_running(self, booted: bool) -> None:
         self.node.proxy.mark_active(self.id)
@@ -243,8 +280,12 @@ class DatabaseActor(InstanceActor):
     @handles(Stop, Suspend)
     async def stop(self, message: Stop | Suspend) -> DatabaseRecord:
         next_state = self.transition(message)
-        if isinstance(message, Suspend) and self.node.proxy.open_connections(self.id):
-            raise conflict("INVALID_STATE", "database has open connections")
+        if isinstance(message, Suspend):
+            await self.close_fast_path()  # from now on new clients reach the proxy, which wakes it
+            if self.node.proxy.open_connections(self.id) or await self.servers.client_connections(self.id):
+                await self.open_fast_path()
+                self.node.proxy.mark_active(self.id)
+                raise conflict("INVALID_STATE", "database has open connections")
         if self.state == "running":
             await self.persist(state="stopping")
             await self.halt_instance()
@@ -338,6 +379,7 @@ class DatabaseActor(InstanceActor):
             return
         delay = BACKOFF[attempt - 1]
         self.transition(message)
+        await self.close_fast_path()
         self.servers.note(self.id, f"the server exited unexpectedly; restarting it in {delay:g} s (attempt {attempt})")
         await self.persist(state="restarting", server_restarts=self.record.server_restarts + 1)
         await self.emit("server.exited", {"database_id": self.id, "attempt": attempt, "restart_in_seconds": delay})
@@ -430,6 +472,7 @@ class DatabaseActor(InstanceActor):
         )
         await self.db.transaction(lambda tx: store.insert_restore(tx, record))
         previous = self.state
+        await self.close_fast_path()
         await self.persist(state=next_state)
         await self.emit("restore.started", {"database_id": self.id, "restore_id": record.id, "backup_id": message.backup.id})
         self.spawn(self._run_restore, record.id, message.backup.blob_sha256, previous)
@@ -463,6 +506,7 @@ class DatabaseActor(InstanceActor):
             state = "running"
         await self.persist(state=state)
         if state == "running":
+            await self.open_fast_path()
             self.node.proxy.mark_active(self.id)
         what = "failed" if message.error else "completed"
         await self.emit(f"restore.{what}", {"database_id": self.id, "restore_id": message.restore_id, "error": message.error})

@@ -1,7 +1,7 @@
 """The databases part's background work on one node.
 
 - `start_background`: the proxy starts (with `ProxyHooks`), the template cluster is
-  prepared, every live database gets its listener again, unfinished creations boot
+  prepared when the node has databases (else at the first create), every live database gets its listener again, unfinished creations boot
   again, backups and restores a restart cut short are marked failed.
 - `watch`: every `database_check_seconds`, a running database whose server is gone
   is reported to its actor (which restarts it with backoff); an idle one past its
@@ -43,8 +43,9 @@ async def start_background(platform: DatabaseServices) -> None:
     node = platform.databases
     node.proxy.hooks = ProxyHooks(platform)
     await platform.nursery.start(node.proxy.run)
-    platform.nursery.start_soon(_prepare_template, platform)
     rows = await store.live(platform.db)
+    if rows:  # a node without databases makes no template (test servers start by the hundred)
+        platform.nursery.start_soon(_prepare_template, platform)
     for backup in await store.unfinished_backups(platform.db):
         await store.finish_backup(platform.db, backup.id, size=None, sha256=None, error="interrupted by a restart of the control plane")
     for restore in await store.unfinished_restores(platform.db):
@@ -53,6 +54,11 @@ async def start_background(platform: DatabaseServices) -> None:
         with contextlib.suppress(Exception):
             await listen(platform, row)
         node.proxy.mark_active(row.id)
+        if row.status == "running":  # servers that outlived the last run keep their fast path
+            with contextlib.suppress(Exception):
+                await node.access.open_fast_path(
+                    row.id, node.listen_hosts(True), row.port, node.server_port(row.port)
+                )
         ref = await platform.system.get(DatabaseActor, row.id)
         if row.status == "creating":
             await ref.tell(Boot(clone_source=row.parent_id))
@@ -123,7 +129,11 @@ async def check_once(platform: DatabaseServices, *, sample: bool = False) -> Non
             and node.proxy.open_connections(row.id) == 0
             and node.proxy.idle_seconds(row.id) >= row.auto_suspend_seconds
         ):
-            await _tell(platform, row.id, Suspend())
+            # Clients on the fast path are the server's alone to count.
+            if await node.driver.client_connections(row.id):
+                node.proxy.mark_active(row.id)
+            else:
+                await _tell(platform, row.id, Suspend())
         if sample:
             await _sample(platform, row.id, row.size, info.limits.vcpus)
 
@@ -152,7 +162,8 @@ async def allowed_pairs(platform: DatabaseServices) -> set[tuple[str, int]]:
     that has databases (other tenants' instances are in no pair with the port)."""
     ports: dict[str, list[int]] = {}
     for row in await store.live(platform.db):
-        ports.setdefault(row.tenant_id, []).append(row.port)
+        # the proxy's port, and the server's own where the fast path leads
+        ports.setdefault(row.tenant_id, []).extend((row.port, platform.databases.server_port(row.port)))
     if not ports:
         return set()
     owners: dict[str, str] = {}

@@ -26,6 +26,16 @@ def parse_ports(text: str) -> range:
     return range(start, int(last or first) + 1)
 
 
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 @dataclass
 class DatabaseNode:
     driver: PostgresDriver
@@ -38,6 +48,10 @@ class DatabaseNode:
     ports: range
     samples: dict[str, collections.deque[dict[str, Any]]] = field(default_factory=dict)
 
+    def server_port(self, port: int) -> int:
+        """The server's own TCP port for proxy port `port`: the block after the proxy ports."""
+        return port + len(self.ports)
+
     def listen_hosts(self, network_up: bool) -> tuple[str, ...]:
         hosts = [self.host]
         if network_up and self.internal_host not in hosts:
@@ -48,14 +62,8 @@ class DatabaseNode:
         """Ports of the range that no database holds and nothing else on the host binds."""
         found: list[int] = []
         for port in self.ports:
-            if port in taken:
+            if port in taken or not (_bindable(self.host, port) and _bindable(self.host, self.server_port(port))):
                 continue
-            with socket.socket() as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind((self.host, port))
-                except OSError:
-                    continue
             found.append(port)
             if len(found) >= want:
                 break

@@ -7,6 +7,14 @@ where the set holds (instance address, database port) pairs, one for every runni
 instance of the database's tenant. Another tenant's instance is in no pair with the
 port: its SYN is dropped, so it gets no connection at all. The set is replaced in
 one `nft -f` transaction each time it changes.
+
+The fast path: while a database runs, its server listens on TCP itself (its own
+port), and the kernel sends new connections to the proxy's port straight there
+(`table ip <table>_db`, map `fast`: (host, proxy port) -> (host, server port), for
+packets from the bridge in `prerouting` and the host's own in `output`). Relaying
+every byte through Python costs a large share of a small query's time; only the
+connections that must wake a suspended server need the proxy. Before a server
+stops, its entries go first, so the next connection reaches the proxy and wakes it.
 """
 
 from __future__ import annotations
@@ -23,6 +31,56 @@ class DatabaseAccess:
         self.table = table
         self.gateway = gateway
         self.applied: frozenset[tuple[str, int]] | None = None
+        self.fast: dict[str, tuple[tuple[str, int, int], ...]] = {}
+        self._fast_table = False
+
+    @property
+    def fast_table(self) -> str:
+        return f"{self.table}_db"
+
+    async def _ensure_fast_table(self) -> None:
+        if self._fast_table and await nft_json("list", "map", "ip", self.fast_table, "fast"):
+            return
+        t = f"ip {self.fast_table}"
+        await nft(
+            f"add table {t}\n"
+            f"add map {t} fast {{ type ipv4_addr . inet_service : ipv4_addr . inet_service; }}\n"
+            f"add chain {t} prerouting {{ type nat hook prerouting priority dstnat; policy accept; }}\n"
+            f"add chain {t} output {{ type nat hook output priority -100; policy accept; }}\n"
+            f"flush chain {t} prerouting\n"
+            f"flush chain {t} output\n"
+            f"add rule {t} prerouting dnat ip addr . port to ip daddr . tcp dport map @fast\n"
+            f"add rule {t} output dnat ip addr . port to ip daddr . tcp dport map @fast\n"
+        )
+        self._fast_table = True
+        for entries in self.fast.values():
+            await self._add(entries)
+
+    @staticmethod
+    def _elements(entries: tuple[tuple[str, int, int], ...]) -> str:
+        return ", ".join(f"{host} . {port} : {host} . {target}" for host, port, target in entries)
+
+    async def _add(self, entries: tuple[tuple[str, int, int], ...]) -> None:
+        await nft(f"add element ip {self.fast_table} fast {{ {self._elements(entries)} }}\n")
+
+    async def open_fast_path(self, database_id: str, hosts: tuple[str, ...], port: int, server_port: int) -> None:
+        """New connections to `port` at each host go to the server's own `server_port`."""
+        entries = tuple((host, port, server_port) for host in hosts)
+        await self.close_fast_path(database_id)
+        self.fast[database_id] = entries
+        await self._ensure_fast_table()
+        await self._add(entries)
+
+    async def close_fast_path(self, database_id: str) -> None:
+        """New connections reach the proxy again (existing ones go on)."""
+        entries = self.fast.pop(database_id, None)
+        if entries and self._fast_table:
+            keys = ", ".join(f"{host} . {port}" for host, port, _ in entries)
+            await nft(f"delete element ip {self.fast_table} fast {{ {keys} }}\n", check=False)
+
+    async def drop_fast_table(self) -> None:
+        await nft(f"delete table ip {self.fast_table}\n", check=False)
+        self._fast_table = False
 
     async def _has_rule(self) -> bool:
         for item in await nft_json("list", "chain", "inet", self.table, "services"):

@@ -17,20 +17,24 @@ import psycopg
 import trio
 from psycopg import sql
 
-from .layout import ADMIN_ROLE, REPLICATION_ROLE, SOCKET_PORT, TEMPLATE_DATABASE
+from .layout import ADMIN_ROLE, REPLICATION_ROLE, TEMPLATE_DATABASE
+
+Socket = tuple[Path, int]
+"""A server's socket directory and port."""
 
 
-def _connect(run_dir: Path, dbname: str = "postgres") -> psycopg.Connection[Any]:
+def _connect(socket: Socket, dbname: str = "postgres") -> psycopg.Connection[Any]:
+    run_dir, port = socket
     return psycopg.connect(
-        host=str(run_dir), port=SOCKET_PORT, user=ADMIN_ROLE, dbname=dbname, autocommit=True, connect_timeout=10
+        host=str(run_dir), port=port, user=ADMIN_ROLE, dbname=dbname, autocommit=True, connect_timeout=10
     )
 
 
-def _adopt(run_dir: Path, role: str, database: str, password: str | None) -> None:
+def _adopt(socket: Socket, role: str, database: str, password: str | None) -> None:
     """Give the cluster this server's identity: its one login role is renamed to
     `role` and its one application database to `database` (a cluster copied from the
     template, a parent or a backup of another database carries another's names)."""
-    with _connect(run_dir) as conn:
+    with _connect(socket) as conn:
         roles = [r for (r,) in conn.execute(
             "SELECT rolname FROM pg_roles WHERE rolcanlogin AND rolname NOT IN (%s, %s) AND rolname NOT LIKE 'pg\\_%%'",
             (ADMIN_ROLE, REPLICATION_ROLE),
@@ -71,38 +75,38 @@ def _set_password(conn: psycopg.Connection[Any], role: str, password: str) -> No
     conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(role), sql.Literal(verifier)))
 
 
-def _rotate(run_dir: Path, role: str, password: str) -> None:
-    with _connect(run_dir) as conn:
+def _rotate(socket: Socket, role: str, password: str) -> None:
+    with _connect(socket) as conn:
         _set_password(conn, role, password)
 
 
-def _query(run_dir: Path, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    with _connect(run_dir) as conn:
+def _query(socket: Socket, query: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with _connect(socket) as conn:
         return list(conn.execute(query, params).fetchall())
 
 
-def _template_roles(run_dir: Path) -> None:
-    with _connect(run_dir) as conn:
+def _template_roles(socket: Socket) -> None:
+    with _connect(socket) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier("app_user")))
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN REPLICATION").format(sql.Identifier(REPLICATION_ROLE)))
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER app_user").format(sql.Identifier(TEMPLATE_DATABASE)))
 
 
-async def adopt(run_dir: Path, role: str, database: str, password: str | None) -> None:
-    await trio.to_thread.run_sync(_adopt, run_dir, role, database, password)
+async def adopt(socket: Socket, role: str, database: str, password: str | None) -> None:
+    await trio.to_thread.run_sync(_adopt, socket, role, database, password)
 
 
-async def rotate(run_dir: Path, role: str, password: str) -> None:
-    await trio.to_thread.run_sync(_rotate, run_dir, role, password)
+async def rotate(socket: Socket, role: str, password: str) -> None:
+    await trio.to_thread.run_sync(_rotate, socket, role, password)
 
 
-async def query(run_dir: Path, text: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    return await trio.to_thread.run_sync(_query, run_dir, text, params)
+async def query(socket: Socket, text: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    return await trio.to_thread.run_sync(_query, socket, text, params)
 
 
-async def template_roles(run_dir: Path) -> None:
-    await trio.to_thread.run_sync(_template_roles, run_dir)
+async def template_roles(socket: Socket) -> None:
+    await trio.to_thread.run_sync(_template_roles, socket)
 
 
-async def set_replication_password(run_dir: Path, password: str) -> None:
-    await rotate(run_dir, REPLICATION_ROLE, password)
+async def set_replication_password(socket: Socket, password: str) -> None:
+    await rotate(socket, REPLICATION_ROLE, password)

@@ -46,6 +46,7 @@ UID_FIRST = 700_000
 UID_COUNT = 1_000_000
 TEMPLATE_NAME = f"postgresql-{ENGINE_VERSION}"
 NOBODY = 65534
+START_TIMEOUT = 60.0
 
 
 class BackupFailed(Exception):
@@ -71,7 +72,14 @@ class PostgresDriver(RuntimeDriver):
         return self.layout.run(server_id)
 
     def socket_path(self, server_id: str) -> Path:
-        return self.layout.socket(server_id)
+        return self.layout.socket(server_id, self._state(server_id).port)
+
+    def _sock(self, state: ServerState) -> tuple[Path, int]:
+        return (self.layout.run(state.id), state.port)
+
+    def port(self, server_id: str) -> int:
+        """The server's own TCP port (the proxy's fast path leads there)."""
+        return self._state(server_id).port
 
     def log_path(self, server_id: str) -> Path:
         return self.layout.log(server_id)
@@ -119,12 +127,20 @@ class PostgresDriver(RuntimeDriver):
             os.chown(run, NOBODY, NOBODY)
             files.write_config(data, run, "app_user", 512)
             (data / "pg_hba.conf").write_text("local all all trust\nlocal replication all trust\n")
-            start = await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(work / "log"), "-w", "-s", "start"])
+            with trio.CancelScope(shield=True):  # started, it is stopped below whatever happens
+                start = await files.run_as(
+                    NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(work / "log"), "-w", "-s", "start"]
+                )
             if start.returncode != 0:
                 raise LaunchFailed(f"the template server did not start: {start.stderr.decode().strip()}")
             try:
-                await admin.template_roles(run)
-            finally:
+                await admin.template_roles((run, SOCKET_PORT))
+            except BaseException:
+                with trio.CancelScope(shield=True):  # a cancelled preparation leaves no server behind
+                    await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "-s", "stop"])
+                    files.remove_tree(work)
+                raise
+            with trio.CancelScope(shield=True):
                 await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-s", "stop"])
             files.remove_tree(self.layout.template)
             work.rename(self.layout.template)
@@ -137,15 +153,26 @@ class PostgresDriver(RuntimeDriver):
         return self.cgroups.create(state.id, CgroupLimits(state.vcpus, state.memory_mb, state.pids_max))
 
     async def _pg_ctl_start(self, state: ServerState) -> None:
+        """Start the server and wait until it accepts connections. `pg_ctl -w` polls
+        every 100 ms; the readiness line of `postmaster.pid` is polled here every 5 ms
+        instead, which is most of a fresh server's start."""
         data = self.layout.data(state.id)
         result = await files.run_as(
             state.uid,
-            [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.layout.log(state.id)), "-w", "-t", "60", "-s", "start"],
+            [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.layout.log(state.id)), "-W", "-s", "start"],
             await trio.to_thread.run_sync(self._cgroup, state),
         )
-        if result.returncode != 0 and files.postmaster_pid(data) is None:
-            tail = self._log_tail(state.id)
-            raise LaunchFailed(f"the database server did not start: {result.stderr.decode().strip()} {tail}".strip())
+        if result.returncode != 0:
+            raise LaunchFailed(f"the database server did not start: {result.stderr.decode().strip()} {self._log_tail(state.id)}".strip())
+        began = trio.current_time()
+        with trio.move_on_after(START_TIMEOUT):
+            while True:
+                if files.server_ready(data):
+                    return
+                await trio.sleep(0.005)
+                if files.failed_to_start(data, trio.current_time() - began):
+                    raise LaunchFailed(f"the database server did not start: {self._log_tail(state.id)}".strip())
+        raise LaunchFailed(f"the database server did not become ready within {START_TIMEOUT:g} s")
 
     def _log_tail(self, server_id: str) -> str:
         try:
@@ -198,6 +225,8 @@ class PostgresDriver(RuntimeDriver):
             database=spec.env["database"],
             created_at=_now(),
             replica_of=spec.env.get("replica_of"),
+            port=int(spec.env.get("port", SOCKET_PORT)),
+            listen=spec.env.get("listen", ""),
         )
 
     def _make_dirs(self, state: ServerState) -> None:
@@ -208,7 +237,7 @@ class PostgresDriver(RuntimeDriver):
 
     def _finish_dirs(self, state: ServerState, primary_conninfo: str | None = None) -> None:
         data = self.layout.data(state.id)
-        files.write_config(data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo)
+        files.write_config(data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo, state.port, state.listen)
         files.chown_tree(self.layout.server_dir(state.id), state.uid)
         os.chmod(self.layout.server_dir(state.id), 0o711)
         os.chmod(self.layout.run(state.id), 0o711)
@@ -243,10 +272,11 @@ class PostgresDriver(RuntimeDriver):
             if files.postmaster_pid(self.layout.data(instance_id)) is None:
                 if self.cgroups is not None:  # backends a crashed postmaster left would hold its shared memory
                     await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+                files.clear_stale_lock(self.layout.data(instance_id), self.layout.run(instance_id))
                 await self._pg_ctl_start(state)
             if not self._is_replica(instance_id):
                 password = (boot_env or {}).get("password")
-                await admin.adopt(self.layout.run(instance_id), state.role, state.database, password)
+                await admin.adopt(self._sock(state), state.role, state.database, password)
             return self._info(state)
 
     async def stop(self, instance_id: str) -> InstanceInfo:
@@ -275,8 +305,9 @@ class PostgresDriver(RuntimeDriver):
         self._locks.pop(instance_id, None)
 
     async def _basebackup(self, source_id: str, argv: list[str]) -> None:
+        source = self._state(source_id)
         result = await trio.run_process(
-            [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(source_id)), "-p", str(SOCKET_PORT), "-U", ADMIN_ROLE,
+            [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(source_id)), "-p", str(source.port), "-U", ADMIN_ROLE,
              "-c", "fast", "--no-sync", *argv],
             env=files.ENV, capture_stdout=True, capture_stderr=True, check=False,
         )
@@ -314,10 +345,10 @@ class PostgresDriver(RuntimeDriver):
         if files.postmaster_pid(self.layout.data(primary_id)) is None:
             raise InvalidInstanceState("the primary is not running")
         password = self.replication_password(primary_id)
-        await admin.set_replication_password(self.layout.run(primary_id), password)
+        await admin.set_replication_password(self._sock(primary), password)
         state = await self._begin(spec)
         conninfo = (
-            f"host={self.layout.run(primary.id)} port={SOCKET_PORT} user={REPLICATION_ROLE} "
+            f"host={self.layout.run(primary.id)} port={primary.port} user={REPLICATION_ROLE} "
             f"password={password} application_name=r{state.id.replace('-', '')[:12]}"
         )
         try:
@@ -331,11 +362,10 @@ class PostgresDriver(RuntimeDriver):
     async def backup(self, instance_id: str, dest: Path) -> int:
         """A compressed tar of a consistent base backup of the running server (WAL
         included) at `dest`; returns its size."""
-        self._state(instance_id)
-        result = None
+        state = self._state(instance_id)
         with open(dest, "wb") as out:
             result = await trio.run_process(
-                [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(instance_id)), "-p", str(SOCKET_PORT),
+                [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(instance_id)), "-p", str(state.port),
                  "-U", ADMIN_ROLE, "-c", "fast", "-D", "-", "-F", "t", "-X", "fetch", "-z"],
                 env=files.ENV, stdout=out, capture_stderr=True, check=False,
             )
@@ -366,7 +396,7 @@ class PostgresDriver(RuntimeDriver):
                 await trio.to_thread.run_sync(self._finish_dirs, state)
                 self._note(instance_id, "restoring from a backup")
                 await self._pg_ctl_start(state)
-                await admin.adopt(self.layout.run(instance_id), state.role, state.database, (boot_env or {}).get("password"))
+                await admin.adopt(self._sock(state), state.role, state.database, (boot_env or {}).get("password"))
             except BaseException:
                 with trio.CancelScope(shield=True):
                     await self._pg_ctl_stop(state, "immediate")
@@ -381,11 +411,11 @@ class PostgresDriver(RuntimeDriver):
             return self._info(state)
 
     async def rotate_password(self, instance_id: str, role: str, password: str) -> None:
-        await admin.rotate(self.layout.run(instance_id), role, password)
+        await admin.rotate(self._sock(self._state(instance_id)), role, password)
 
     async def database_stats(self, instance_id: str, database: str) -> dict[str, int]:
         rows = await admin.query(
-            self.layout.run(instance_id),
+            self._sock(self._state(instance_id)),
             "SELECT COALESCE(SUM(numbackends),0), COALESCE(SUM(xact_commit + xact_rollback),0),"
             " (SELECT pg_database_size(%s)) FROM pg_stat_database WHERE datname = %s",
             (database, database),
@@ -393,8 +423,16 @@ class PostgresDriver(RuntimeDriver):
         connections, transactions, size = rows[0]
         return {"connections": int(connections), "transactions": int(transactions), "size_bytes": int(size or 0)}
 
+    async def client_connections(self, instance_id: str) -> int:
+        """Client sessions the server has now (over the socket or TCP), not counting this query's."""
+        rows = await admin.query(
+            self._sock(self._state(instance_id)),
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        return int(rows[0][0])
+
     async def replication_lag(self, instance_id: str) -> float | None:
-        rows = await admin.query(self.layout.run(instance_id), "SELECT EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())")
+        rows = await admin.query(self._sock(self._state(instance_id)), "SELECT EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())")
         return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
@@ -404,7 +442,7 @@ class PostgresDriver(RuntimeDriver):
         self.layout.save(state)
         data = self.layout.data(instance_id)
         conninfo = self._primary_conninfo(data)
-        (data / "corral.conf").write_text(files.conf(self.layout.run(instance_id), state.memory_mb, conninfo))
+        (data / "corral.conf").write_text(files.conf(self.layout.run(instance_id), state.memory_mb, conninfo, state.port, state.listen))
         if self.cgroups is not None and files.postmaster_pid(data) is not None:
             await trio.to_thread.run_sync(self._cgroup, state)
         return self._info(state)

@@ -8,6 +8,7 @@ before they drop root, so the postmaster and every backend are limited by size.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -29,14 +30,15 @@ def hba(role: str) -> str:
         f"local replication {ADMIN_ROLE} peer map=admin\n"
         f"local replication {REPLICATION_ROLE} scram-sha-256\n"
         f'local all "{role}" scram-sha-256\n'
+        f'host all "{role}" 0.0.0.0/0 scram-sha-256\n'
     )
 
 
-def conf(run_dir: Path, memory_mb: int, primary_conninfo: str | None = None) -> str:
+def conf(run_dir: Path, memory_mb: int, primary_conninfo: str | None = None, port: int = SOCKET_PORT, listen: str = "") -> str:
     shared_buffers = max(16, min(1024, memory_mb // 8))
     lines = [
-        "listen_addresses = ''",
-        f"port = {SOCKET_PORT}",
+        f"listen_addresses = '{listen}'",
+        f"port = {port}",
         f"unix_socket_directories = '{run_dir}'",
         "unix_socket_permissions = 0777",
         f"shared_buffers = {shared_buffers}MB",
@@ -54,9 +56,11 @@ def conf(run_dir: Path, memory_mb: int, primary_conninfo: str | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
-def write_config(data: Path, run_dir: Path, role: str, memory_mb: int, primary_conninfo: str | None = None) -> None:
-    """(Re)write what makes a copied cluster this server's: socket, limits, admission."""
-    (data / "corral.conf").write_text(conf(run_dir, memory_mb, primary_conninfo))
+def write_config(
+    data: Path, run_dir: Path, role: str, memory_mb: int, primary_conninfo: str | None = None, port: int = SOCKET_PORT, listen: str = ""
+) -> None:
+    """(Re)write what makes a copied cluster this server's: socket, port, limits, admission."""
+    (data / "corral.conf").write_text(conf(run_dir, memory_mb, primary_conninfo, port, listen))
     (data / "pg_hba.conf").write_text(hba(role))
     (data / "pg_ident.conf").write_text(f"admin root {ADMIN_ROLE}\n")
     main = data / "postgresql.conf"
@@ -127,10 +131,53 @@ def postmaster_pid(data: Path) -> int | None:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    if b"postgres" not in cmdline or " Z " in status.split("State:", 1)[-1][:6]:
+    if b"postgres" not in cmdline or _zombie(pid):
         return None
     return pid
+
+
+def server_ready(data: Path) -> bool:
+    """`postmaster.pid`'s status line says `ready` (PostgreSQL writes it once it accepts
+    connections) and the postmaster lives."""
+    try:
+        lines = (data / "postmaster.pid").read_text().split("\n")
+    except OSError:
+        return False
+    return len(lines) > 7 and lines[7].strip() == "ready" and postmaster_pid(data) is not None
+
+
+def failed_to_start(data: Path, waited: float) -> bool:
+    """The server is not coming: its pid file names a dead postmaster, or there is still
+    none after 10 s (a postmaster that fails at once never writes one)."""
+    try:
+        pid = int((data / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):  # not written yet, or being written
+        return waited > 10.0
+    return postmaster_pid(data) is None and not Path(f"/proc/{pid}").exists()
+
+
+def _zombie(pid: int) -> bool:
+    """A killed postmaster reparented to this process (a subreaper) stays a zombie until
+    reaped: it is reaped here, and counts as gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                if line.split()[1] not in ("Z", "X"):
+                    return False
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+                return True
+    except OSError:
+        return True
+    return False
+
+
+def clear_stale_lock(data: Path, run_dir: Path) -> None:
+    """Remove the lock files of a server that is gone (its processes were killed): a
+    killed postmaster not yet reaped still answers `kill(pid, 0)`, and PostgreSQL would
+    refuse to start over its lock files."""
+    if postmaster_pid(data) is not None:
+        return
+    (data / "postmaster.pid").unlink(missing_ok=True)
+    for stale in run_dir.glob(".s.PGSQL.*"):
+        stale.unlink(missing_ok=True)

@@ -25,7 +25,8 @@ REPLICATION_ROLE = "corral_replicator"
 TEMPLATE_ROLE = "app_user"
 TEMPLATE_DATABASE = "app"
 SOCKET_PORT = 5432
-"""Every server's socket is `run/.s.PGSQL.5432`: the directory, not the port, tells them apart."""
+"""The template's port while it is prepared; each server has a port of its own (`ServerState.port`),
+on which it listens on TCP (for the proxy's fast path) and names its socket."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,16 @@ class ServerState:
     database: str
     created_at: str
     replica_of: str | None = None
+    port: int = SOCKET_PORT
+    listen: str = ""
+    """TCP addresses the server listens on at `port` (comma-separated; empty: the socket only)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ServerState:
-        return cls(**{key: data.get(key) for key in cls.__dataclass_fields__})  # type: ignore[arg-type]
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})
 
 
 class Layout:
@@ -71,8 +75,8 @@ class Layout:
     def run(self, server_id: str) -> Path:
         return self.server_dir(server_id) / "run"
 
-    def socket(self, server_id: str) -> Path:
-        return self.run(server_id) / f".s.PGSQL.{SOCKET_PORT}"
+    def socket(self, server_id: str, port: int) -> Path:
+        return self.run(server_id) / f".s.PGSQL.{port}"
 
     def log(self, server_id: str) -> Path:
         return self.server_dir(server_id) / "server.log"

@@ -1,0 +1,95 @@
+"""The database servers' runtime (`corral.vm.postgres.PostgresDriver`) with real servers:
+own uid and modes, identity adoption, SCRAM verifiers, the restore's rollback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import trio
+
+from corral.vm import InstanceSpec, InstanceState, Limits
+from corral.vm.postgres import BackupFailed, PostgresDriver
+from tests.support import TEST_SLOT
+
+
+@pytest.fixture
+async def servers() -> AsyncIterator[PostgresDriver]:
+    if os.geteuid() != 0:
+        pytest.skip("database servers need root (they run as users of their own)")
+    root = Path(f"/var/lib/corral/test-servers-{TEST_SLOT}")
+    shutil.rmtree(root, ignore_errors=True)
+    driver = PostgresDriver(root, f"corral-test-db{TEST_SLOT}")
+    try:
+        yield driver
+    finally:
+        for info in await driver.instances():
+            await driver.destroy(info.id)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def spec(server_id: str, role: str, database: str, password: str | None = "pw") -> InstanceSpec:
+    return InstanceSpec(
+        instance_id=server_id, limits=Limits(1, 512, 256), env={"role": role, "database": database},
+        boot_env={"password": password} if password else {},
+    )
+
+
+def connect(driver: PostgresDriver, server_id: str, user: str, password: str, dbname: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(host=str(driver.socket_dir(server_id)), port=driver.port(server_id), user=user, password=password,
+                           dbname=dbname, autocommit=True)
+
+
+async def test_each_server_is_its_own_user_with_private_files(servers: PostgresDriver) -> None:
+    a = await servers.create(spec("a", "alice", "shop"))
+    b = await servers.create(spec("b", "bob", "blog"))
+    assert a.state is InstanceState.RUNNING and b.state is InstanceState.RUNNING
+    uid_a, uid_b = servers.layout.load("a").uid, servers.layout.load("b").uid  # type: ignore[union-attr]
+    assert uid_a != uid_b and uid_a >= 700_000
+    data = servers.layout.data("a")
+    assert data.stat().st_uid == uid_a and stat.S_IMODE(data.stat().st_mode) == 0o700
+    with connect(servers, "a", "alice", "pw", "shop") as conn:
+        assert conn.execute("SELECT current_user, current_database()").fetchone() == ("alice", "shop")
+        verifier = conn.execute("SELECT 1").fetchone()
+        assert verifier == (1,)
+    with pytest.raises(psycopg.OperationalError):
+        await trio.to_thread.run_sync(lambda: connect(servers, "a", "bob", "pw", "shop"))
+    log = servers.log_path("a").read_text()
+    assert "pw" not in log.replace("pw_", "")
+
+
+async def test_a_broken_archive_puts_the_old_data_back(servers: PostgresDriver, tmp_path: Path) -> None:
+    await servers.create(spec("c", "carol", "main"))
+    with connect(servers, "c", "carol", "pw", "main") as conn:
+        conn.execute("CREATE TABLE t (v int)")
+        conn.execute("INSERT INTO t VALUES (5)")
+    archive = tmp_path / "bad.tar.gz"
+    archive.write_bytes(b"not an archive")
+    with pytest.raises(BackupFailed):
+        await servers.restore_archive("c", archive, {"password": "pw"})
+    info = await servers.info("c")
+    assert info.state is InstanceState.RUNNING
+    with connect(servers, "c", "carol", "pw", "main") as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [(5,)]
+    assert "the data from before it is back" in servers.log_path("c").read_text()
+
+
+async def test_backup_restored_into_another_server_takes_its_identity(servers: PostgresDriver, tmp_path: Path) -> None:
+    await servers.create(spec("d", "dave", "src"))
+    with connect(servers, "d", "dave", "pw", "src") as conn:
+        conn.execute("CREATE TABLE t AS SELECT 1 AS v")
+    archive = tmp_path / "b.tar.gz"
+    assert await servers.backup("d", archive) > 0
+    await servers.create(spec("e", "erin", "dst", "pw2"))
+    await servers.restore_archive("e", archive, {"password": "pw2"})
+    with connect(servers, "e", "erin", "pw2", "dst") as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [(1,)]
+    await servers.stop("e")
+    assert (await servers.info("e")).state is InstanceState.STOPPED
+    await servers.destroy("e")
+    assert not servers.layout.server_dir("e").exists()
