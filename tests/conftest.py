@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -10,7 +9,6 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from corral.storage import Database, migrate, open_database
-from corral.vm import InstanceNotFound
 from tests.pg_server import create_database, postgres_server
 from tests.support import (
     RUNTIME_SETTINGS,
@@ -18,6 +16,7 @@ from tests.support import (
     Api,
     Tenant,
     cleanup_runtime_host,
+    destroy_instances_and_databases,
     running_server,
 )
 
@@ -101,15 +100,12 @@ def runtime_host() -> Iterator[None]:
 
 @pytest.fixture
 async def runtime_api(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Api]:
-    """A real server that runs real instances; its sandboxes are destroyed afterwards."""
+    """A real server that runs real instances; its instances and databases are destroyed afterwards."""
     async with running_server(tmp_path_factory.mktemp("corral"), **RUNTIME_SETTINGS) as client:
         try:
             yield client
         finally:
-            driver = await client.platform.runtime.driver()
-            for info in await driver.instances():
-                with contextlib.suppress(InstanceNotFound):  # an actor (a build) may remove its own meanwhile
-                    await driver.destroy(info.id)
+            await destroy_instances_and_databases(client.platform)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

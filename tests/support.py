@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import shutil
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import trio
 from corral.config import Settings
 from corral.http import run_api
 from corral.node import Platform, open_node
+from corral.vm import InstanceNotFound
 
 ADMIN_KEY = "msk_a_test-operator-key-0123456789abcdef"
 PASSWORD = "correct horse battery"
@@ -212,10 +214,15 @@ def host_names(
     }
 
 
+DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1800}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1899}"
+"""Database proxy ports of this slot (the servers' own are the next 100): parallel test
+workers never hand out the same ones."""
+
 RUNTIME_SETTINGS: dict[str, Any] = {
     "template_dir": TEMPLATE_CACHE,
     "idle_check_seconds": 0.25,
     "sse_heartbeat_seconds": 1.0,
+    "database_ports": DB_PORTS,
     **host_names(
         bridge="corrala0",
         subnet_prefix="10.216",
@@ -227,6 +234,21 @@ RUNTIME_SETTINGS: dict[str, Any] = {
 }
 """Host names for API-level tests that run instances, apart from a real server's and the
 runtime tests' (`tests/vm`)."""
+
+
+async def destroy_instances_and_databases(platform: Platform) -> None:
+    """What a test server leaves running by design (instances and database servers outlive
+    their control plane, to be re-adopted): destroyed, so no test leaks a process."""
+    servers = platform.databases.driver
+    for info in await servers.instances():
+        with contextlib.suppress(Exception):
+            await servers.destroy(info.id)
+    await platform.databases.access.drop_fast_table()
+    shutil.rmtree(servers.layout.root, ignore_errors=True)
+    driver = await platform.runtime.driver()
+    for info in await driver.instances():
+        with contextlib.suppress(InstanceNotFound):  # an actor (a build) may remove its own meanwhile
+            await driver.destroy(info.id)
 
 
 def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table: str, cgroup_parent: str) -> None:

@@ -3,7 +3,6 @@ PostgreSQL servers, proxy ports in this test slot's range, and clients (psycopg)
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,18 +11,15 @@ import pytest
 import trio
 
 from tests.support import (
-    FIRST_PORT,
-    PORTS_PER_SLOT,
+    DB_PORTS,
     RUNTIME_SETTINGS,
-    TEST_SLOT,
     Api,
     Tenant,
+    destroy_instances_and_databases,
     running_server,
 )
 
 API = "/api/v1"
-DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1800}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1899}"
-"""Proxy ports; the servers' own are the next 100."""
 DATABASE_SETTINGS: dict[str, Any] = {
     **RUNTIME_SETTINGS,
     "database_ports": DB_PORTS,
@@ -36,18 +32,10 @@ DATABASE_SETTINGS: dict[str, Any] = {
 async def db_api(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Api]:
     """A real server with real instances and databases; everything is destroyed afterwards."""
     async with running_server(tmp_path_factory.mktemp("corral"), **DATABASE_SETTINGS) as client:
-        platform = client.platform
         try:
             yield client
         finally:
-            servers = platform.databases.driver
-            for info in await servers.instances():
-                await servers.destroy(info.id)
-            driver = await platform.runtime.driver()
-            for info in await driver.instances():
-                await driver.destroy(info.id)
-            await platform.databases.access.drop_fast_table()
-            shutil.rmtree(servers.layout.root, ignore_errors=True)
+            await destroy_instances_and_databases(client.platform)
 
 
 @pytest.fixture

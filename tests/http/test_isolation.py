@@ -301,7 +301,25 @@ async def _deployment_service(api: Api, tenant: Tenant, params: Params) -> Param
     return {"service_id": response.json()["data"]["services"][0]["id"]}
 
 
+async def _database(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("POST", "/api/v1/databases", key=tenant.key, json={"name": "isolated"})
+    assert response.status_code == 202, response.text
+    database_id = response.json()["data"]["id"]
+    with trio.fail_after(60):
+        while (await api.request("GET", f"/api/v1/databases/{database_id}", key=tenant.key)).json()["data"]["status"] != "running":
+            await trio.sleep(0.2)
+    return {"id": database_id}
+
+
+async def _database_backup(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("POST", f"/api/v1/databases/{params['id']}/backups", key=tenant.key, json={})
+    assert response.status_code == 202, response.text
+    return {"backup_id": response.json()["data"]["id"]}
+
+
 FACTORIES: dict[str, Factory] = {
+    "/databases/{id}": _database,
+    "/databases/{id}/backups/{backup_id}": _database_backup,
     "/agent-runtime-profiles/{id}": _agent_runtime_profile,
     "/sandbox-templates/{id}": _sandbox_template,
     "/sandbox-template-builds/{id}": _sandbox_template_build,
@@ -356,6 +374,7 @@ the tenant: another tenant's user holding it is refused `422 EMAIL_MISMATCH` unl
 are the invitee, and the invite stays pending (checked at the end)."""
 
 OWNER_CHECKS: dict[str, str] = {
+    "/databases/{id}": "/api/v1/databases/{id}/credentials",
     "/agent-runtime-profiles/{id}": "/api/v1/agent-runtime-profiles/{id}",
     "/sandbox-templates/{id}": "/api/v1/sandbox-templates/{id}",
     "/sandbox-template-builds/{id}": "/api/v1/sandbox-template-builds/{id}",
