@@ -116,6 +116,17 @@ class Settings:
     public_api_url: str | None = None
     """How the outside world reaches this API (`CORRAL_PUBLIC_API_URL`), e.g. for OAuth redirect URIs;
     unset: the Host of each request."""
+    # Managed databases (issue 17; contract §13; docs/api.md "Managed databases").
+    database_dir: Path | None = None
+    """Where database servers live (`CORRAL_DATABASE_DIR`); None: `<data-dir>/databases` when
+    every directory above it lets the servers' own users through, else
+    `/var/lib/corral/databases-<hash of the data dir>`."""
+    database_ports: str = "15432-16431"
+    """The proxy ports handed to databases, `first-last` (`CORRAL_DATABASE_PORTS`)."""
+    database_host: str = ""
+    """The host in a database's `url` (`CORRAL_DATABASE_HOST`); empty: `--host` (127.0.0.1 for 0.0.0.0)."""
+    database_check_seconds: float = 1.0
+    """How often servers are checked for crashes and idleness (`CORRAL_DATABASE_CHECK_SECONDS`)."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -178,6 +189,10 @@ class Settings:
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
             "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
             "public_api_url": env.get("CORRAL_PUBLIC_API_URL") or None,
+            "database_dir": Path(env["CORRAL_DATABASE_DIR"]) if env.get("CORRAL_DATABASE_DIR") else None,
+            "database_ports": env.get("CORRAL_DATABASE_PORTS", "15432-16431"),
+            "database_host": env.get("CORRAL_DATABASE_HOST", ""),
+            "database_check_seconds": float(env.get("CORRAL_DATABASE_CHECK_SECONDS", "1")),
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),

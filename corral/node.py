@@ -27,24 +27,36 @@ from pathlib import Path
 
 import trio
 
-from corral.actors import billing, computers, egress, instances, sandboxes
+from corral.actors import (
+    agent_profiles,
+    billing,
+    computers,
+    databases,
+    egress,
+    instances,
+    sandboxes,
+    templates,
+)
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
 from corral.actors.billing.hooks import BillingHooks
 from corral.actors.bus import EventBus
 from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
+from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.periodic import run_periodically
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
+from corral.actors.sandboxes.services import TemplateResolver
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings
 from corral.net import HostNetwork, NetworkConfig, gateway_address
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
+from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.storage import (
     BlobStore,
     Database,
@@ -56,6 +68,7 @@ from corral.storage import (
     open_database,
 )
 from corral.vm import EgressTrust
+from corral.vm.postgres import PostgresDriver, traversable
 
 log = logging.getLogger("corral")
 
@@ -96,6 +109,8 @@ class Platform:
     computer_metrics: MetricsSampling | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
+    sandbox_templates: TemplateResolver | None = None
+    """Tenants' sandbox templates (`corral.actors.templates`); None: built-ins only."""
     preview_access: AccessCache | None = None
     """Routing and token caches shared by the preview router and the API."""
     preview_router: PreviewRouter | None = None
@@ -105,6 +120,8 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    databases: DatabaseNode = field(init=False)
+    """This node's database servers, their connection proxy and access rules."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -162,6 +179,31 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def database_dir(settings: Settings) -> Path:
+    """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
+    reach it, else a directory of this data directory's own under /var/lib/corral."""
+    if settings.database_dir is not None:
+        return Path(settings.database_dir).absolute()
+    default = Path(settings.data_dir) / "databases"
+    if traversable(default):
+        return default
+    digest = hashlib.sha256(str(Path(settings.data_dir).absolute()).encode()).hexdigest()[:12]
+    return Path("/var/lib/corral") / f"databases-{digest}"
+
+
+def database_node(settings: Settings) -> DatabaseNode:
+    """The database servers' runtime, their proxy (URL host and bridge address) and access rules."""
+    host = settings.database_host or (settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+    return DatabaseNode(
+        driver=PostgresDriver(database_dir(settings), f"{settings.cgroup_parent}-db"),
+        proxy=DatabaseProxy(),
+        access=DatabaseAccess(settings.nft_table, gateway_address(settings.subnet)),
+        host=host,
+        internal_host=gateway_address(settings.subnet),
+        ports=databases.parse_ports(settings.database_ports),
+    )
+
+
 def egress_proxy(settings: Settings) -> EgressProxy | None:
     """The node's egress proxy on the bridge address, with its CA under the data directory."""
     if not settings.egress_proxy:
@@ -190,6 +232,7 @@ async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
     platform.system.register(*sandboxes.ACTORS)
+    platform.system.register(*databases.ACTORS)
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
     if platform.settings.prepare_templates:
@@ -200,6 +243,11 @@ async def _start_parts(platform: Platform) -> None:
     if recovered:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
     await sandboxes.start_background(platform)
+    platform.system.register(*templates.ACTORS)
+    interrupted_builds = await templates.recover_interrupted(platform)
+    if interrupted_builds:
+        log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
+    await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
@@ -212,6 +260,7 @@ async def _start_parts(platform: Platform) -> None:
         lambda: EGRESS_PRUNE_SECONDS,
         "egress audit retention",
     )
+    await databases.start_background(platform)
 
 
 @contextlib.asynccontextmanager
@@ -241,6 +290,9 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 blobs=LocalBlobStore(data_dir / "blobs"),
                 egress_proxy=proxy,
             )
+            platform.databases = database_node(settings)
+            platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,

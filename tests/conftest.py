@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -9,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from corral.storage import Database, migrate, open_database
+from corral.vm import InstanceNotFound
 from tests.pg_server import create_database, postgres_server
 from tests.support import (
     RUNTIME_SETTINGS,
@@ -106,7 +108,8 @@ async def runtime_api(runtime_host: None, tmp_path_factory: pytest.TempPathFacto
         finally:
             driver = await client.platform.runtime.driver()
             for info in await driver.instances():
-                await driver.destroy(info.id)
+                with contextlib.suppress(InstanceNotFound):  # an actor (a build) may remove its own meanwhile
+                    await driver.destroy(info.id)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

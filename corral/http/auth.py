@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import time
 
+from corral.actors import browser_tokens
 from corral.actors.tenancy import KeyWithMember, api_keys, store, tickets
 from corral.errors import ApiError, forbidden, unauthorized
 from corral.node import Platform
@@ -34,6 +35,8 @@ class Authenticator:
             raise unauthorized("Authorization header must be 'Bearer <token>'")
         if token.startswith("msk_"):
             return await self._from_key(token, client_ip)
+        if token.startswith(browser_tokens.PREFIX):
+            return await self._from_browser_token(token)
         return await self._from_jwt(token)
 
     async def _from_key(self, token: str, client_ip: str | None) -> Principal:
@@ -42,6 +45,21 @@ class Authenticator:
             return Principal("operator", None, None, None, None, None, 30_000)
         key = await api_keys.find_with_member(platform.db, token)
         return await self._key_principal(key, client_ip)
+
+    async def _from_browser_token(self, token: str) -> Principal:
+        """A browser token acts for its minter, within one sandbox and its sandbox scopes."""
+        grant = await browser_tokens.authenticate(self.platform.db, token)
+        return Principal(
+            kind="browser_token",
+            tenant_id=grant.tenant_id,
+            user_id=grant.user_id,
+            api_key_id=grant.api_key_id,
+            scopes=grant.scopes,
+            tenant_role="member",
+            rate_limit_rpm=600,
+            workspace_id=grant.workspace_id,
+            sandbox_id=grant.sandbox_id,
+        )
 
     async def from_ticket(self, ticket: str, client_ip: str | None, purposes: tuple[str, ...] = ("sse",)) -> Principal:
         """The principal that minted an SSE ticket, consuming the ticket.

@@ -17,7 +17,7 @@ from quart import Response, request
 from quart.wrappers.response import DataBody
 from werkzeug.exceptions import HTTPException
 
-from corral.actors import idempotency
+from corral.actors import browser_tokens, idempotency
 from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
@@ -166,6 +166,8 @@ class Pipeline:
                 bucket, limit = f"{bucket}:egress", min(limit, EGRESS_RPM)
             decision = self.limiter.hit(bucket, limit)
             if decision.allowed:
+                if principal.sandbox_id is not None:  # a browser token: its sandbox's routes only
+                    browser_tokens.check_route(principal.sandbox_id, route.method, route.path, params)
                 _authorize(principal, route)
         if not decision.allowed:
             raise ApiError(429, "RATE_LIMITED", rate_limited(decision).message, headers=decision.headers())

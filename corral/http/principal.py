@@ -11,7 +11,8 @@ from corral.errors import insufficient_scope
 @dataclass(frozen=True)
 class Principal:
     kind: str
-    """`user_key`, `platform_key`, `admin_key`, `operator` (the bootstrap key) or `session` (JWT)."""
+    """`user_key`, `platform_key`, `admin_key`, `operator` (the bootstrap key), `session` (JWT)
+    or `browser_token` (`mbt_`, one sandbox's routes only)."""
     tenant_id: str | None
     user_id: str | None
     api_key_id: str | None
@@ -20,6 +21,8 @@ class Principal:
     rate_limit_rpm: int
     workspace_id: str | None = None
     email: str | None = None
+    sandbox_id: str | None = None
+    """A browser token's sandbox: the only one whose routes it reaches (contract §16)."""
 
     @property
     def is_operator(self) -> bool:

@@ -140,6 +140,16 @@ class RuntimeDriver(abc.ABC):
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Remove the snapshot's files; an unknown snapshot is no error."""
 
+    async def save_template_layer(self, instance_id: str, template: str, layer_id: str) -> int:
+        """Keep the stopped instance's own files as layer `layer_id` of template `template`
+        (over the template the instance was made from) and make it that template's current
+        layer; instances made from `template` then start from it. Returns its size in bytes."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep template layers")
+
+    async def remove_template(self, template: str) -> None:
+        """Remove a template made of layers (instances made from it must be gone)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot remove templates")
+
     @abc.abstractmethod
     async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
         """New limits for a stopped instance; its cgroups get them when it next starts."""

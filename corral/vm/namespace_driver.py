@@ -160,7 +160,7 @@ class NamespaceDriver(RuntimeDriver):
         async with self._lock(spec.instance_id):
             if directory.exists():
                 raise InstanceExists(f"instance already exists: {spec.instance_id}")
-            lower = await self.templates.ensure(spec.template)
+            lower = await self.templates.lower(spec.template)
             state = self._new_state(spec, lower)
             self._make_dirs(state)
             try:
@@ -326,6 +326,19 @@ class NamespaceDriver(RuntimeDriver):
         for leftover in (staging, old):
             shutil.rmtree(leftover, ignore_errors=True)
 
+    # -- template layers ------------------------------------------------------
+
+    async def save_template_layer(self, instance_id: str, template: str, layer_id: str) -> int:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            if state.get("status") == "running" and self._alive(state):
+                raise InvalidInstanceState("a template layer is kept only from a stopped instance")
+            upper = self.instance_dir(instance_id) / "upper"
+            return await trio.to_thread.run_sync(self.templates.add_layer_sync, template, state["template"], layer_id, upper)
+
+    async def remove_template(self, template: str) -> None:
+        await trio.to_thread.run_sync(self.templates.remove_sync, template)
+
     # -- queries --------------------------------------------------------------
 
     async def info(self, instance_id: str) -> InstanceInfo:
@@ -383,7 +396,7 @@ class NamespaceDriver(RuntimeDriver):
 
     # -- internals ------------------------------------------------------------
 
-    def _new_state(self, spec: InstanceSpec, lower: Path) -> dict[str, Any]:
+    def _new_state(self, spec: InstanceSpec, lower: Path | str) -> dict[str, Any]:
         return {
             "id": spec.instance_id,
             "status": "creating",

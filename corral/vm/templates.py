@@ -126,6 +126,22 @@ RECIPES: dict[str, Recipe] = {
 
 USER_DIRS = ("workspace", "home", "root", "tmp", "opt", "srv")
 
+ALIASES = {"svc-desktop": "desktop"}
+"""Template names the API uses for a recipe of another name."""
+LAYERED = "layered"
+"""A layered template's manifest says so: it is a layer (files a template build made) over
+another template; its layers live under `<template dir>/layers/<layer id>/`, and the
+manifest names the current one, so instances made from an older layer keep theirs."""
+
+
+def _tree_size(root: Path) -> int:
+    """Bytes of the regular files under `root` (apparent sizes; links not followed)."""
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
 
 def known_templates() -> list[str]:
     return sorted(RECIPES)
@@ -280,7 +296,7 @@ class TemplateStore:
         self.ca_certificates = ca_certificates
 
     def template_dir(self, name: str) -> Path:
-        return self.root / name
+        return self.root / ALIASES.get(name, name)
 
     def rootfs(self, name: str) -> Path:
         return self.template_dir(name) / "rootfs"
@@ -291,8 +307,16 @@ class TemplateStore:
         except (OSError, ValueError):
             return None
 
-    def is_built(self, name: str) -> bool:
+    def is_layered(self, name: str) -> bool:
         manifest = self.manifest(name)
+        return manifest is not None and bool(manifest.get(LAYERED))
+
+    def is_built(self, name: str) -> bool:
+        name = ALIASES.get(name, name)
+        manifest = self.manifest(name)
+        if manifest is not None and manifest.get(LAYERED):
+            layer = self.template_dir(name) / "layers" / str(manifest.get("layer"))
+            return manifest.get("uid_base") == self.uid_base and layer.is_dir()
         recipe = RECIPES.get(name)
         return (
             manifest is not None
@@ -303,7 +327,54 @@ class TemplateStore:
 
     def exists(self, name: str) -> bool:
         """True for a template that is built or can be built."""
-        return name in RECIPES or self.is_built(name)
+        return ALIASES.get(name, name) in RECIPES or self.is_built(name)
+
+    async def lower(self, name: str) -> str:
+        """The overlay lower directories of an instance made from `name` (building a recipe
+        template if needed): a layered template's layer, then its base's, colon-separated."""
+        name = ALIASES.get(name, name)
+        manifest = self.manifest(name)
+        if manifest is not None and manifest.get(LAYERED):
+            if not self.is_built(name):
+                raise TemplateNotFound(f"template {name} has no layer")
+            layer = self.template_dir(name) / "layers" / str(manifest["layer"])
+            return f"{layer}:{await self.lower(str(manifest['base']))}"
+        return str(await self.ensure(name))
+
+    def add_layer_sync(self, name: str, base: str, layer_id: str, files: Path) -> int:
+        """Keep `files` (an instance's writable layer, copied with everything: owners, modes,
+        xattrs and overlay whiteouts) as layer `layer_id` of template `name` over `base`, and
+        make it the current one. Returns the layer's size in bytes."""
+        directory = self.root / name
+        layers = directory / "layers"
+        layers.mkdir(parents=True, exist_ok=True)
+        work = layers / f".{layer_id}.partial"
+        shutil.rmtree(work, ignore_errors=True)
+        result = subprocess.run(["cp", "-a", "--reflink=auto", str(files), str(work)], capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(work, ignore_errors=True)
+            raise TemplateBuildFailed(f"keeping the build's files failed: {result.stderr.strip()}")
+        size = _tree_size(work)
+        os.replace(work, layers / layer_id)
+        manifest = {
+            "name": name,
+            LAYERED: True,
+            "base": base,
+            "layer": layer_id,
+            "uid_base": self.uid_base,
+            "revision": BUILD_REVISION,
+            "size_bytes": size,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        tmp = directory / "manifest.json.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2))
+        os.replace(tmp, directory / "manifest.json")
+        return size
+
+    def remove_sync(self, name: str) -> None:
+        """Remove a layered template and every layer it has (a recipe template is kept)."""
+        if self.is_layered(name):
+            shutil.rmtree(self.root / name, ignore_errors=True)
 
     def ensure_sync(self, name: str, progress: Progress | None = None) -> Path:
         """The template's rootfs, building it (once, under a lock) if needed."""

@@ -211,6 +211,9 @@ class Profiles:
     async def default_for(self, platform: Platform, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
         return self.default
 
+    async def applied(self, platform: Platform, tenant_id: str, profile_id: str, computer_id: str) -> None:
+        return None
+
 
 async def test_agent_runtime_profiles(runtime_api: Api, owner: Tenant) -> None:
     async def post(**body: Any) -> Any:
@@ -218,6 +221,7 @@ async def test_agent_runtime_profiles(runtime_api: Api, owner: Tenant) -> None:
 
     for alias in ("agent_runtime_profile_id", "agent_profile_id"):  # no profiles in the tenant at all
         assert_error(await post(**{alias: new_uuid()}), 404, "AGENT_RUNTIME_PROFILE_NOT_FOUND")
+    node_resolver = runtime_api.platform.agent_runtime_profiles
     store = Profiles(
         profiles={
             "coder": AgentRuntimeProfile("coder", env={"AGENT_MODE": "coder"}),
@@ -243,7 +247,7 @@ async def test_agent_runtime_profiles(runtime_api: Api, owner: Tenant) -> None:
             modes[name] = ([e["name"] for e in env], (await run(runtime_api, owner, computer["id"], 'printf %s "${AGENT_MODE-none}"'))["output"])
         assert modes == {"explicit": (["AGENT_MODE"], "coder"), "default": (["AGENT_MODE"], "default"), "skipped": ([], "none")}
     finally:
-        runtime_api.platform.agent_runtime_profiles = None
+        runtime_api.platform.agent_runtime_profiles = node_resolver
 
 
 async def test_selected_apps_are_installed_after_boot_and_read_from_the_instance(runtime_api: Api, owner: Tenant) -> None:

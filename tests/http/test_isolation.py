@@ -217,7 +217,30 @@ async def _egress_audit(api: Api, tenant: Tenant, _: Params) -> Params:
     return {"id": row.id}
 
 
+async def _agent_runtime_profile(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "isolated", "provider": "claude", "env": {"MINE": "secret-env"}}
+    response = await api.request("POST", "/api/v1/agent-runtime-profiles", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _sandbox_template(api: Api, tenant: Tenant, _: Params) -> Params:
+    response = await api.request("POST", "/api/v1/sandbox-templates", key=tenant.key, json={"name": "isolated", "setup": ["true"]})
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["template"]["id"]}
+
+
+async def _sandbox_template_build(api: Api, tenant: Tenant, _: Params) -> Params:
+    body = {"name": "isolated-build", "setup": ["true"]}
+    response = await api.request("POST", "/api/v1/sandbox-templates", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["build"]["id"]}
+
+
 FACTORIES: dict[str, Factory] = {
+    "/agent-runtime-profiles/{id}": _agent_runtime_profile,
+    "/sandbox-templates/{id}": _sandbox_template,
+    "/sandbox-template-builds/{id}": _sandbox_template_build,
     "/workspaces/{id}/members/{user_id}": _workspace_member,
     "/workspaces/{id}/invites/{invite_id}": _workspace_invite,
     "/tenants/{id}": _tenant,
@@ -260,6 +283,9 @@ the tenant: another tenant's user holding it is refused `422 EMAIL_MISMATCH` unl
 are the invitee, and the invite stays pending (checked at the end)."""
 
 OWNER_CHECKS: dict[str, str] = {
+    "/agent-runtime-profiles/{id}": "/api/v1/agent-runtime-profiles/{id}",
+    "/sandbox-templates/{id}": "/api/v1/sandbox-templates/{id}",
+    "/sandbox-template-builds/{id}": "/api/v1/sandbox-template-builds/{id}",
     "/quotas/external/{external_user_id}": "/api/v1/quotas/external/{external_user_id}",
     "/computers/{id}": "/api/v1/computers/{id}/files/stat?path=/workspace/mine.txt",
     "/sandboxes/{id}": "/api/v1/sandboxes/{id}/files/stat?path=/workspace/mine.txt",

@@ -135,6 +135,8 @@ async def create_computer(
     record: ComputerRecord = await ref.ask(Get())
     if profile is not None and profile.env:
         await set_env(platform, record, profile.env)
+    if profile is not None and platform.agent_runtime_profiles is not None:
+        await platform.agent_runtime_profiles.applied(platform, tenant_id, profile.id, record.id)
     await ref.ask(Boot(snapshot_source=draft.from_snapshot_id))
     return record
 

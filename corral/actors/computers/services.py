@@ -41,6 +41,9 @@ class ProfileResolver(Protocol):
     async def default_for(self, platform: ComputerServices, tenant_id: str, workspace_id: str) -> AgentRuntimeProfile | None:
         """The workspace's (else the tenant's) default profile for computers, or None."""
 
+    async def applied(self, platform: ComputerServices, tenant_id: str, profile_id: str, computer_id: str) -> None:
+        """The profile was applied to a new computer: bind its secrets to it (placeholders)."""
+
 
 class ComputerServices(BillingServices, TenancyServices, Protocol):
     system: ActorSystem

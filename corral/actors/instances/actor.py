@@ -74,7 +74,7 @@ class InstanceActor(RecordActor):
     - `gone_states`: states whose row stays but records no more activity.
 
     Hooks a kind may override: `instance_id`, `runtime_template`, `instance_env`,
-    `boot_env`, `on_instance_up` (wait for what the instance runs, e.g. a desktop),
+    `boot_env`, `make_instance` (how a new instance is made), `on_instance_up` (wait for what the instance runs, e.g. a desktop),
     `after_create` (more provisioning in the boot child, e.g. apps), `running_fields`,
     `on_running` (events and metering once running), `before_halt` (a last word
     with the agent before its instance stops), `on_instance_lost`.
@@ -225,16 +225,23 @@ class InstanceActor(RecordActor):
             if info.state is not InstanceState.RUNNING:
                 info = await driver.start(self.instance_id, env)
         except InstanceNotFound:
-            if clone_source is not None:
-                info = await driver.clone(clone_source, self.spec(env))
-            elif snapshot_source is not None:
-                info = await driver.create_from_snapshot(snapshot_source, self.spec(env))
-            else:
-                info = await driver.create(self.spec(env))
+            info = await self.make_instance(driver, env, clone_source, snapshot_source)
         await self.apply_network_policy()
         await self.on_instance_up(info)
         notice = None if clone_source is not None else await self.after_create(info)
         return Booted(info, notice=notice)
+
+    async def make_instance(
+        self, driver: RuntimeDriver, env: dict[str, str], clone_source: str | None, snapshot_source: str | None
+    ) -> InstanceInfo:
+        """Make the new instance: a clone of `clone_source`, a copy of the snapshot, or
+        fresh from the template. A kind with another way to make one (a database
+        replica) overrides this."""
+        if clone_source is not None:
+            return await driver.clone(clone_source, self.spec(env))
+        if snapshot_source is not None:
+            return await driver.create_from_snapshot(snapshot_source, self.spec(env))
+        return await driver.create(self.spec(env))
 
     @handles(Booted)
     async def booted(self, message: Booted) -> None:

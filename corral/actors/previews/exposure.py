@@ -60,6 +60,9 @@ async def url_of(platform: PreviewServices, sandbox: SandboxRecord, port: int) -
 
 
 async def expose(platform: PreviewServices, sandbox: SandboxRecord, requested_port: int | None) -> dict[str, Any]:
+    resolver = platform.sandbox_templates
+    if requested_port is None and resolver is not None:  # the template's default preview port
+        requested_port = await resolver.preview_port(platform, sandbox.tenant_id, sandbox.template_id)
     port = parse_port(
         requested_port,
         required_message="port is required (the sandbox's template has no default preview port)",

@@ -6,7 +6,7 @@ import time
 from typing import Annotated, Any, Literal
 
 from corral.actors.instances import ExecTimeout, clamp_timeout
-from corral.actors.sandboxes.services import SandboxServices
+from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
@@ -66,20 +66,32 @@ async def create_sandbox(
     *,
     key_workspace_id: str | None = None,
 ) -> SandboxRecord:
-    if not platform.runtime.templates.exists(new.template_id):
-        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
+    template = await _template_of(platform, tenant_id, new)
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
     attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id, key_workspace_id=key_workspace_id)
     draft = SandboxDraft(
-        attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=new.template_id,
+        attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=template.id,
         size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
     )
     ref = await platform.system.create(SandboxActor, new_uuid(), draft)
     record: SandboxRecord = await ref.ask(Get())
-    if new.env:
-        await put_vars(platform, record, [EnvVar(key, value) for key, value in new.env.items()])
+    env = {**template.env, **(new.env or {})}
+    if env:
+        await put_vars(platform, record, [EnvVar(key, value) for key, value in env.items()])
     await ref.ask(Boot())
     return await wait_until_settled(platform, record.id, platform.settings.sandbox_ready_wait)
+
+
+async def _template_of(platform: SandboxServices, tenant_id: str, new: NewSandbox) -> SandboxTemplate:
+    """The tenant's template by id or name, else a built-in one (`400 INVALID_TEMPLATE`)."""
+    resolver = platform.sandbox_templates
+    found = await resolver.resolve(platform, tenant_id, new.template_id, new.workspace_id) if resolver else None
+    if found is not None:
+        return found
+    templates = platform.runtime.templates
+    if not templates.exists(new.template_id) or templates.is_layered(new.template_id):  # another tenant's layers are not built-ins
+        raise ApiError(400, "INVALID_TEMPLATE", f"unknown template_id: {new.template_id}")
+    return SandboxTemplate(new.template_id)
 
 
 async def fork_sandbox(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from corral.actors.agents import AgentPool
@@ -12,8 +13,32 @@ from corral.actors.tenancy.services import TenancyServices
 from corral.storage import SecretBox
 
 
+@dataclass(frozen=True)
+class SandboxTemplate:
+    """A tenant's template as sandbox creation sees it (`TemplateResolver`)."""
+
+    id: str
+    """What the sandbox records as `template_id`, and the runtime template it starts from."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Set in the new sandbox's sealed env before the sandbox's own `env`."""
+    default_preview_port: int | None = None
+
+
+class TemplateResolver(Protocol):
+    """The templates part's answers to sandbox creation and expose (set as
+    `platform.sandbox_templates`; None: tenants have only the built-in templates)."""
+
+    async def resolve(self, platform: SandboxServices, tenant_id: str, ref: str, workspace_id: str | None) -> SandboxTemplate | None:
+        """The tenant's template `ref` (id or name); None when it has none of that name or id;
+        `409 TEMPLATE_NOT_READY` when it has no ready layer."""
+
+    async def preview_port(self, platform: SandboxServices, tenant_id: str, template_id: str) -> int | None:
+        """The template's default preview port (None: none, or not a tenant template)."""
+
+
 class SandboxServices(BillingServices, TenancyServices, Protocol):
     system: ActorSystem
     runtime: RuntimeHolder
     agents: AgentPool
     secrets: SecretBox
+    sandbox_templates: TemplateResolver | None

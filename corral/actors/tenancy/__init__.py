@@ -10,6 +10,7 @@ package's modules call its write functions.
 from . import (
     api_keys,
     audit,
+    branding,
     invites,
     mail,
     members,
@@ -78,6 +79,7 @@ __all__ = [
     "api_key_public",
     "api_keys",
     "audit",
+    "branding",
     "create_tenant",
     "create_user",
     "get_tenant",

@@ -23,6 +23,7 @@ from corral.ids import prefixed, random_token
 from corral.storage import Database, Transaction, iso_in, utc_now_iso
 
 from . import store
+from .branding import get_branding
 from .mail import send_mail
 from .members import check_owner_rule, insert_member
 from .services import TenancyServices
@@ -168,15 +169,17 @@ async def invite_to_workspace(
     assert tenant is not None
     url = invite_url(platform, WORKSPACE, token, tenant.custom_domain)
     inviter = await _inviter_name(platform.db, actor_id)
+    brand = await get_branding(platform.db, tenant.id)
     await send_mail(
         platform,
         email,
-        f"You are invited to the {workspace.name} workspace of {tenant.name}",
+        f"You are invited to the {workspace.name} workspace of {brand.name}",
         _mail_body(
-            f"{inviter or 'A team mate'} invited you to join the {workspace.name} workspace of {tenant.name}"
+            f"{inviter or 'A team mate'} invited you to join the {workspace.name} workspace of {brand.name}"
             f" as {role}.",
             url,
             invite.expires_at,
+            brand.support_email,
         ),
     )
     return WorkspaceInviteOutcome(invite=IssuedInvite(invite, token, url))
@@ -196,21 +199,27 @@ async def invite_to_tenant(
     invite, token = await platform.db.transaction(work)
     url = invite_url(platform, TENANT, token, tenant.custom_domain)
     inviter = await _inviter_name(platform.db, actor_id)
+    brand = await get_branding(platform.db, tenant.id)
     await send_mail(
         platform,
         email,
-        f"You are invited to join {tenant.name}",
-        _mail_body(f"{inviter or 'A team mate'} invited you to join {tenant.name} as {role}.", url, invite.expires_at),
+        f"You are invited to join {brand.name}",
+        _mail_body(
+            f"{inviter or 'A team mate'} invited you to join {brand.name} as {role}.", url, invite.expires_at, brand.support_email
+        ),
     )
     return IssuedInvite(invite, token, url)
 
 
-def _mail_body(sentence: str, url: str, expires_at: str) -> str:
+def _mail_body(sentence: str, url: str, expires_at: str, support_email: str | None = None) -> str:
+    """The invite e-mail's text; a tenant's branding gives its name and support address."""
+    support = f"Questions? Write to {support_email}.\n" if support_email else ""
     return (
         f"{sentence}\n\n"
         f"Open this link to accept the invite:\n{url}\n\n"
         f"Sign in with this e-mail address to accept. The link expires at {expires_at} (UTC).\n"
         "If you did not expect this invite, you can ignore this message.\n"
+        f"{support}"
     )
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runtime_profiles,
     api_keys,
     auth,
+    branding,
+    browser_tokens,
     computer_cua,
     computer_desktop,
     computer_logs,
@@ -16,6 +19,8 @@ from . import (
     computers,
     console,
     credits,
+    database_ops,
+    databases,
     egress,
     egress_oauth,
     invite_pages,
@@ -28,6 +33,7 @@ from . import (
     sandbox_env,
     sandbox_events,
     sandbox_processes,
+    sandbox_templates,
     sandboxes,
     tenant,
     webhooks,
@@ -47,4 +53,6 @@ def all_routers() -> list[Router]:
         computer_cua.router, computer_logs.router,
         previews.router, preview_domains.router,
         network_policy.router, egress.router, egress_oauth.router,
+        databases.router, database_ops.router,
+        branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
         console.router]

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 from quart import Response
 
-from corral.actors.tenancy import NamedInvite
+from corral.actors.tenancy import NamedInvite, branding
 from corral.actors.tenancy import invites as inv
 
 from ..context import RequestContext
@@ -50,9 +50,25 @@ document.getElementById("accept").addEventListener("submit", async (event) => {
 """
 
 
-def _page(title: str, paragraphs: list[str], status: int, accept: dict[str, str] | None = None) -> Response:
+def _brand_header(brand: branding.Branding | None) -> tuple[str, str]:
+    """The logo (an <img>) and the colour rule of a tenant's branding; empty without one."""
+    if brand is None:
+        return "", ""
+    logo = ""
+    if brand.logo_url:
+        logo = f'<img id="logo" src="{html.escape(brand.logo_url)}" alt="{html.escape(brand.name)}" style="max-height:3rem">'
+    colour = f"h1,button{{color:{brand.primary_color}}}" if brand.primary_color else ""
+    return logo, colour
+
+
+def _page(
+    title: str, paragraphs: list[str], status: int, accept: dict[str, str] | None = None, brand: branding.Branding | None = None
+) -> Response:
     nonce = secrets.token_urlsafe(16)
     text = "".join(f"<p>{html.escape(p)}</p>" for p in paragraphs)
+    if brand is not None and brand.support_email:
+        text += f'<p id="support">Questions? Write to <a href="mailto:{html.escape(brand.support_email)}">{html.escape(brand.support_email)}</a>.</p>'
+    logo, colour = _brand_header(brand)
     form = ""
     if accept is not None:
         payload = json.dumps(accept).replace("<", "\\u003c")
@@ -66,8 +82,8 @@ def _page(title: str, paragraphs: list[str], status: int, accept: dict[str, str]
     document = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head>"
-        f"<body><h1>{html.escape(title)}</h1>{text}{form}</body></html>"
+        f"<title>{html.escape(title)}</title><style>{_STYLE}{colour}</style></head>"
+        f"<body>{logo}<h1>{html.escape(title)}</h1>{text}{form}</body></html>"
     )
     response = Response(document, status=status, content_type="text/html; charset=utf-8")
     response.headers["Cache-Control"] = "no-store"
@@ -75,40 +91,42 @@ def _page(title: str, paragraphs: list[str], status: int, accept: dict[str, str]
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Content-Security-Policy"] = (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; connect-src 'self';"
+        f"{' img-src https: http:;' if logo else ''}"
         " form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
     )
     return response
 
 
-def _invite_page(invite: NamedInvite | None, kind: str, token: str) -> Response:
+async def _invite_page(ctx: RequestContext, invite: NamedInvite | None, kind: str, token: str) -> Response:
     if invite is None:
         return _page("Invite not found", ["This invite link is not valid. Ask for a new invite."], 404)
+    brand = await branding.get_branding(ctx.db, invite.tenant_id)
     if invite.revoked_at is not None:
-        return _page("Invite revoked", ["This invite was revoked. Ask for a new invite."], 410)
-    place = f"the {invite.workspace_name} workspace of {invite.tenant_name}" if kind == inv.WORKSPACE else str(invite.tenant_name)
+        return _page("Invite revoked", ["This invite was revoked. Ask for a new invite."], 410, brand=brand)
+    place = f"the {invite.workspace_name} workspace of {brand.name}" if kind == inv.WORKSPACE else brand.name
     title = f"Join {place}"
     if invite.accepted_at is not None:
-        return _page(title, ["This invite has been accepted already."], 200)
+        return _page(title, ["This invite has been accepted already."], 200, brand=brand)
     if inv.is_expired(invite):
-        return _page(title, ["This invite has expired. Ask for a new invite."], 410)
+        return _page(title, ["This invite has expired. Ask for a new invite."], 410, brand=brand)
     lines = [
         f"You are invited to join {place} as {invite.role}.",
         f"Sign in as {invite.email} to accept. The invite expires at {invite.expires_at} (UTC).",
     ]
     accept_path = f"/api/v1{inv.PRODUCT_PATHS[kind]}{token}/accept"
-    return _page(title, lines, 200, {"accept": accept_path, "place": place})
+    return _page(title, lines, 200, {"accept": accept_path, "place": place}, brand=brand)
 
 
 @router.get("/invites/{token}", summary="The org invite landing page (HTML)", auth="public", content_type="text/html")
 async def org_invite_page(ctx: RequestContext, token: str) -> Response:
-    return _invite_page(await inv.find_by_token(ctx.db, inv.TENANT, token), inv.TENANT, token)
+    return await _invite_page(ctx, await inv.find_by_token(ctx.db, inv.TENANT, token), inv.TENANT, token)
 
 
 @router.get(
     "/workspace-invites/{token}", summary="The workspace invite landing page (HTML)", auth="public", content_type="text/html"
 )
 async def workspace_invite_page(ctx: RequestContext, token: str) -> Response:
-    return _invite_page(await inv.find_by_token(ctx.db, inv.WORKSPACE, token), inv.WORKSPACE, token)
+    return await _invite_page(ctx, await inv.find_by_token(ctx.db, inv.WORKSPACE, token), inv.WORKSPACE, token)
 
 
 @router.get(

@@ -8,6 +8,7 @@ their write functions (marked "writes" in each module).
 from . import (
     api_keys,
     audit,
+    branding,
     invites,
     outbox,
     projects,
@@ -47,6 +48,7 @@ __all__ = [
     "WorkspaceRecord",
     "api_keys",
     "audit",
+    "branding",
     "invites",
     "outbox",
     "projects",

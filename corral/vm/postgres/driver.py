@@ -1,0 +1,458 @@
+"""`PostgresDriver`: database servers as a runtime of the instance base.
+
+A database server is an instance like a sandbox: made from a template (a prepared
+cluster, copied: `initdb` per create would take 0.75 s), started, stopped, cloned
+(a branch), resized, destroyed, re-adopted after a control-plane restart. So it
+implements `RuntimeDriver`, and the database actor is a kind of `InstanceActor`.
+What a namespace instance has and a server has not (a guest agent, pause, file
+snapshots) answers `InvalidInstanceState`; what a server has beyond (backups,
+restores, replicas, passwords, statistics) is here as plain methods.
+
+`InstanceSpec.env` carries the server's identity (`role`, `database`, and
+`replica_of` for a replica); `boot_env` its password, in memory only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import random
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+
+import trio
+
+from ..cgroups import CgroupLimits, CgroupV1
+from ..driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
+from ..errors import InstanceNotFound, InvalidInstanceState, LaunchFailed
+from . import admin, files
+from .layout import (
+    ADMIN_ROLE,
+    ENGINE_VERSION,
+    PG_BIN,
+    REPLICATION_ROLE,
+    SOCKET_PORT,
+    Layout,
+    ServerState,
+)
+
+log = logging.getLogger("corral.vm.postgres")
+
+UID_FIRST = 700_000
+UID_COUNT = 1_000_000
+TEMPLATE_NAME = f"postgresql-{ENGINE_VERSION}"
+NOBODY = 65534
+
+
+class BackupFailed(Exception):
+    """pg_basebackup or a restore's archive failed (the detail is in the message)."""
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class PostgresDriver(RuntimeDriver):
+    def __init__(self, root: Path, cgroup_parent: str | None = "corral-db") -> None:
+        self.layout = Layout(root)
+        self.cgroups = CgroupV1(parent=cgroup_parent) if cgroup_parent else None
+        if self.cgroups is not None and not self.cgroups.available():
+            self.cgroups = None
+        self._template_lock = trio.Lock()
+        self._locks: dict[str, trio.Lock] = {}
+
+    # -- files ----------------------------------------------------------------------------
+
+    def socket_dir(self, server_id: str) -> Path:
+        return self.layout.run(server_id)
+
+    def socket_path(self, server_id: str) -> Path:
+        return self.layout.socket(server_id)
+
+    def log_path(self, server_id: str) -> Path:
+        return self.layout.log(server_id)
+
+    def _state(self, server_id: str) -> ServerState:
+        state = self.layout.load(server_id)
+        if state is None:
+            raise InstanceNotFound(server_id)
+        return state
+
+    def _lock(self, server_id: str) -> trio.Lock:
+        return self._locks.setdefault(server_id, trio.Lock())
+
+    def _note(self, server_id: str, text: str) -> None:
+        """A line of the control plane's own in the server's log (restarts, restores)."""
+        with contextlib.suppress(OSError), open(self.layout.log(server_id), "a") as handle:
+            stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+            handle.write(f"{stamp} UTC [corral] LOG:  {text}\n")
+
+    def note(self, server_id: str, text: str) -> None:
+        self._note(server_id, text)
+
+    # -- the template -----------------------------------------------------------------------
+
+    async def prepare_template(self) -> None:
+        """The prepared cluster every new server copies (made once per data directory)."""
+        async with self._template_lock:
+            if (self.layout.template / "data" / "PG_VERSION").exists():
+                return
+            root = self.layout.root
+            root.mkdir(parents=True, exist_ok=True)
+            os.chmod(root, 0o711)
+            work = root / f"template-{ENGINE_VERSION}.tmp"
+            files.remove_tree(work)
+            work.mkdir()
+            os.chown(work, NOBODY, NOBODY)
+            data, run = work / "data", work / "run"
+            result = await files.run_as(
+                NOBODY,
+                [str(PG_BIN / "initdb"), "-D", str(data), "-U", ADMIN_ROLE, "-A", "trust", "--no-locale", "-E", "UTF8", "--no-sync"],
+            )
+            if result.returncode != 0:
+                raise LaunchFailed(f"initdb failed: {result.stderr.decode().strip()}")
+            run.mkdir()
+            os.chown(run, NOBODY, NOBODY)
+            files.write_config(data, run, "app_user", 512)
+            (data / "pg_hba.conf").write_text("local all all trust\nlocal replication all trust\n")
+            start = await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(work / "log"), "-w", "-s", "start"])
+            if start.returncode != 0:
+                raise LaunchFailed(f"the template server did not start: {start.stderr.decode().strip()}")
+            try:
+                await admin.template_roles(run)
+            finally:
+                await files.run_as(NOBODY, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-s", "stop"])
+            files.remove_tree(self.layout.template)
+            work.rename(self.layout.template)
+
+    # -- processes ----------------------------------------------------------------------------
+
+    def _cgroup(self, state: ServerState) -> list[str]:
+        if self.cgroups is None:
+            return []
+        return self.cgroups.create(state.id, CgroupLimits(state.vcpus, state.memory_mb, state.pids_max))
+
+    async def _pg_ctl_start(self, state: ServerState) -> None:
+        data = self.layout.data(state.id)
+        result = await files.run_as(
+            state.uid,
+            [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.layout.log(state.id)), "-w", "-t", "60", "-s", "start"],
+            await trio.to_thread.run_sync(self._cgroup, state),
+        )
+        if result.returncode != 0 and files.postmaster_pid(data) is None:
+            tail = self._log_tail(state.id)
+            raise LaunchFailed(f"the database server did not start: {result.stderr.decode().strip()} {tail}".strip())
+
+    def _log_tail(self, server_id: str) -> str:
+        try:
+            lines = self.layout.log(server_id).read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line for line in lines[-3:] if "FATAL" in line or "ERROR" in line)
+
+    async def _pg_ctl_stop(self, state: ServerState, mode: str = "fast") -> None:
+        data = self.layout.data(state.id)
+        if files.postmaster_pid(data) is None:
+            return
+        await files.run_as(state.uid, [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", mode, "-w", "-t", "60", "-s", "stop"])
+        if files.postmaster_pid(data) is not None and self.cgroups is not None:
+            await trio.to_thread.run_sync(self.cgroups.kill_all, state.id)
+
+    def _is_replica(self, server_id: str) -> bool:
+        return (self.layout.data(server_id) / "standby.signal").exists()
+
+    def _info(self, state: ServerState) -> InstanceInfo:
+        pid = files.postmaster_pid(self.layout.data(state.id))
+        return InstanceInfo(
+            id=state.id,
+            state=InstanceState.RUNNING if pid is not None else InstanceState.STOPPED,
+            template=TEMPLATE_NAME,
+            limits=Limits(state.vcpus, state.memory_mb, state.pids_max),
+            hostname=state.id,
+            address=None,
+            agent_port=0,
+            agent_token="",
+            init_pid=pid,
+            created_at=state.created_at,
+        )
+
+    # -- RuntimeDriver ------------------------------------------------------------------------
+
+    def _new_state(self, spec: InstanceSpec) -> ServerState:
+        used = self.layout.used_uids()
+        while True:
+            uid = UID_FIRST + random.randrange(UID_COUNT)
+            if uid not in used:
+                break
+        return ServerState(
+            id=spec.instance_id,
+            uid=uid,
+            vcpus=spec.limits.vcpus,
+            memory_mb=spec.limits.memory_mb,
+            pids_max=spec.limits.pids_max,
+            role=spec.env["role"],
+            database=spec.env["database"],
+            created_at=_now(),
+            replica_of=spec.env.get("replica_of"),
+        )
+
+    def _make_dirs(self, state: ServerState) -> None:
+        server_dir = self.layout.server_dir(state.id)
+        server_dir.mkdir(parents=True, exist_ok=True)
+        self.layout.run(state.id).mkdir(exist_ok=True)
+        self.layout.log(state.id).touch()
+
+    def _finish_dirs(self, state: ServerState, primary_conninfo: str | None = None) -> None:
+        data = self.layout.data(state.id)
+        files.write_config(data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo)
+        files.chown_tree(self.layout.server_dir(state.id), state.uid)
+        os.chmod(self.layout.server_dir(state.id), 0o711)
+        os.chmod(self.layout.run(state.id), 0o711)
+        os.chmod(data, 0o700)
+        os.chmod(self.layout.log(state.id), 0o600)
+        self.layout.save(state)
+
+    async def _begin(self, spec: InstanceSpec) -> ServerState:
+        if self.layout.load(spec.instance_id) is not None:
+            raise InvalidInstanceState(f"database server {spec.instance_id} exists already")
+        await self.prepare_template()
+        state = self._new_state(spec)
+        await trio.to_thread.run_sync(self._make_dirs, state)
+        return state
+
+    async def create(self, spec: InstanceSpec) -> InstanceInfo:
+        state = await self._begin(spec)
+        try:
+            def copy() -> None:
+                files.copy_tree(self.layout.template / "data", self.layout.data(state.id))
+                self._finish_dirs(state)
+
+            await trio.to_thread.run_sync(copy)
+        except BaseException:
+            await self.destroy(spec.instance_id)
+            raise
+        return await self.start(spec.instance_id, spec.boot_env)
+
+    async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
+        state = self._state(instance_id)
+        async with self._lock(instance_id):
+            if files.postmaster_pid(self.layout.data(instance_id)) is None:
+                if self.cgroups is not None:  # backends a crashed postmaster left would hold its shared memory
+                    await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
+                await self._pg_ctl_start(state)
+            if not self._is_replica(instance_id):
+                password = (boot_env or {}).get("password")
+                await admin.adopt(self.layout.run(instance_id), state.role, state.database, password)
+            return self._info(state)
+
+    async def stop(self, instance_id: str) -> InstanceInfo:
+        state = self._state(instance_id)
+        async with self._lock(instance_id):
+            await self._pg_ctl_stop(state)
+            return self._info(state)
+
+    async def kill(self, instance_id: str) -> None:
+        """Stop the server at once, as a crash would (tests of supervision)."""
+        state = self._state(instance_id)
+        pid = files.postmaster_pid(self.layout.data(instance_id))
+        if pid is not None:
+            os.kill(pid, 9)
+        del state
+
+    async def destroy(self, instance_id: str) -> None:
+        state = self.layout.load(instance_id)
+        if state is not None:
+            async with self._lock(instance_id):
+                await self._pg_ctl_stop(state, "immediate")
+        if self.cgroups is not None:
+            await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+        await trio.to_thread.run_sync(files.remove_tree, self.layout.server_dir(instance_id))
+        self.layout.state_file(instance_id).unlink(missing_ok=True)
+        self._locks.pop(instance_id, None)
+
+    async def _basebackup(self, source_id: str, argv: list[str]) -> None:
+        result = await trio.run_process(
+            [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(source_id)), "-p", str(SOCKET_PORT), "-U", ADMIN_ROLE,
+             "-c", "fast", "--no-sync", *argv],
+            env=files.ENV, capture_stdout=True, capture_stderr=True, check=False,
+        )
+        if result.returncode != 0:
+            raise BackupFailed(f"pg_basebackup failed: {result.stderr.decode(errors='replace').strip()[:400]}")
+
+    async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
+        """A branch: the source's data at this moment (an online base backup of a running
+        source, a copy of a stopped one), independent afterwards."""
+        source = self._state(source_id)
+        state = await self._begin(spec)
+        data = self.layout.data(state.id)
+        try:
+            if files.postmaster_pid(self.layout.data(source_id)) is not None:
+                await self._basebackup(source.id, ["-D", str(data), "-X", "stream"])
+            else:
+                await trio.to_thread.run_sync(files.copy_tree, self.layout.data(source_id), data)
+            await trio.to_thread.run_sync(self._finish_dirs, state)
+        except BaseException:
+            await self.destroy(spec.instance_id)
+            raise
+        return await self.start(spec.instance_id, spec.boot_env)
+
+    def replication_password(self, primary_id: str) -> str:
+        path = self.layout.secret_file
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_hex(32))
+        return hmac.new(path.read_bytes(), primary_id.encode(), hashlib.sha256).hexdigest()
+
+    async def create_replica(self, primary_id: str, spec: InstanceSpec) -> InstanceInfo:
+        """A streaming, read-only replica of the running primary (hot standby)."""
+        primary = self._state(primary_id)
+        if files.postmaster_pid(self.layout.data(primary_id)) is None:
+            raise InvalidInstanceState("the primary is not running")
+        password = self.replication_password(primary_id)
+        await admin.set_replication_password(self.layout.run(primary_id), password)
+        state = await self._begin(spec)
+        conninfo = (
+            f"host={self.layout.run(primary.id)} port={SOCKET_PORT} user={REPLICATION_ROLE} "
+            f"password={password} application_name=r{state.id.replace('-', '')[:12]}"
+        )
+        try:
+            await self._basebackup(primary.id, ["-D", str(self.layout.data(state.id)), "-X", "stream"])
+            await trio.to_thread.run_sync(self._finish_dirs, state, conninfo)
+        except BaseException:
+            await self.destroy(spec.instance_id)
+            raise
+        return await self.start(spec.instance_id)
+
+    async def backup(self, instance_id: str, dest: Path) -> int:
+        """A compressed tar of a consistent base backup of the running server (WAL
+        included) at `dest`; returns its size."""
+        self._state(instance_id)
+        result = None
+        with open(dest, "wb") as out:
+            result = await trio.run_process(
+                [str(PG_BIN / "pg_basebackup"), "-h", str(self.layout.run(instance_id)), "-p", str(SOCKET_PORT),
+                 "-U", ADMIN_ROLE, "-c", "fast", "-D", "-", "-F", "t", "-X", "fetch", "-z"],
+                env=files.ENV, stdout=out, capture_stderr=True, check=False,
+            )
+        if result.returncode != 0:
+            dest.unlink(missing_ok=True)
+            raise BackupFailed(f"pg_basebackup failed: {result.stderr.decode(errors='replace').strip()[:400]}")
+        return dest.stat().st_size
+
+    async def restore_archive(self, instance_id: str, archive: Path, boot_env: dict[str, str] | None = None) -> InstanceInfo:
+        """Replace the server's data with a backup archive's and start it; if the
+        archive does not unpack or the server does not come up from it, the data it
+        had is put back (and started again when it ran) before the error is raised."""
+        state = self._state(instance_id)
+        data = self.layout.data(instance_id)
+        kept = data.with_name("data.before-restore")
+        was_running = files.postmaster_pid(data) is not None
+        async with self._lock(instance_id):
+            await self._pg_ctl_stop(state)
+            await trio.to_thread.run_sync(files.remove_tree, kept)
+            data.rename(kept)
+            try:
+                data.mkdir(mode=0o700)
+                result = await trio.run_process(
+                    ["tar", "-xzf", str(archive), "-C", str(data)], capture_stdout=True, capture_stderr=True, check=False
+                )
+                if result.returncode != 0 or not (data / "PG_VERSION").exists():
+                    raise BackupFailed(f"the backup archive cannot be unpacked: {result.stderr.decode(errors='replace').strip()[:300]}")
+                await trio.to_thread.run_sync(self._finish_dirs, state)
+                self._note(instance_id, "restoring from a backup")
+                await self._pg_ctl_start(state)
+                await admin.adopt(self.layout.run(instance_id), state.role, state.database, (boot_env or {}).get("password"))
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await self._pg_ctl_stop(state, "immediate")
+                    await trio.to_thread.run_sync(files.remove_tree, data)
+                    kept.rename(data)
+                    self._note(instance_id, "the restore failed; the data from before it is back")
+                    if was_running:
+                        with contextlib.suppress(Exception):
+                            await self._pg_ctl_start(state)
+                raise
+            await trio.to_thread.run_sync(files.remove_tree, kept)
+            return self._info(state)
+
+    async def rotate_password(self, instance_id: str, role: str, password: str) -> None:
+        await admin.rotate(self.layout.run(instance_id), role, password)
+
+    async def database_stats(self, instance_id: str, database: str) -> dict[str, int]:
+        rows = await admin.query(
+            self.layout.run(instance_id),
+            "SELECT COALESCE(SUM(numbackends),0), COALESCE(SUM(xact_commit + xact_rollback),0),"
+            " (SELECT pg_database_size(%s)) FROM pg_stat_database WHERE datname = %s",
+            (database, database),
+        )
+        connections, transactions, size = rows[0]
+        return {"connections": int(connections), "transactions": int(transactions), "size_bytes": int(size or 0)}
+
+    async def replication_lag(self, instance_id: str) -> float | None:
+        rows = await admin.query(self.layout.run(instance_id), "SELECT EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())")
+        return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+    async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
+        """New limits; a running server's cgroups take them at once, its configuration at the next start."""
+        state = self._state(instance_id)
+        state = ServerState(**{**state.to_json(), "vcpus": limits.vcpus, "memory_mb": limits.memory_mb, "pids_max": limits.pids_max})
+        self.layout.save(state)
+        data = self.layout.data(instance_id)
+        conninfo = self._primary_conninfo(data)
+        (data / "corral.conf").write_text(files.conf(self.layout.run(instance_id), state.memory_mb, conninfo))
+        if self.cgroups is not None and files.postmaster_pid(data) is not None:
+            await trio.to_thread.run_sync(self._cgroup, state)
+        return self._info(state)
+
+    @staticmethod
+    def _primary_conninfo(data: Path) -> str | None:
+        try:
+            for line in (data / "corral.conf").read_text().splitlines():
+                if line.startswith("primary_conninfo = '"):
+                    return line[len("primary_conninfo = '"):-1].replace("''", "'")
+        except OSError:
+            pass
+        return None
+
+    async def info(self, instance_id: str) -> InstanceInfo:
+        return self._info(self._state(instance_id))
+
+    async def instances(self) -> list[InstanceInfo]:
+        return [self._info(state) for server_id in self.layout.server_ids() if (state := self.layout.load(server_id))]
+
+    async def adopt(self) -> list[InstanceInfo]:
+        return [info for info in await self.instances() if info.state is InstanceState.RUNNING]
+
+    async def metrics(self, instance_id: str) -> dict[str, int]:
+        self._state(instance_id)
+        if self.cgroups is None:
+            return {}
+        return await trio.to_thread.run_sync(self.cgroups.usage, instance_id)
+
+    async def aclose(self) -> None:
+        """Servers keep running: the next start re-adopts them."""
+
+    # -- what a server has not -------------------------------------------------------------------
+
+    async def pause(self, instance_id: str) -> InstanceInfo:
+        raise InvalidInstanceState("a database server cannot be paused")
+
+    async def archive(self, instance_id: str, dest: Path) -> Path:
+        raise InvalidInstanceState("a database server is archived by a backup")
+
+    async def snapshot(self, instance_id: str, snapshot_id: str) -> int:
+        raise InvalidInstanceState("a database server is copied by a backup")
+
+    async def restore(self, instance_id: str, snapshot_id: str) -> InstanceInfo:
+        raise InvalidInstanceState("a database server is restored from a backup")
+
+    async def create_from_snapshot(self, snapshot_id: str, spec: InstanceSpec) -> InstanceInfo:
+        raise InvalidInstanceState("a database server is made from a backup by a restore")
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        return None

@@ -1,0 +1,50 @@
+"""Layered templates in the template store: a build's files kept as a layer over a base."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corral.vm import TemplateNotFound, TemplateStore
+
+
+def _fake_recipe_template(root: Path, name: str, uid_base: int) -> None:
+    from corral.vm.templates import BUILD_REVISION, RECIPES
+
+    (root / name / "rootfs").mkdir(parents=True)
+    manifest = {"name": name, "uid_base": uid_base, "revision": BUILD_REVISION, "recipe_revision": RECIPES[name].revision}
+    (root / name / "manifest.json").write_text(json.dumps(manifest))
+
+
+async def test_layers_stack_over_their_base_and_keep_older_ones(tmp_path: Path) -> None:
+    store = TemplateStore(tmp_path / "templates", build_missing=False)
+    _fake_recipe_template(store.root, "default", store.uid_base)
+    _fake_recipe_template(store.root, "desktop", store.uid_base)
+    files = tmp_path / "upper"
+    (files / "opt").mkdir(parents=True)
+    (files / "opt" / "marker").write_text("v1")
+
+    assert not store.exists("tpl-1") and not store.is_layered("tpl-1")
+    size = store.add_layer_sync("tpl-1", "default", "build-a", files)
+    assert size == 2 and store.exists("tpl-1") and store.is_layered("tpl-1") and store.is_built("tpl-1")
+    first = await store.lower("tpl-1")
+    assert first == f"{store.root / 'tpl-1' / 'layers' / 'build-a'}:{store.root / 'default' / 'rootfs'}"
+
+    (files / "opt" / "marker").write_text("v2!")
+    store.add_layer_sync("tpl-1", "default", "build-b", files)
+    assert (await store.lower("tpl-1")).startswith(str(store.root / "tpl-1" / "layers" / "build-b") + ":")
+    assert (store.root / "tpl-1" / "layers" / "build-a" / "opt" / "marker").read_text() == "v1"  # instances keep theirs
+
+    # The API's name of the desktop recipe works as a base and as a template.
+    store.add_layer_sync("tpl-2", "svc-desktop", "build-c", files)
+    assert (await store.lower("tpl-2")).endswith(str(store.root / "desktop" / "rootfs"))
+    assert store.exists("svc-desktop") and not store.is_layered("svc-desktop")
+
+    store.remove_sync("tpl-1")
+    assert not (store.root / "tpl-1").exists() and not store.exists("tpl-1")
+    store.remove_sync("default")  # a recipe template is never removed this way
+    assert store.is_built("default")
+    with pytest.raises(TemplateNotFound):
+        await store.lower("tpl-1")
