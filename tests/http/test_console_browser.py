@@ -318,3 +318,30 @@ async def test_publishing_a_sandbox_shows_its_progress(runtime_api: Api, owner: 
         assert "queued" in steps and "building: package" in steps, steps
         await expect(page, "[...document.querySelectorAll('#publish-progress li')].some(li => li.textContent.includes('completed: http'))", timeout=10)
         await expect(page, "[...document.querySelectorAll('#deployments .card h2')].some(h => h.textContent === 'Console Pub')", timeout=30)
+
+
+async def test_a_template_builds_with_progress_and_makes_sandboxes(runtime_api: Api, owner: Tenant) -> None:
+    """A template with a setup command: its build's log and status followed live, then a
+    sandbox made from it in the console has the file the setup wrote."""
+    async with console_browser(runtime_api) as browser:
+        page = await browser.new_page(f"{runtime_api.client.base_url!s}/#/templates")
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": owner.key}, "signin-key")
+        await expect(page, "document.querySelector('tr[data-name=\"default\"]')")
+        await fill(page, {"template-name": "console-tpl", "template-setup": "echo made-by-template > /root/marker\necho step-two"}, "new-template")
+        await expect(page, "document.querySelector('#build-status [data-status]')")
+        await expect(page, "document.querySelector('#build-status [data-status=ready]')", timeout=180)
+        log = await page.evaluate("document.getElementById('build-log').textContent")
+        assert "$ echo made-by-template > /root/marker" in log and "step-two" in log, log
+        if SHOTS:
+            (SHOTS / "template-build.png").write_bytes(await page.screenshot())
+        await expect(page, "document.querySelector('tr[data-name=\"console-tpl\"] [data-status=ready]')", timeout=30)
+
+        await page.evaluate("location.hash = '#/sandboxes'; true")
+        await expect(page, "document.querySelector('#sandbox-template option[value=\"console-tpl\"]')", timeout=30)
+        await fill(page, {"sandbox-name": "from-tpl", "sandbox-template": "console-tpl"}, "new-sandbox")
+        row = "document.querySelector('tr[data-name=\"from-tpl\"]')"
+        await expect(page, f"{row}?.querySelector('[data-status=running]')", timeout=60)
+        await click(page, "tr[data-name='from-tpl'] a")
+        await type_line(page, "#sandbox-terminal", "cat /root/marker")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('made-by-template')", timeout=60)

@@ -46,17 +46,22 @@ export function sandboxesView(root) {
     }
   }
 
+  const templates = h("select", {id: "sandbox-template", name: "template"}, h("option", {value: "default"}, "default"));
   const form = h("form", {class: "inline", id: "new-sandbox"},
     h("div", {}, h("label", {for: "sandbox-name"}, "Name"), h("input", {id: "sandbox-name", name: "name", placeholder: "my-app", maxlength: 100})),
     h("div", {}, h("label", {for: "sandbox-size"}, "Size"), h("select", {id: "sandbox-size", name: "size"}, SIZES.map((s) => h("option", {}, s)))),
+    h("div", {}, h("label", {for: "sandbox-template"}, "Template"), templates),
     h("button", {type: "submit", class: "primary"}, "Create sandbox"));
+  api("GET", "/sandbox-templates").then(({data}) => {  // ready ones; a server without templates keeps "default"
+    replace(templates, data.filter((t) => t.status === "ready").map((t) => h("option", {value: t.name}, t.name)));
+  }).catch(() => {});
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const button = form.querySelector("button");
     button.disabled = true;
     button.textContent = "Creating…";
     try {
-      const body = {size: form.size.value};
+      const body = {size: form.size.value, template_id: form.template.value || "default"};
       if (form.name.value.trim()) body.name = form.name.value.trim();
       const {data} = await api("POST", "/sandboxes", body);
       toast(`Sandbox ${data.name || data.id} is ${data.status}`);
