@@ -26,14 +26,14 @@ export function templatesView(root) {
       log: (line) => { log.append(h("div", {}, line.line)); log.scrollTop = log.scrollHeight; },
       status: (value) => {
         replace(state, status(value.status));
-        if (DONE.has(value.status)) { end(); reload(); }
+        if (DONE.has(value.status)) { cancel.hidden = true; end(); reload(); }
       },
     });
     stopBuild = end;
+    const cancel = action("Cancel", async () => { await api("POST", `/sandbox-template-builds/${build.id}/cancel`); });
+    cancel.hidden = DONE.has(build.status);
     replace(progress, h("div", {class: "card"},
-      h("div", {class: "progress"}, h("strong", {}, `Build of ${name}`), state, elapsed, action("Cancel", async () => {
-        await api("POST", `/sandbox-template-builds/${build.id}/cancel`);
-      })), log));
+      h("div", {class: "progress"}, h("strong", {}, `Build of ${name}`), state, elapsed, cancel), log));
   }
 
   async function reload() {
