@@ -236,6 +236,11 @@ async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> 
         assert await expect(page, "document.getElementById('balance-credits')?.textContent") == "100"
         await expect(page, "document.querySelector('[data-view=credits] tbody td:nth-child(2)')?.textContent === 'earn'")
 
+        # Ids the tenant does not have (another tenant's look the same): the API's 404, shown.
+        for kind in ("sandboxes", "computers"):
+            await page.evaluate(f"location.hash = '#/{kind}/00000000-0000-4000-8000-000000000000'; true")
+            shown = await expect(page, "document.querySelector('main .error-text')?.textContent")
+            assert "not found" in shown.lower(), shown
         await page.evaluate("location.hash = '#/deployments'; true")
         listed = await expect(page, "(document.getElementById('deployments-unavailable') || document.getElementById('deployments-empty'))?.textContent")
         routes = (await api.client.get("/api/v1/openapi.json")).json()["paths"]
