@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import trio
 from PIL import Image
 
 from tests.browser import Browser, Page, open_browser
-from tests.support import PASSWORD, Api, Tenant
+from tests.support import PASSWORD, RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, running_server
 
 from .test_sandboxes import run
 
@@ -113,6 +114,13 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         await type_line(page, "#sandbox-terminal", "ls made-*; exit 3")
         await expect(page, f"{screen_text('#sandbox-terminal')}.includes('[exit 3]')", timeout=60)
         assert "made-in-console" in await page.evaluate(screen_text("#sandbox-terminal"))
+        # Output shows as it is written, once: the first line long before the command ends.
+        await type_line(page, "#sandbox-terminal", "echo first-live; sleep 4; echo second-live >&2; printf no-newline")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.split('\\n').some(l => l.trim() === 'first-live')", timeout=30)
+        assert "second-live" not in (await page.evaluate(screen_text("#sandbox-terminal"))).replace("echo second-live", "")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('no-newline')  && {screen_text('#sandbox-terminal')}.trimEnd().endsWith('/tmp$')", timeout=30)
+        lines = [line.strip() for line in (await page.evaluate(screen_text("#sandbox-terminal"))).split("\n")]
+        assert lines.count("first-live") == 1 and lines.count("second-live") == 1 and lines.count("no-newline") == 1, lines
         if SHOTS:
             (SHOTS / "sandbox-terminal.png").write_bytes(await page.screenshot())
 
@@ -325,9 +333,30 @@ async def test_publishing_a_sandbox_shows_its_progress(runtime_api: Api, owner: 
         await expect(page, "[...document.querySelectorAll('#deployments .card h2')].some(h => h.textContent === 'Console Pub')", timeout=30)
 
 
-async def test_a_template_builds_with_progress_and_makes_sandboxes(runtime_api: Api, owner: Tenant) -> None:
+@pytest.fixture
+async def private_templates_api(runtime_host: None, tmp_path: Path) -> AsyncIterator[Api]:
+    """A runtime server whose template directory is its own (the built-in templates linked
+    in from the shared cache). A node sweeps, when it starts, every tenant template in its
+    template directory that its own database does not know: with the shared cache,
+    another test server starting meanwhile would delete the template this test builds."""
+    private = tmp_path / "templates"
+    private.mkdir()
+    for name in ("default", "desktop"):
+        (private / name).symlink_to(TEMPLATE_CACHE / name)
+    async with running_server(tmp_path / "data", **{**RUNTIME_SETTINGS, "template_dir": private}) as api:
+        try:
+            yield api
+        finally:
+            driver = await api.platform.runtime.driver()
+            for info in await driver.instances():
+                await driver.destroy(info.id)
+
+
+async def test_a_template_builds_with_progress_and_makes_sandboxes(private_templates_api: Api) -> None:
     """A template with a setup command: its build's log and status followed live, then a
     sandbox made from it in the console has the file the setup wrote."""
+    runtime_api = private_templates_api
+    owner = await runtime_api.create_tenant()
     async with console_browser(runtime_api) as browser:
         page = await browser.new_page(f"{runtime_api.client.base_url!s}/#/templates")
         await expect(page, "document.getElementById('signin-key')")

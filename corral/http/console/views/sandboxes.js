@@ -107,8 +107,9 @@ export function sandboxView(root, id) {
     Terminal: (panel) => {
       const box = h("div", {class: "terminal", id: "sandbox-terminal"});
       replace(panel, box);
-      return later(import("../terminal.js"), ({execTerminal}) =>
-        execTerminal(box, (body) => api("POST", `/sandboxes/${id}/exec`, {...body, timeout: 300})).close);
+      const live = liveExec(id);
+      const release = later(import("../terminal.js"), ({execTerminal}) => execTerminal(box, live.run).close);
+      return () => { release(); live.close(); };
     },
     Processes: (panel) => processes(panel, id),
     Logs: (panel) => liveLogs(panel, id),
@@ -118,6 +119,37 @@ export function sandboxView(root, id) {
   cleanups.push(panels.close);
   reload();
   return () => { gone = true; clearTimeout(timer); for (const cleanup of cleanups) cleanup(); };
+}
+
+// Runs a command through exec, and hands its output lines over as they are written:
+// the sandbox's event stream says which exec_id a command got (`sandbox.exec.started`
+// carries the command, where a unique comment line finds it), then carries its lines.
+function liveExec(id) {
+  const waiting = new Map();  // nonce -> line handler, until the command has started
+  const running = new Map();  // exec_id -> line handler
+  let ready = false;
+  const close = follow(`/sandboxes/${id}/events`, {
+    "sandbox.exec.started": (event) => {
+      for (const [nonce, handler] of waiting) {
+        if (event.command?.startsWith(`# ${nonce}\n`)) { running.set(event.exec_id, handler); waiting.delete(nonce); }
+      }
+    },
+    "sandbox.exec.stdout": (event) => running.get(event.exec_id)?.("stdout", event.line),
+    "sandbox.exec.stderr": (event) => running.get(event.exec_id)?.("stderr", event.line),
+    "sandbox.exec.completed": (event) => running.delete(event.exec_id),
+  }, (state) => { ready = state === "open"; });
+  async function run(body, onLine) {
+    const nonce = `console-${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+    let done = false;
+    if (ready) waiting.set(nonce, (stream, line) => { if (!done) onLine(stream, line); });
+    try {
+      return await api("POST", `/sandboxes/${id}/exec`, {...body, command: `# ${nonce}\n${body.command}`, timeout: 300});
+    } finally {
+      done = true;  // lines still on their way are in the answer already
+      waiting.delete(nonce);
+    }
+  }
+  return {run, close};
 }
 
 function logLine(text, stream) {
