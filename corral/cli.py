@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 import trio
 
+from corral import commands
 from corral.config import Settings, SettingsError
+from corral.net.edge import EdgeConfig, caddy_binary, edge_config, run_edge_process
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,6 +25,27 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.add_argument("--preview-port", type=int, default=None, help="preview router port (CORRAL_PREVIEW_PORT, default 8081)")
     serve.add_argument("--public-domain", default=None, help="service domain (CORRAL_PUBLIC_DOMAIN, default corral.localhost)")
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--edge", action="store_true", help="also run the TLS edge (Caddy) in front of the preview router")
+    _edge_ports(serve)
+
+
+def _edge_ports(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--https-port", type=int, default=None, help="the edge's HTTPS port (CORRAL_EDGE_HTTPS_PORT, default 443)")
+    parser.add_argument("--http-port", type=int, default=None, help="the edge's HTTP port: ACME challenges, redirects (CORRAL_EDGE_HTTP_PORT, default 80)")
+
+
+def _edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    edge = sub.add_parser(
+        "edge",
+        help="run the TLS edge: Caddy with on-demand certificates in front of a node's preview router"
+        " (CORRAL_ACME_CA: empty for Let's Encrypt, `internal`, or an ACME directory URL)",
+    )
+    edge.add_argument("--host", default=None, help="the node's listen address (CORRAL_HOST, default 127.0.0.1)")
+    edge.add_argument("--port", type=int, default=None, help="the node's API port, asked by /tls/ask (CORRAL_PORT, default 8080)")
+    edge.add_argument("--preview-port", type=int, default=None, help="the node's preview router port (CORRAL_PREVIEW_PORT, default 8081)")
+    edge.add_argument("--data-dir", default=None, help="the node's data directory: the edge's secret and certificates (CORRAL_DATA_DIR)")
+    _edge_ports(edge)
+    edge.add_argument("--log-level", default="INFO")
 
 
 def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -36,9 +60,11 @@ def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="corral", description="Corral compute platform")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)  # not `command`: options such as `agent-runs create --command` use that name
     _serve_parser(sub)
     _templates_parser(sub)
+    _edge_parser(sub)
+    commands.register(sub, parser)
     return parser
 
 
@@ -77,8 +103,8 @@ def templates_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
+    args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
+    if args.subcommand == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from corral.http.server import serve
 
@@ -88,14 +114,55 @@ def main(argv: list[str] | None = None) -> int:
             print(f"corral: {exc}", file=sys.stderr)
             return 2
         try:
-            trio.run(serve, settings)
+            trio.run(serve, settings, args.edge)
         except SettingsError as exc:  # found while starting: a configuration file that cannot be used
             print(f"corral: {exc}", file=sys.stderr)
             return 2
         return 0
-    if args.command == "templates":
+    if args.subcommand == "templates":
         return templates_command(args)
+    if args.subcommand == "edge":
+        return edge_command(args)
+    if args.subcommand in commands.CLIENT_COMMANDS:
+        return commands.run(args)
     return 2
+
+
+def _edge_settings(args: argparse.Namespace) -> Settings:
+    from pathlib import Path
+
+    return Settings.from_env(
+        host=args.host,
+        port=args.port,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        preview_port=args.preview_port,
+        edge_https_port=args.https_port,
+        edge_http_port=args.http_port,
+    )
+
+
+def edge_command(args: argparse.Namespace) -> int:
+    """`corral edge`: Caddy in front of a node started separately (same data directory)."""
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = edge_config(_edge_settings(args))
+        caddy_binary()
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"corral: {exc}", file=sys.stderr)
+        return 2
+    trio.run(_run_edge_until_signalled, config)
+    return 0
+
+
+async def _run_edge_until_signalled(config: EdgeConfig) -> None:
+    """Caddy until SIGTERM or SIGINT; then Caddy is stopped too (never left running alone)."""
+    async with trio.open_nursery() as nursery:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            await nursery.start(run_edge_process, config)
+            async for _ in signals:
+                break
+        nursery.cancel_scope.cancel()
 
 
 if __name__ == "__main__":

@@ -116,6 +116,17 @@ class Settings:
     public_api_url: str | None = None
     """How the outside world reaches this API (`CORRAL_PUBLIC_API_URL`), e.g. for OAuth redirect URIs;
     unset: the Host of each request."""
+    # The TLS edge (`corral edge`, contract §12).
+    acme_ca: str = ""
+    """ACME directory of the edge (`CORRAL_ACME_CA`): empty is Let's Encrypt, `internal` Caddy's own CA, else a URL."""
+    acme_ca_roots: str | None = None
+    """PEM file of roots the edge trusts for the ACME directory's HTTPS (`CORRAL_ACME_CA_ROOTS`), e.g. Pebble's."""
+    acme_email: str | None = None
+    """Contact address for the ACME account (`CORRAL_ACME_EMAIL`)."""
+    edge_https_port: int = 443
+    edge_http_port: int = 80
+    edge_secret: str | None = None
+    """Shared by the edge and the router (`CORRAL_EDGE_SECRET`); unset: `<data-dir>/edge-secret`, made once."""
     # Managed databases (issue 17; contract §13; docs/api.md "Managed databases").
     database_dir: Path | None = None
     """Where database servers live (`CORRAL_DATABASE_DIR`); None: `<data-dir>/databases` when
@@ -189,6 +200,12 @@ class Settings:
             "egress_port": int(env.get("CORRAL_EGRESS_PORT", "3128")),
             "oauth_providers": env.get("CORRAL_OAUTH_PROVIDERS") or None,
             "public_api_url": env.get("CORRAL_PUBLIC_API_URL") or None,
+            "acme_ca": env.get("CORRAL_ACME_CA", ""),
+            "acme_ca_roots": env.get("CORRAL_ACME_CA_ROOTS") or None,
+            "acme_email": env.get("CORRAL_ACME_EMAIL") or None,
+            "edge_https_port": int(env.get("CORRAL_EDGE_HTTPS_PORT", "443")),
+            "edge_http_port": int(env.get("CORRAL_EDGE_HTTP_PORT", "80")),
+            "edge_secret": env.get("CORRAL_EDGE_SECRET") or None,
             "database_dir": Path(env["CORRAL_DATABASE_DIR"]) if env.get("CORRAL_DATABASE_DIR") else None,
             "database_ports": env.get("CORRAL_DATABASE_PORTS", "15432-16431"),
             "database_host": env.get("CORRAL_DATABASE_HOST", ""),
@@ -209,6 +226,8 @@ class Settings:
             database_url=args.database_url,
             preview_port=args.preview_port,
             public_domain=args.public_domain,
+            edge_https_port=getattr(args, "https_port", None),
+            edge_http_port=getattr(args, "http_port", None),
         )
 
     def preview_origin(self, host: str, *, websocket: bool = False) -> str:

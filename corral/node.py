@@ -20,7 +20,7 @@ import hmac
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -29,9 +29,12 @@ import trio
 
 from corral.actors import (
     agent_profiles,
+    agent_runs,
     billing,
     computers,
     databases,
+    deployments,
+    domains,
     egress,
     instances,
     sandboxes,
@@ -53,10 +56,12 @@ from corral.actors.sandboxes.services import TemplateResolver
 from corral.actors.system import ActorConfig, ActorSystem
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
-from corral.config import ADMIN_KEY_PREFIX, Settings
+from corral.config import ADMIN_KEY_PREFIX, Settings, SettingsError
 from corral.net import HostNetwork, NetworkConfig, gateway_address
+from corral.net.edge import caddy_binary, edge_config, edge_secret, run_edge_process
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
+from corral.net.preview import RouteTable
 from corral.storage import (
     BlobStore,
     Database,
@@ -120,8 +125,20 @@ class Platform:
     """The webhook sender, delivery worker and dispatcher of this node."""
     egress_proxy: EgressProxy | None = None
     """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
+    custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
+    """Custom domains in memory: what the router and the TLS edge's question read."""
+    preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
+    """Parts that add hosts to the preview router's table when it is built."""
+    edge_secret: str = ""
+    """Shared with `corral edge`: the header that proves a request came through it over HTTPS."""
+    edge_hosts: domains.EdgeHosts | None = None
+    """What `GET /tls/ask` answers from."""
     databases: DatabaseNode = field(init=False)
     """This node's database servers, their connection proxy and access rules."""
+    run_profiles: agent_runs.RunProfiles | None = None
+    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
+    deployment_sites: deployments.DeploymentSites | None = None
+    """The router's in-memory table of deployment hosts (set when the parts start)."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -179,6 +196,11 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     )
 
 
+def _loopback(host: str) -> str:
+    """Where this node's own API answers locally."""
+    return "127.0.0.1" if host in ("", "0.0.0.0", "::", "localhost") else host
+
+
 def database_dir(settings: Settings) -> Path:
     """`CORRAL_DATABASE_DIR`, else under the data directory when the servers' own users can
     reach it, else a directory of this data directory's own under /var/lib/corral."""
@@ -213,6 +235,8 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
         port=settings.egress_port,
         destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
         ca_bundle=settings.ca_bundle,
+        platform_upstream=(_loopback(settings.host), settings.port),
+        platform_paths=(agent_runs.USAGE_PATH,),
     )
     return EgressProxy(config, EgressCA(Path(settings.data_dir) / "egress-ca"))
 
@@ -249,11 +273,18 @@ async def _start_parts(platform: Platform) -> None:
         log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
     await templates.sweep_unused_files(platform)
     await computers.start_background(platform)
+    platform.system.register(*agent_runs.ACTORS)
+    resumed = await agent_runs.resume_runs(platform)
+    if resumed:
+        log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
         instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
     )
     await platform.nursery.start(egress.forget_gone_resources, platform)
+    platform.edge_secret = edge_secret(platform.settings.data_dir, platform.settings.edge_secret)
+    platform.edge_hosts = domains.EdgeHosts(platform)
+    await platform.nursery.start(domains.start, platform, platform.edge_hosts, platform.edge_secret)
     await platform.nursery.start(
         partial(run_periodically, wait_first=False),
         partial(egress.prune, platform.db),
@@ -261,6 +292,34 @@ async def _start_parts(platform: Platform) -> None:
         "egress audit retention",
     )
     await databases.start_background(platform)
+    await _start_deployments(platform)
+
+
+async def _start_deployments(platform: Platform) -> None:
+    """Route every live deployment (services re-adopted by their actors on the way)."""
+    platform.system.register(*deployments.ACTORS)
+    deployments.register_with_billing(platform)
+    sites = deployments.DeploymentSites(platform)
+    platform.deployment_sites = sites
+    interrupted = await deployments.fail_interrupted(platform)
+    if interrupted:
+        log.info("%d publish(es) cut off by the last stop failed", interrupted)
+    routed = await sites.load_all()
+    if routed:
+        log.info("routing %d deployment(s)", routed)
+
+
+def check_edge() -> None:
+    """`corral serve --edge` needs Caddy: a `SettingsError` (said, exit 2) before anything starts."""
+    try:
+        caddy_binary()
+    except FileNotFoundError as exc:
+        raise SettingsError(str(exc)) from None
+
+
+async def run_edge(settings: Settings, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """The TLS edge (Caddy) in front of this node's preview router (`corral serve --edge`)."""
+    await run_edge_process(edge_config(settings), task_status=task_status)
 
 
 @contextlib.asynccontextmanager
@@ -292,6 +351,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
             )
             platform.databases = database_node(settings)
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
+            platform.run_profiles = agent_profiles.RunProfileResolver(platform)
             platform.sandbox_templates = templates.TemplateResolver()
             platform.system = ActorSystem(
                 db,

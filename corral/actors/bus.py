@@ -181,6 +181,16 @@ class EventBus:
                 subscription.offer(event)
         return event
 
+    async def announce(self, event: Event) -> Event:
+        """Offer `event` to live subscribers without writing it to the event log: for a
+        part that keeps the event durable in its own table (agent runs), so a second
+        write would only cost time. Replay is then that part's, from its table."""
+        async with self._lock:
+            self.published += 1
+            for subscription in list(self._subscriptions):
+                subscription.offer(event)
+        return event
+
     def subscribe(
         self,
         matches: EventFilter | None = None,

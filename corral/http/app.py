@@ -29,6 +29,15 @@ def default_routers() -> list[Router]:
     return all_routers()
 
 
+def api_document(routes: Iterable[Route] | None = None) -> dict[str, Any]:
+    """The OpenAPI document served at /api/v1/openapi.json: every route, and the WebSockets.
+
+    Needs no server: `tools/gen_client.py` builds the Python client from it."""
+    document = build_document(list(routes) if routes is not None else [r for rt in default_routers() for r in rt.routes])
+    document["paths"] = dict(sorted({**document["paths"], **egress_tail.openapi_paths()}.items()))
+    return document
+
+
 def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> QuartTrio:
     app = QuartTrio("corral")
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
@@ -39,8 +48,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.extensions["corral.routes"] = routes
     app.extensions["corral.platform"] = platform
     app.extensions["corral.pipeline"] = pipeline
-    document = build_document(routes)
-    document["paths"] = dict(sorted({**document["paths"], **egress_tail.openapi_paths()}.items()))
+    document = api_document(routes)
     app.extensions["corral.openapi"] = document
 
     for route in routes:
@@ -83,4 +91,4 @@ def routes_of(app: QuartTrio) -> list[Route]:
     return list(routes)
 
 
-__all__ = ["create_app", "not_found", "routes_of"]
+__all__ = ["api_document", "create_app", "not_found", "routes_of"]

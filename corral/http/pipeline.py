@@ -154,7 +154,9 @@ class Pipeline:
                 await idempotency.settle(self.platform.db, tenant_id, key, status, stored_body)
 
     async def _admit(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> RateDecision | None:
-        if route.auth == "public":
+        if route.auth == "public" and route.public_rpm is not None:
+            decision = self.limiter.hit(f"{route.endpoint}:{client_ip()}", route.public_rpm)
+        elif route.auth == "public":
             decision = self.anonymous_decision()
         elif route.auth == "public_auth":
             decision = self.limiter.hit(f"auth-ip:{ctx.client_ip}", PUBLIC_AUTH_RPM)

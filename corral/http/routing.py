@@ -49,6 +49,9 @@ class Route:
     ticket_purpose: str | None = None
     """A `ticket` route that also takes a narrower ticket than the general `sse` one:
     its purpose, with path parameters in braces (`cua:{session_id}`)."""
+    public_rpm: int | None = None
+    """A `public` route with a per-IP bucket of its own and this limit a minute, instead
+    of the shared anonymous one (`/tls/ask`: Caddy asks from one address)."""
 
     @property
     def full_path(self) -> str:
@@ -108,6 +111,7 @@ class Router:
         content_type: str = "application/json",
         idempotent: bool = False,
         ticket_purpose: str | None = None,
+        public_rpm: int | None = None,
     ) -> Callable[[Handler], Handler]:
         if request is not None and not is_model(request):
             raise TypeError(f"{method} {path}: request must be a corral.models.model class, not {request!r}")
@@ -131,6 +135,7 @@ class Router:
                     idempotent=idempotent,
                     tenant_wide=self.tenant_wide,
                     ticket_purpose=ticket_purpose,
+                    public_rpm=public_rpm,
                 )
             )
             return handler

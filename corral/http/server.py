@@ -15,7 +15,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from corral.actors.previews import run_preview
 from corral.config import Settings
-from corral.node import Platform, open_node
+from corral.node import Platform, check_edge, open_node, run_edge
 
 from .app import create_app
 
@@ -49,12 +49,17 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
         await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, edge: bool = False) -> None:
+    if edge:
+        check_edge()
     stop = trio.Event()
     async with open_node(settings) as platform, trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
         await nursery.start(run_api, platform, stop)
         log.info("Corral API listening on http://%s:%d", settings.host, settings.port)
         log.info("Corral preview router listening on http://%s:%d", settings.host, settings.preview_port)
+        if edge:  # `corral serve --edge`: Caddy in front of the router, stopped with the node
+            await nursery.start(run_edge, settings)
+            log.info("Corral TLS edge listening on :%d (https) and :%d (http)", settings.edge_https_port, settings.edge_http_port)
         await stop.wait()
         nursery.cancel_scope.deadline = trio.current_time() + settings.shutdown_grace_seconds

@@ -1,7 +1,7 @@
 """vm layer: instance runtimes (Linux namespaces today), templates, guest agent client."""
 
 from .cgroups import CgroupLimits, CgroupV1
-from .client import AgentClient, ExecEvent, ExecResult, FileContent
+from .client import AgentClient, ExecEvent, ExecResult, FileContent, ProcessOutput
 from .driver import SIZES, InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from .egress import EgressTrust
 from .errors import (
@@ -75,6 +75,7 @@ __all__ = [
     "NetworkAttachment",
     "PathForbidden",
     "ProcessNotFound",
+    "ProcessOutput",
     "ProcessStartFailed",
     "RuntimeDriver",
     "RuntimeErrorBase",

@@ -170,6 +170,13 @@ class RuntimeDriver(abc.ABC):
     async def metrics(self, instance_id: str) -> dict[str, int]:
         """Resource usage (memory bytes, CPU ns, process count) of a running instance."""
 
+    def host_root(self, info: InstanceInfo) -> Path | None:
+        """The running instance's root directory as the host sees it, for bulk reads
+        without a round trip per file through the agent; None when the runtime has no
+        such view (a microVM), and callers then go through the agent. Everything under
+        it belongs to the tenant: open it without following links."""
+        return None
+
     @abc.abstractmethod
     async def aclose(self) -> None:
         """Release the driver's own resources; instances keep running."""

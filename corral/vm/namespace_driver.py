@@ -391,6 +391,13 @@ class NamespaceDriver(RuntimeDriver):
             await trio.to_thread.run_sync(self.cgroups.remove, stale)
         return adopted
 
+    def host_root(self, info: InstanceInfo) -> Path | None:
+        """`/proc/<init>/root`: the instance's merged overlay root, seen from the host
+        through its PID 1 (the overlay is mounted in the instance's own mount namespace)."""
+        if info.state is not InstanceState.RUNNING or not info.init_pid:
+            return None
+        return Path(f"/proc/{info.init_pid}/root")
+
     async def aclose(self) -> None:
         await self.zygote.aclose()
 

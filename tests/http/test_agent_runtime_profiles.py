@@ -16,6 +16,9 @@ from tests.http.computer_support import run as computer_run
 from tests.http.computer_support import wait_for
 from tests.support import API, Api, Tenant, assert_error, create_key
 
+from .test_sandboxes import create as create_sandbox
+from .test_sandboxes import run as sandbox_run
+
 PATH = f"{API}/agent-runtime-profiles"
 
 
@@ -204,3 +207,23 @@ async def test_computer_create_applies_profiles(runtime_api: Api, owner: Tenant)
     mode, placeholder = out.split("|")
     assert mode == "default" and placeholder.startswith("svc-tok-") and "real-secret" not in out
     assert (await computer_run(api, owner, chosen["id"], 'printf %s "$AGENT_MODE"'))["output"] == "coder"
+
+
+async def test_runs_get_the_profile_and_its_secrets_on_the_target(runtime_api: Api, owner: Tenant) -> None:
+    """What the agent-runs part calls: the resolved profile, and its secrets bound to the target."""
+    api = runtime_api
+    secret_id = await secret(api, owner, "model-key", "sk-real-value-000111222")
+    await make(api, owner, name="runner", provider="custom", command="my-agent", applies_to=["sandbox"], is_default=True,
+               env={"AGENT_MODE": "run"}, secret_ids=[secret_id])
+    sandbox = await create_sandbox(api, owner)
+    resolved = await agent_profiles.resolve_for_run(
+        api.platform, owner.id, owner.workspace_id, "sandbox", None, False, target_id=sandbox["id"]
+    )
+    assert resolved is not None and resolved.command == "my-agent" and resolved.provider == "custom"
+    assert resolved.env == {"AGENT_MODE": "run"}
+    out = (await sandbox_run(api, owner, sandbox["id"], 'printf %s "$MODEL_KEY"'))["stdout"]
+    assert out.startswith("svc-tok-") and "sk-real" not in out
+    # Resolving again binds nothing twice.
+    again = await agent_profiles.resolve_for_run(api.platform, owner.id, owner.workspace_id, "sandbox", "runner", False, target_id=sandbox["id"])
+    assert again is not None
+    assert (await sandbox_run(api, owner, sandbox["id"], 'printf %s "$MODEL_KEY"'))["stdout"] == out

@@ -98,3 +98,12 @@ async def test_invites_use_the_branding(api: Api, tenant: Tenant) -> None:
     assert ws.status_code == 201, ws.text
     assert ws.json()["data"]["invite_url"].startswith("https://app.acme.example/workspace-invites/")
     assert "Acme Cloud" in (await outbox(api))[0]["subject"]
+
+
+async def test_the_operator_custom_domain_is_the_branding_one(api: Api, tenant: Tenant) -> None:
+    set_by_admin = await api.admin("PUT", f"{API}/admin/tenants/{tenant.id}/custom-domain", json={"custom_domain": "ops.example.org"})
+    assert set_by_admin.status_code == 200, set_by_admin.text
+    got = (await api.request("GET", f"{API}/tenant/branding", key=tenant.key)).json()["data"]
+    assert got["custom_domain"] == "ops.example.org"
+    await put(api, tenant.key, {"display_name": "Ops"})  # other fields leave it alone
+    assert (await api.request("GET", f"{API}/tenant/branding", key=tenant.key)).json()["data"]["custom_domain"] == "ops.example.org"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 from corral.storage import parse_iso, utc_now
+from tests.sse_client import open_sse
 from tests.support import API, Api, Tenant, assert_error, create_key
 
 from .test_sandboxes import create
@@ -120,3 +121,34 @@ async def test_a_token_dies_with_its_minting_key_and_its_sandbox(runtime_api: Ap
     deleted = await api.request("DELETE", f"{API}/sandboxes/{sandbox['id']}", key=owner.key)
     assert deleted.status_code == 200
     assert_error(await api.request("GET", f"{API}/sandboxes/{sandbox['id']}", key=token), 404, "NOT_FOUND")
+
+
+async def test_a_browser_ticket_opens_only_its_sandbox_streams(runtime_api: Api, owner: Tenant) -> None:
+    """A page holding only the token can follow its sandbox with an EventSource (`?ticket=`)."""
+    api = runtime_api
+    sandbox, other = await create(api, owner), await create(api, owner)
+    token = str((await mint(api, owner.key, sandbox["id"]))["token"])
+
+    async def ticket() -> str:
+        response = await api.request("POST", f"{API}/auth/sse-ticket", key=token)
+        assert response.status_code == 200, response.text
+        return str(response.json()["ticket"])
+
+    async with open_sse(api.client, f"{API}/sandboxes/{sandbox['id']}/events?ticket={await ticket()}") as stream:
+        await stream.wait_connected()
+        ran = await api.request("POST", f"{API}/sandboxes/{sandbox['id']}/exec", key=token, json={"command": "echo via-browser"})
+        assert ran.status_code == 200
+        frames = await stream.frames_until("sandbox.exec.completed")
+        assert any(f.event == "sandbox.exec.stdout" and f.data["line"] == "via-browser" for f in frames)
+    # The same kind of ticket opens neither another sandbox's stream nor any other stream.
+    elsewhere = (
+        f"/sandboxes/{other['id']}/events",
+        f"/sandboxes/{other['id']}/logs/stream",
+        f"/sandbox-template-builds/{other['id']}/logs/stream",
+    )
+    for path in elsewhere:
+        assert_error(await api.client.get(f"{API}{path}?ticket={await ticket()}"), 401, "UNAUTHORIZED")
+    # The owner's own tickets still open every stream.
+    general = (await api.request("POST", f"{API}/auth/sse-ticket", key=owner.key)).json()["ticket"]
+    async with open_sse(api.client, f"{API}/sandboxes/{other['id']}/events?ticket={general}") as stream:
+        await stream.wait_connected()

@@ -235,6 +235,70 @@ async def _sandbox_template_build(api: Api, tenant: Tenant, _: Params) -> Params
     response = await api.request("POST", "/api/v1/sandbox-templates", key=tenant.key, json=body)
     assert response.status_code == 201, response.text
     return {"id": response.json()["data"]["build"]["id"]}
+async def _agent_run(api: Api, tenant: Tenant, _: Params) -> Params:
+    sandbox = await _sandbox(api, tenant, {})
+    body = {"sandbox_id": sandbox["id"], "prompt": "isolated", "command": "echo mine > /workspace/run.txt",
+            "metadata": {"artifact_paths": ["/workspace/run.txt"]}}
+    response = await api.request("POST", "/api/v1/agent-runs", key=tenant.key, json=body)
+    assert response.status_code == 200, response.text
+    return {"run_id": response.json()["data"]["id"]}
+
+
+async def _agent_run_artifact(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("GET", f"/api/v1/agent-runs/{params['run_id']}/artifacts", key=tenant.key)
+    assert response.status_code == 200, response.text
+    return {"artifact_id": response.json()["data"][0]["id"]}
+
+
+async def _computer_domain(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"domain": f"isolated-{params['id'][:8]}.example.com"}
+    response = await api.request("POST", f"/api/v1/computers/{params['id']}/domains", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"domain_id": response.json()["data"]["id"]}
+
+
+async def _custom_domain(api: Api, tenant: Tenant, _: Params) -> Params:
+    computer = await api.request("POST", "/api/v1/computers", key=tenant.key, json={"name": "domains", "template_type": "svc-desktop"})
+    assert computer.status_code == 201, computer.text
+    body = {"domain": "isolated-flat.example.com", "computer_id": computer.json()["id"]}
+    response = await api.request("POST", "/api/v1/custom-domains", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"id": response.json()["data"]["id"]}
+
+
+async def _deployment_domain(api: Api, tenant: Tenant, params: Params) -> Params:
+    body = {"domain": "isolated-deployment.example.com"}
+    response = await api.request("POST", f"/api/v1/deployments/{params['id']}/domains", key=tenant.key, json=body)
+    assert response.status_code == 201, response.text
+    return {"domain_id": response.json()["data"]["id"]}
+
+
+async def _project_in_path(api: Api, tenant: Tenant, _: Params) -> Params:
+    return {"project_id": tenant.project_id}
+
+
+async def _deployment(api: Api, tenant: Tenant, _: Params) -> Params:
+    """A deployment serving a published static version."""
+    sandbox = await _sandbox(api, tenant, {})
+    created = await api.request("POST", f"/api/v1/projects/{tenant.project_id}/deployments", key=tenant.key, json={"name": "isolated"})
+    assert created.status_code == 201, created.text
+    deployment_id = created.json()["data"]["id"]
+    body = {"source_sandbox_id": sandbox["id"], "output_path": "/workspace"}
+    published = await api.request("POST", f"/api/v1/deployments/{deployment_id}/publish", key=tenant.key, json=body)
+    assert published.status_code == 200, published.text
+    return {"id": deployment_id}
+
+
+async def _deployment_version(api: Api, tenant: Tenant, params: Params) -> Params:
+    response = await api.request("GET", f"/api/v1/deployments/{params['id']}/versions", key=tenant.key)
+    assert response.status_code == 200, response.text
+    return {"version_id": response.json()["data"][0]["id"]}
+
+
+async def _deployment_service(api: Api, tenant: Tenant, params: Params) -> Params:
+    version = await _deployment_version(api, tenant, params)
+    response = await api.request("GET", f"/api/v1/deployments/{params['id']}/versions/{version['version_id']}", key=tenant.key)
+    return {"service_id": response.json()["data"]["services"][0]["id"]}
 
 
 FACTORIES: dict[str, Factory] = {
@@ -268,6 +332,15 @@ FACTORIES: dict[str, Factory] = {
     "/egress/oauth/admin/providers/{id}": _egress_oauth_provider,
     "/egress/allowlist/{id}": _egress_rule,
     "/egress/audit/{id}": _egress_audit,
+    "/agent-runs/{run_id}": _agent_run,
+    "/agent-runs/{run_id}/artifacts/{artifact_id}": _agent_run_artifact,
+    "/computers/{id}/domains/{domain_id}": _computer_domain,
+    "/custom-domains/{id}": _custom_domain,
+    "/deployments/{id}/domains/{domain_id}": _deployment_domain,
+    "/projects/{project_id}": _project_in_path,
+    "/deployments/{id}": _deployment,
+    "/deployments/{id}/versions/{version_id}": _deployment_version,
+    "/deployments/{id}/services/{service_id}": _deployment_service,
 }
 """Route prefix up to a path parameter -> how to create that resource in a tenant."""
 
@@ -294,6 +367,9 @@ OWNER_CHECKS: dict[str, str] = {
     "/webhooks/{id}": "/api/v1/webhooks/{id}",
     "/egress/secrets/{id}": "/api/v1/egress/secrets/{id}",
     "/egress/policies/{id}": "/api/v1/egress/policies/{id}",
+    "/agent-runs/{run_id}": "/api/v1/agent-runs/{run_id}",
+    "/custom-domains/{id}": "/api/v1/custom-domains/{id}",
+    "/deployments/{id}": "/api/v1/deployments/{id}",
 }
 
 

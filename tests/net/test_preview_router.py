@@ -104,6 +104,14 @@ async def test_forwards_with_forwarded_headers_and_without_hop_by_hop_ones() -> 
     assert "keep-alive" not in response.headers.get("connection", "") and "keep-alive" not in response.headers
 
 
+async def test_the_edge_header_never_reaches_an_app() -> None:
+    """`X-Corral-Edge` (the TLS edge's secret for the router) is dropped on every route."""
+    async with app_server(echo_app) as app, router_to(app) as port, client(port) as http:
+        response = await http.get("/", headers={"Host": "app.test", "X-Corral-Edge": "the-secret", "x-corral-edge": "again"})
+    assert response.status_code == 200
+    assert "corral-edge" not in response.text.lower() and "the-secret" not in response.text
+
+
 async def test_keeps_client_and_app_connections_alive_and_honours_pipelining() -> None:
     connections = 0
 

@@ -186,6 +186,27 @@ async def test_process_lifecycle(agent: AgentClient) -> None:
         await agent.process("proc_missing")
 
 
+async def test_process_stdin_and_exact_output(agent: AgentClient) -> None:
+    """What agent runs use: a prompt on stdin, and the first bytes of each stream kept exactly."""
+    await agent.spawn(
+        "cat; printf 'no newline'; head -c 3000 /dev/zero >&2; exit 2", process_id="proc_capture1", stdin="the prompt\n", capture=1000
+    )
+    with trio.fail_after(10):
+        while (await agent.process("proc_capture1"))["status"] == "running":
+            await trio.sleep(0.02)
+    kept = await agent.output("proc_capture1")
+    assert kept.stdout == b"the prompt\nno newline" and kept.stdout_bytes == 21
+    assert kept.stderr == b"\0" * 1000 and kept.stderr_bytes == 3000
+    # Without capture nothing is kept; a command that never reads its stdin is not disturbed by it.
+    await agent.spawn("exit 0", process_id="proc_capture2", stdin="x" * 200_000)
+    with trio.fail_after(10):
+        while (await agent.process("proc_capture2"))["status"] == "running":
+            await trio.sleep(0.02)
+    assert (await agent.process("proc_capture2"))["exit_code"] == 0
+    kept = await agent.output("proc_capture2")
+    assert (kept.stdout, kept.stderr) == (b"", b"")
+
+
 async def test_process_kill_and_stream(agent: AgentClient) -> None:
     record = await agent.spawn("i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.05; done", env={"X": "1"})
     pid = record["pid"]

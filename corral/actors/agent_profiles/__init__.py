@@ -4,6 +4,7 @@ profiles apply to computers (`ProfileResolver`) and to agent runs (`resolve_for_
 from .resolver import (
     ProfileResolver,
     ResolvedProfile,
+    RunProfileResolver,
     bind_secrets,
     default_profile,
     env_name,
@@ -35,6 +36,7 @@ __all__ = [
     "ProfileResolver",
     "ProfileServices",
     "ResolvedProfile",
+    "RunProfileResolver",
     "bind_secrets",
     "create_profile",
     "decrypt_env",

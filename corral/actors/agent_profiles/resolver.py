@@ -121,6 +121,26 @@ def _for_computers(services: ProfileServices, record: ProfileRecord) -> AgentRun
     return AgentRuntimeProfile(id=record.id, applies_to_computers="computer" in record.applies_to, env=decrypt_env(services, record))
 
 
+class RunProfileResolver:
+    """The node's `run_profiles` (`corral.actors.agent_runs.RunProfiles`): `resolve_for_run`
+    over the node's services."""
+
+    def __init__(self, services: ProfileServices) -> None:
+        self.services = services
+
+    async def resolve_for_run(
+        self,
+        tenant_id: str,
+        workspace_id: str | None,
+        kind: str,
+        profile_id: str | None,
+        skip: bool,
+        *,
+        target_id: str | None = None,
+    ) -> ResolvedProfile | None:
+        return await resolve_for_run(self.services, tenant_id, workspace_id, kind, profile_id, skip, target_id=target_id)
+
+
 class ProfileResolver:
     """The node's `agent_runtime_profiles` (`corral.actors.computers.ProfileResolver`)."""
 

@@ -4,11 +4,13 @@ from .service import (
     DEFAULT_TTL,
     MAX_TTL,
     PREFIX,
+    TICKET_PURPOSE,
     BrowserGrant,
     NewBrowserToken,
     authenticate,
     check_route,
     mint,
+    ticket_purpose,
 )
 from .store import BrowserTokenRecord
 
@@ -16,10 +18,12 @@ __all__ = [
     "DEFAULT_TTL",
     "MAX_TTL",
     "PREFIX",
+    "TICKET_PURPOSE",
     "BrowserGrant",
     "BrowserTokenRecord",
     "NewBrowserToken",
     "authenticate",
     "check_route",
     "mint",
+    "ticket_purpose",
 ]

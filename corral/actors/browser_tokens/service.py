@@ -135,8 +135,22 @@ EXCLUDED = {("POST", "/sandboxes/{id}/fork"), ("DELETE", "/sandboxes/{id}")}
 token cannot reach, and destroying the sandbox is its owner's to do."""
 
 
+TICKET_PURPOSE = "sandbox:{id}"
+"""The purpose of an SSE ticket a browser token mints: the sandbox's stream routes take
+it (`Route.ticket_purpose`), no other route does."""
+OUTSIDE_ALLOWED = {("POST", "/auth/sse-ticket")}
+"""Routes outside the sandbox a browser token may call: minting a ticket for a browser
+EventSource (the ticket opens only its sandbox's streams)."""
+
+
+def ticket_purpose(sandbox_id: str) -> str:
+    return TICKET_PURPOSE.format(id=sandbox_id)
+
+
 def check_route(sandbox_id: str, method: str, path: str, params: dict[str, Any]) -> None:
     """403 for a route outside `/sandboxes/{id}` (and the excluded ones), 404 for another sandbox."""
+    if (method, path) in OUTSIDE_ALLOWED:
+        return
     within = path == SANDBOX_ROOT or path.startswith(SANDBOX_ROOT + "/")
     if not within or (method, path) in EXCLUDED:
         raise outside_sandbox()

@@ -170,6 +170,8 @@ def _domains_changed(platform: PreviewServices) -> None:
     """The access cache holds routable domains: it must ask again."""
     if platform.preview_access is not None:
         platform.preview_access.forget_all()
+    if platform.deployment_sites is not None:
+        platform.deployment_sites.domains_changed()
 
 
 async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str | None]:

@@ -6,15 +6,17 @@ here: a routing table whose sandbox pattern resolves through `PreviewAccess`
 a computer's desktop page and streams) through `DesktopAccess`. The router listens on `--preview-port`
 beside the API (`corral.http.run_api` starts both); this task also runs the access
 cache's event listener and the background re-check of preview domains, and stops
-them all when `stop` is set. Deployments and custom domains will add their routes
-to the same table here.
+them all when `stop` is set. Deployments share the `{slug}.{domain}` pattern with
+computers through `ResourceHosts`.
 """
 
 from __future__ import annotations
 
+import re
+
 import trio
 
-from corral.net.preview import PreviewRouter, RouteTable
+from corral.net.preview import Decision, PreviewRequest, PreviewRouter, Resolver, RouteTable
 
 from .access import access_for
 from .desktops import COMPUTER_HOST_PATTERN, DesktopAccess
@@ -23,11 +25,32 @@ from .services import PreviewServices
 from .urls import SANDBOX_HOST_PATTERN
 
 
+class ResourceHosts:
+    """The one resolver of `{slug}.{domain}` hosts: a deployment's (its production or
+    `v{n}-` version URL) when the deployments' table knows the slug, else a computer's
+    desktop (slugs are unique across both)."""
+
+    def __init__(self, platform: PreviewServices, computers: Resolver) -> None:
+        self.platform = platform
+        self.computers = computers
+
+    async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision:
+        sites = self.platform.deployment_sites
+        if sites is not None:
+            decision = await sites.resolve(request, match)
+            if decision is not None:
+                return decision
+        return await self.computers(request, match)
+
+
 def build_router(platform: PreviewServices) -> PreviewRouter:
     access = access_for(platform)
     table = RouteTable()
     table.add_pattern("sandbox-port", SANDBOX_HOST_PATTERN, access.resolve_sandbox)
-    table.add_pattern("computer", COMPUTER_HOST_PATTERN, DesktopAccess(platform).resolve_computer)
+    hosts = ResourceHosts(platform, DesktopAccess(platform).resolve_computer)
+    table.add_pattern("computer", COMPUTER_HOST_PATTERN, hosts.resolve)
+    for plug in platform.preview_route_plugins:
+        plug(table)
     return PreviewRouter(table, scheme=platform.settings.preview_url_scheme)
 
 

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Protocol
 
 from corral.actors.sandboxes.services import SandboxServices
-from corral.net.preview import PreviewRouter
+from corral.net.preview import Decision, PreviewRequest, PreviewRouter, RouteTable
 
 from .access_cache import AccessCache
+
+
+class HostSites(Protocol):
+    """Deployments' hosts as the router asks them (`corral.actors.deployments.DeploymentSites`):
+    the answer for `{slug}.{domain}` / `v{n}-{slug}.{domain}`, or None when no deployment has it."""
+
+    async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision | None: ...
+
+    def domains_changed(self) -> None:
+        """A preview domain was configured, verified or removed: routable domains change."""
 
 
 class PreviewServices(SandboxServices, Protocol):
@@ -17,3 +29,9 @@ class PreviewServices(SandboxServices, Protocol):
     preview_router: PreviewRouter | None
     preview_polls: set[str]
     """Previews whose port is being polled for `sandbox.preview.ready`."""
+    preview_route_plugins: list[Callable[[RouteTable], None]]
+    """Parts that add their hosts to the router's table when it is built (custom domains)."""
+
+    @property
+    def deployment_sites(self) -> HostSites | None:
+        """Set by the node once deployments are routed (None before)."""

@@ -66,9 +66,12 @@ class NewProcess:
         return (self.name or self.cmd.split()[0])[:MAX_NAME]
 
 
-async def start_process(platform: SandboxServices, sandbox: SandboxRecord, new: NewProcess) -> ProcessRecord:
+async def start_process(
+    platform: SandboxServices, sandbox: SandboxRecord, new: NewProcess, *, stdin: str | None = None, capture: int = 0
+) -> ProcessRecord:
     """Spawn under /bin/sh -c with the sandbox env then the request's; the record is `error`
-    (and the answer 500 PROCESS_START_FAILED) when the spawn fails."""
+    (and the answer 500 PROCESS_START_FAILED) when the spawn fails. `stdin` and `capture`
+    go to the agent (an agent run's prompt, and its exactly kept output)."""
     agent = await agent_for(platform, sandbox.id, record_activity=False)
     env = {**await resolved_env(platform, sandbox), **(new.env or {})}
     process_id = prefixed("proc")
@@ -79,7 +82,9 @@ async def start_process(platform: SandboxServices, sandbox: SandboxRecord, new: 
         started_at=now, exited_at=None, updated_at=now,
     )
     try:
-        started = await agent.spawn(new.cmd, cwd=new.directory, env=env, name=new.label, process_id=process_id)
+        started = await agent.spawn(
+            new.cmd, cwd=new.directory, env=env, name=new.label, process_id=process_id, stdin=stdin, capture=capture
+        )
     except RuntimeErrorBase as exc:
         failed = dataclasses.replace(draft, status="error", error=str(exc)[:1000], exited_at=utc_now_iso())
         await platform.system.create(ProcessActor, process_id, failed)

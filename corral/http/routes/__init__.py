@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..routing import Router
 from . import (
     admin,
+    agent_runs,
     agent_runtime_profiles,
     api_keys,
     auth,
@@ -19,8 +20,11 @@ from . import (
     computers,
     console,
     credits,
+    custom_domains,
     database_ops,
     databases,
+    deployment_events,
+    deployments,
     egress,
     egress_oauth,
     invite_pages,
@@ -36,6 +40,7 @@ from . import (
     sandbox_templates,
     sandboxes,
     tenant,
+    tls,
     webhooks,
     white_label,
     workspaces,
@@ -55,4 +60,5 @@ def all_routers() -> list[Router]:
         network_policy.router, egress.router, egress_oauth.router,
         databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
-        console.router]
+        agent_runs.router, deployments.router, deployment_events.router,
+        console.router, custom_domains.router, tls.router]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from corral.actors import browser_tokens
 from corral.actors.tenancy import UserRecord, store, tickets, verify_password
 from corral.errors import ApiError, unauthorized
 from corral.ids import is_uuid
@@ -111,7 +112,10 @@ async def _refresh_tenantless(ctx: RequestContext, user_id: str) -> dict[str, An
     return _session(ctx, user, await store.tenant_members.first_tenant(ctx.db, user_id))
 
 
-@router.post("/auth/sse-ticket", summary="Mint a single-use SSE ticket valid for 60 seconds")
+@router.post(
+    "/auth/sse-ticket",
+    summary="Mint a single-use SSE ticket valid for 60 seconds (a browser token's opens only its sandbox's streams)",
+)
 async def sse_ticket(ctx: RequestContext) -> Reply:
     principal = ctx.principal
     ttl = ctx.platform.settings.sse_ticket_ttl
@@ -122,5 +126,6 @@ async def sse_ticket(ctx: RequestContext) -> Reply:
         api_key_id=principal.api_key_id,
         scopes=principal.scopes,
         ttl_seconds=ttl,
+        purpose=browser_tokens.ticket_purpose(principal.sandbox_id) if principal.sandbox_id else "sse",
     )
     return Reply({"ticket": ticket, "expires_in": ttl})

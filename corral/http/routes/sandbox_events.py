@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from quart import Response
 
+from corral.actors import browser_tokens
 from corral.actors.sandboxes import EVENT_TYPES, LOG_TYPES
 
 from ..context import RequestContext
@@ -25,6 +26,7 @@ async def _events(ctx: RequestContext, id: str) -> Response:
     scope="sandboxes:read",
     auth="ticket",
     content_type="text/event-stream",
+    ticket_purpose=browser_tokens.TICKET_PURPOSE,
 )
 async def events(ctx: RequestContext, id: str) -> Response:
     return await _events(ctx, id)
@@ -36,6 +38,7 @@ async def events(ctx: RequestContext, id: str) -> Response:
     scope="sandboxes:read",
     auth="ticket",
     content_type="text/event-stream",
+    ticket_purpose=browser_tokens.TICKET_PURPOSE,
 )
 async def events_stream(ctx: RequestContext, id: str) -> Response:
     return await _events(ctx, id)
@@ -47,6 +50,7 @@ async def events_stream(ctx: RequestContext, id: str) -> Response:
     scope="sandboxes:read",
     auth="ticket",
     content_type="text/event-stream",
+    ticket_purpose=browser_tokens.TICKET_PURPOSE,
 )
 async def logs_stream(ctx: RequestContext, id: str) -> Response:
     sandbox = await _sandbox(ctx, id)

@@ -89,6 +89,16 @@ class EgressProxyConfig:
     connect_timeout: float = 10.0
     handshake_timeout: float = 10.0
     idle_timeout: float = 75.0
+    platform_upstream: tuple[str, int] | None = None
+    """The node's own API (host, port): where `platform_paths` asked of the proxy itself go."""
+    platform_paths: tuple[str, ...] = ()
+    """Paths an instance may ask of the proxy directly (`GET /path`, not a proxy request),
+    forwarded to `platform_upstream` without policy: the platform's own endpoints for
+    instances (an agent run's usage report), reachable because the proxy is the one
+    host address instances may connect to."""
+
+
+PLATFORM_MODE = "platform"
 
 
 class ProxyFailure(Exception):
@@ -312,7 +322,7 @@ class EgressProxy:
                 host = split_host_port(host_header, target.port)[0] if host_header else str(target.address)
             return target.scheme, host, target.port, path, target.address, target.mode
         if raw_target.startswith("/"):
-            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+            return self._where_platform(raw_target)
         url = urlsplit(raw_target)
         if url.scheme not in DEFAULT_PORTS or not url.netloc:
             raise ProxyFailure(400, "INVALID_REQUEST", f"cannot proxy {raw_target!r}")
@@ -320,7 +330,17 @@ class EgressProxy:
             host, port = split_host_port(url.netloc.rpartition("@")[2], DEFAULT_PORTS[url.scheme])
         except ValueError as exc:
             raise ProxyFailure(400, "INVALID_REQUEST", str(exc)) from exc
-        return url.scheme, host, port, self._origin_form(raw_target), None, "explicit"
+        path = self._origin_form(raw_target)
+        if url.scheme == "http" and (host, port) == (self.config.listen_host, self.config.port):
+            return self._where_platform(path)  # the proxy itself, named as a proxy target
+        return url.scheme, host, port, path, None, "explicit"
+
+    def _where_platform(self, path: str) -> tuple[str, str, int, str, str | None, str]:
+        """A request for the proxy itself: a platform path goes to the node's API."""
+        platform = self.config.platform_upstream
+        if platform is None or path.split("?", 1)[0] not in self.config.platform_paths:
+            raise ProxyFailure(400, "INVALID_REQUEST", "a proxy request needs an absolute URL (http://host/path)")
+        return "http", platform[0], platform[1], path, platform[0], PLATFORM_MODE
 
     @staticmethod
     def _origin_form(url: str) -> str:
@@ -341,7 +361,8 @@ class EgressProxy:
         try:
             scheme, host, port, path, address, mode = self._where(target, request)
             info = RequestInfo(request_id, peer, method, scheme, host, port, path, mode, address)
-            decision = await self.hooks.decide(info)
+            platform = mode == PLATFORM_MODE
+            decision = Decision() if platform else await self.hooks.decide(info)
             if not decision.allow:
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by)
             headers = _strip(request.headers, REQUEST_HOP_BY_HOP)
@@ -349,11 +370,12 @@ class EgressProxy:
                 default = DEFAULT_PORTS[scheme]
                 headers.insert(0, (b"host", (host if port == default else f"{host}:{port}").encode()))
             try:
-                headers, transforms = await self.hooks.transform_headers(info, headers)
+                if not platform:
+                    headers, transforms = await self.hooks.transform_headers(info, headers)
             except Rejected as rejected:
                 decision = rejected.decision
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by) from None
-            upstream = await self._upstream_for(upstream, scheme, host, port, address)
+            upstream = await self._upstream_for(upstream, scheme, host, port, address, platform=platform)
             upstream_request = h11.Request(method=request.method, target=path.encode("latin-1"), headers=headers)
         except ProxyFailure as failure:
             if upstream is not None:
@@ -409,14 +431,21 @@ class EgressProxy:
         return None
 
     async def _upstream_for(
-        self, current: _Upstream | None, scheme: str, host: str, port: int, address: str | None
+        self, current: _Upstream | None, scheme: str, host: str, port: int, address: str | None,
+        *, platform: bool = False,
     ) -> _Upstream:
-        key = (scheme, host, port, address)
+        key = (scheme if not platform else PLATFORM_MODE, host, port, address)
         if current is not None:
             if current.key == key and not looks_closed(current.raw.socket):
                 return current
             await current.peer.aclose()
-        raw, connected = await self._open(host, port, address)
+        if platform:  # the node's own API on loopback: no destination check applies
+            try:
+                raw, connected = await trio.open_tcp_stream(host, port), host
+            except OSError as exc:
+                raise ProxyFailure(502, "UPSTREAM_UNREACHABLE", f"the platform API is unreachable: {exc}") from exc
+        else:
+            raw, connected = await self._open(host, port, address)
         stream: trio.abc.Stream = raw
         if scheme == "https":
             tls = trio.SSLStream(raw, self.upstream_tls, server_hostname=host, https_compatible=True)

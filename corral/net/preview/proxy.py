@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket as stdlib_socket
 
 import trio
@@ -47,6 +48,8 @@ HOP_BY_HOP = frozenset({
     "proxy-authenticate",
 })
 FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
+EDGE_ONLY = frozenset({"x-corral-edge"})
+"""Headers the TLS edge adds for the router (`corral.net.edge`): never passed to an app."""
 
 
 class _AppConnection:
@@ -189,13 +192,33 @@ class PreviewRouter:
 
     async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> None:
         lines = [f"HTTP/1.1 {reply.status} {pages.reason_phrase(reply.status) if reply.status >= 400 else _STATUS_TEXT.get(reply.status, 'OK')}"]
-        lines.append(f"Content-Type: {reply.content_type}")
-        lines.append(f"Content-Length: {len(reply.body)}")
-        lines.extend(f"{name}: {value}" for name, value in reply.headers)
-        if close:
-            lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        await send_all(sock, head if method == "HEAD" else head + reply.body)
+        source = None
+        length = len(reply.body)
+        if reply.file is not None:
+            source = await trio.open_file(reply.file, "rb")
+            length = (await trio.to_thread.run_sync(os.fstat, source.fileno())).st_size
+        try:
+            if reply.status != 304:  # a 304 has neither: its validators are in `headers`
+                lines.append(f"Content-Type: {reply.content_type}")
+                lines.append(f"Content-Length: {length}")
+            lines.extend(f"{name}: {value}" for name, value in reply.headers)
+            if close:
+                lines.append("Connection: close")
+            head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+            if source is None or method == "HEAD":
+                await send_all(sock, head if method == "HEAD" else head + reply.body)
+                return
+            await send_all(sock, head)
+            left = length
+            while left > 0:
+                chunk = await source.read(min(FILE_CHUNK, left))
+                if not chunk:
+                    raise PeerClosed("the file got shorter while it was sent")
+                await send_all(sock, chunk)
+                left -= len(chunk)
+        finally:
+            if source is not None:
+                await source.aclose()
 
     async def _app(self, exchange: _Exchange, upstream: Upstream) -> tuple[_AppConnection, bool]:
         """The connection to `upstream`: the kept-alive one if still usable (then True), else a new one."""
@@ -217,7 +240,7 @@ class PreviewRouter:
         forwarded_for = None
         drop = decision.drop_headers | {name.lower() for name, _ in decision.add_headers}
         for lower, name, value in request.headers:
-            if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop:
+            if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in drop or lower in EDGE_ONLY:
                 continue
             if lower in FORWARDED:
                 if lower == "x-forwarded-for":
@@ -348,7 +371,10 @@ class PreviewRouter:
         return keep
 
 
-_STATUS_TEXT = {200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 307: "Temporary Redirect"}
+FILE_CHUNK = 256 * 1024
+_STATUS_TEXT = {
+    200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 304: "Not Modified", 307: "Temporary Redirect",
+}
 
 
 def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:

@@ -55,6 +55,9 @@ class Reply:
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
     content_type: str = "text/html; charset=utf-8"
+    file: str | None = None
+    """A file sent as the body instead of `body`, streamed from the disk in chunks (a
+    large static file is never read whole into memory)."""
 
 
 Decision = Forward | Reply

@@ -70,6 +70,7 @@ class Agent:
             ("GET", re.compile(r"/processes/([\w-]+)"), self.get_process),
             ("DELETE", re.compile(r"/processes/([\w-]+)"), self.kill_process),
             ("GET", re.compile(r"/processes/([\w-]+)/logs"), self.process_logs),
+            ("GET", re.compile(r"/processes/([\w-]+)/output"), self.process_output),
             ("GET", re.compile(r"/processes/([\w-]+)/stream"), self.process_stream),
             ("POST", re.compile(r"/terminals"), self.open_terminal),
             ("GET", re.compile(r"/terminals/(\w+)"), self.get_terminal),
@@ -231,6 +232,8 @@ class Agent:
             env=env,
             name=body.get("name"),
             process_id=body.get("id"),
+            stdin=body.get("stdin") if isinstance(body.get("stdin"), str) else None,
+            capture=int(body.get("capture") or 0),
         )
         return json_response(record.to_json(), 201)
 
@@ -259,6 +262,9 @@ class Agent:
                 "next": lines[-1].seq if lines else int(request.query.get("after") or 0),
             }
         )
+
+    async def process_output(self, request: Request, process_id: str) -> Response:
+        return json_response(self.processes.get(process_id).output())
 
     async def process_stream(self, request: Request, process_id: str) -> Response:
         record = self.processes.get(process_id)

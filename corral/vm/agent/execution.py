@@ -71,6 +71,7 @@ class Child:
         self.pid = popen.pid
         self.stdout = self._stream(popen.stdout)
         self.stderr = self._stream(popen.stderr)
+        self.stdin = self._stream(popen.stdin)
 
     @staticmethod
     def _stream(pipe: IO[bytes] | None) -> trio.lowlevel.FdStream | None:
@@ -107,14 +108,16 @@ async def spawn(
     cwd: str,
     env: dict[str, str],
     combined: bool = False,
+    stdin: bool = False,
 ) -> Child:
-    """Start `/bin/sh -c command` in its own session; PROCESS_START_FAILED if it cannot."""
+    """Start `/bin/sh -c command` in its own session; PROCESS_START_FAILED if it cannot.
+    With `stdin` its standard input is a pipe (`Child.stdin`), else /dev/null."""
     if not os.path.isdir(cwd):
         raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
     try:
         popen = subprocess.Popen(
             ["/bin/sh", "-c", command],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if combined else subprocess.PIPE,
             cwd=cwd,
@@ -130,13 +133,17 @@ async def spawn(
 async def pump_lines(
     stream: trio.abc.ReceiveStream,
     on_line: Callable[[str], Awaitable[None]],
+    on_bytes: Callable[[bytes], None] | None = None,
 ) -> None:
-    """Read `stream` to its end and hand over complete lines (with their newline)."""
+    """Read `stream` to its end and hand over complete lines (with their newline);
+    `on_bytes` also sees the raw bytes as they come."""
     buffer = b""
     while True:
         data = await stream.receive_some(65536)
         if not data:
             break
+        if on_bytes is not None:
+            on_bytes(bytes(data))
         buffer += data
         if b"\n" in buffer:
             head, _, buffer = buffer.rpartition(b"\n")

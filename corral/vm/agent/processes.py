@@ -9,6 +9,8 @@ readers ask for the last `tail` lines, or for the lines after a sequence number
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import secrets
 import signal
 import time
@@ -70,6 +72,26 @@ class ManagedProcess:
     changed: trio.Event = field(default_factory=trio.Event)
     process: Child | None = None
     killing: bool = False
+    capture_limit: int = 0
+    """Bytes of stdout and of stderr kept exactly (`output()`), beside the line logs."""
+    captured: dict[str, bytearray] = field(default_factory=lambda: {"stdout": bytearray(), "stderr": bytearray()})
+    seen: dict[str, int] = field(default_factory=lambda: {"stdout": 0, "stderr": 0})
+
+    def capture(self, stream: str, data: bytes) -> None:
+        self.seen[stream] += len(data)
+        kept = self.captured[stream]
+        if len(kept) < self.capture_limit:
+            kept += data[: self.capture_limit - len(kept)]
+
+    def output(self) -> dict[str, Any]:
+        """The kept bytes (base64) and how many each stream wrote in all."""
+        return {
+            "stdout": base64.b64encode(bytes(self.captured["stdout"])).decode(),
+            "stderr": base64.b64encode(bytes(self.captured["stderr"])).decode(),
+            "stdout_bytes": self.seen["stdout"],
+            "stderr_bytes": self.seen["stderr"],
+            "process": self.to_json(),
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,17 +163,23 @@ class ProcessTable:
         env: dict[str, str] | None = None,
         name: str | None = None,
         process_id: str | None = None,
+        stdin: str | None = None,
+        capture: int = 0,
     ) -> ManagedProcess:
+        """Start `cmd`; `stdin` is written to its standard input (then closed), and the
+        first `capture` bytes of stdout and of stderr are kept exactly."""
         process_id = process_id or new_process_id()
         if process_id in self._processes:
             raise AgentError(409, "DUPLICATE_PROCESS", f"process id already used: {process_id}")
         merged_env = dict(self._base_env)
         merged_env.update(env or {})
-        record = ManagedProcess(process_id, name or cmd.split(" ", 1)[0], cmd, cwd, time.time())
-        record.process = await spawn(cmd, cwd, merged_env)
+        record = ManagedProcess(process_id, name or cmd.split(" ", 1)[0], cmd, cwd, time.time(), capture_limit=max(0, capture))
+        record.process = await spawn(cmd, cwd, merged_env, stdin=stdin is not None)
         record.os_pid = record.process.pid
         self._processes[process_id] = record
         self._nursery.start_soon(self._supervise, record)
+        if stdin is not None and record.process.stdin is not None:
+            self._nursery.start_soon(_feed, record.process.stdin, stdin.encode())
         return record
 
     async def _supervise(self, record: ManagedProcess) -> None:
@@ -161,15 +189,22 @@ class ProcessTable:
         async def on_line(stream: str, line: str) -> None:
             record.append(stream, line)
 
-        async with trio.open_nursery() as nursery:
+        pumps_done = trio.Event()
+
+        async def pumps() -> None:
             assert process.stdout is not None and process.stderr is not None
-            nursery.start_soon(pump_lines, process.stdout, lambda line: on_line("stdout", line))
-            nursery.start_soon(pump_lines, process.stderr, lambda line: on_line("stderr", line))
+            async with trio.open_nursery() as inner:
+                inner.start_soon(pump_lines, process.stdout, lambda line: on_line("stdout", line), lambda data: record.capture("stdout", data))
+                inner.start_soon(pump_lines, process.stderr, lambda line: on_line("stderr", line), lambda data: record.capture("stderr", data))
+            pumps_done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pumps)
             await process.wait()
             with trio.move_on_after(0.25):
-                # Children may still hold the pipes; keep reading them briefly.
-                while nursery.child_tasks:
-                    await trio.sleep(0.01)
+                # Children may still hold the pipes; keep reading them briefly (the end
+                # is noticed at once, not at the next poll: a run's end waits on it).
+                await pumps_done.wait()
             nursery.cancel_scope.cancel()
         await process.aclose_pipes()
         record.exit_code = exit_status(process.returncode)
@@ -199,3 +234,10 @@ class ProcessTable:
                 signal_group(record.process.pid, signal.SIGKILL)
 
 
+async def _feed(pipe: trio.lowlevel.FdStream, data: bytes) -> None:
+    """Write `data` to a process's standard input and close it; a process that exits
+    without reading it all is not an error."""
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+        await pipe.send_all(data)
+    with contextlib.suppress(OSError):
+        await pipe.aclose()

@@ -1,0 +1,239 @@
+"""The router's table of deployment hosts, in memory: `{slug}.{domain}` and
+`v{n}-{slug}.{domain}`.
+
+One entry per live deployment, rebuilt from the store by `reload` whenever its
+deployment actor changes what it serves, and swapped in with one assignment: a
+request in flight holds the entry it looked up, so during a promote each request
+sees the old or the new version, never a half-made table. Static versions are
+served from their unpacked artifact by the router itself; service versions are
+forwarded to their deployment service's instance.
+
+The router asks `resolve` first for every `{label}.{domain}` host (the same host
+form as computers' desktops: slugs are unique across deployments, computers and
+sandboxes); None means "not a deployment", and the computer resolver answers.
+`live_deployment_host` and `deployment_host` are the domains part's interface:
+a synchronous in-memory answer to "does this host name a live deployment", and
+a deployment's own host (a custom domain's `verification_target`).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+
+from corral.actors.previews import domains as preview_domains
+from corral.actors.previews.urls import service_domain
+from corral.config import Settings
+from corral.net.links import netns_path
+from corral.net.preview import Decision, Forward, PreviewRequest, Upstream, page
+from corral.storage import Database
+
+from . import artifacts, store
+from .messages import Connect
+from .service_actor import DeploymentServiceActor
+from .service_store import running_service_of
+from .services import DeploymentServices
+from .static_site import FileCache, StaticSite
+from .store import DeploymentRecord, VersionRecord
+
+log = logging.getLogger("corral.deployments.sites")
+
+VERSION_LABEL = re.compile(r"v(?P<number>[0-9]{1,9})-(?P<slug>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)")
+HOST = re.compile(r"(?P<label>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\.(?P<domain>[a-z0-9.-]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What one version serves: its static files, or its service's upstream."""
+
+    version_id: str
+    number: int
+    site: StaticSite | None = None
+    upstream: Upstream | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SiteEntry:
+    deployment_id: str
+    slug: str
+    name: str
+    domains: frozenset[str]
+    active: Target | None
+    versions: dict[int, Target] = field(hash=False)
+
+
+def deployment_host(settings: Settings, deployment: DeploymentRecord) -> str:
+    """The deployment's own host on the public domain: `{slug}.{public domain}`."""
+    return f"{deployment.slug}.{service_domain(settings)}"
+
+
+async def public_url(db: Database, settings: Settings, deployment: DeploymentRecord) -> str:
+    """The first active custom domain (over HTTPS, through the edge), else
+    `{scheme}://{slug}.{domain}` by preview-domain precedence (contract §12)."""
+    custom = await store.custom_domains(db, deployment.id)
+    if custom:
+        return f"https://{custom[0]}"
+    domain = await preview_domains.url_domain(db, settings, deployment.tenant_id, deployment.workspace_id, deployment.project_id)
+    return settings.preview_origin(f"{deployment.slug}.{domain}")
+
+
+async def version_url(db: Database, settings: Settings, deployment: DeploymentRecord, version: VersionRecord) -> str:
+    domain = await preview_domains.url_domain(db, settings, deployment.tenant_id, deployment.workspace_id, deployment.project_id)
+    return settings.preview_origin(f"v{version.version_number}-{deployment.slug}.{domain}")
+
+
+class DeploymentSites:
+    def __init__(self, platform: DeploymentServices) -> None:
+        self.platform = platform
+        self.root = Path(platform.settings.data_dir) / "sites"
+        self.cache = FileCache()
+        self._by_slug: dict[str, SiteEntry] = {}
+        self._slug_of: dict[str, str] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._reloading: dict[str, trio.Lock] = {}
+
+    # -- building the table ----------------------------------------------------------
+
+    async def load_all(self) -> int:
+        """At start: every live deployment's entry."""
+        deployments = await store.live(self.platform.db)
+        for deployment in deployments:
+            try:
+                await self.reload(deployment.id)
+            except Exception:
+                log.exception("deployment %s could not be routed", deployment.id)
+        return len(deployments)
+
+    def domains_changed(self) -> None:
+        """Preview domains changed: every entry's routable domains are read again."""
+        self.platform.nursery.start_soon(self.load_all)
+
+    async def adopt(self, sha256: str, staging: Path) -> Path:
+        """A tree `pack` copied while packing becomes the artifact's unpacked files."""
+        lock = self._locks.setdefault(sha256, trio.Lock())
+        async with lock:
+            await trio.to_thread.run_sync(artifacts.adopt_tree, staging, self.root / sha256)
+        return self.root / sha256
+
+    async def prepare(self, sha256: str) -> Path:
+        """The artifact unpacked under `sites/<sha256>` (verified against its digest first)."""
+        destination = self.root / sha256
+        if destination.exists():
+            return destination
+        lock = self._locks.setdefault(sha256, trio.Lock())
+        async with lock:
+            if not destination.exists():
+                tar = await self.platform.blobs.verified_path(sha256)
+                await trio.to_thread.run_sync(artifacts.unpack, tar, destination)
+        return destination
+
+    async def _target(self, version: VersionRecord) -> Target | None:
+        if version.kind == "static" and version.artifact_sha256:
+            root = await self.prepare(version.artifact_sha256)
+            site = StaticSite(version.artifact_sha256, root, version.artifact_manifest or {}, self.cache)
+            return Target(version.id, version.version_number, site=site)
+        if version.kind == "service":
+            upstream = await self._upstream(version)
+            return Target(version.id, version.version_number, upstream=upstream)
+        return None
+
+    async def _upstream(self, version: VersionRecord) -> Upstream | None:
+        service = await running_service_of(self.platform.db, version.id)
+        if service is None:
+            return None
+        address = await _service_address(self.platform, service.id)
+        if address is None:
+            return None
+        netns = netns_path(f"{self.platform.settings.netns_prefix}{service.id}")
+        return Upstream(address, service.port, netns, f"service {service.id}")
+
+    async def reload(self, deployment_id: str) -> None:
+        """Re-read one deployment and swap its entry (or drop it when deleted). One reload
+        of a deployment at a time: a slower, older read never lands after a newer one."""
+        lock = self._reloading.setdefault(deployment_id, trio.Lock())
+        async with lock:
+            await self._reload(deployment_id)
+
+    async def _reload(self, deployment_id: str) -> None:
+        db = self.platform.db
+        deployment = await store.load(db, deployment_id)
+        old_slug = self._slug_of.get(deployment_id)
+        if deployment is None or deployment.state == "deleted":
+            if old_slug is not None:
+                self._by_slug.pop(old_slug, None)
+                self._slug_of.pop(deployment_id, None)
+            return
+        versions: dict[int, Target] = {}
+        active: Target | None = None
+        for version in await store.live_versions(db, deployment_id):
+            target = await self._target(version)
+            if target is None:
+                continue
+            versions[version.version_number] = target
+            if version.id == deployment.active_version_id:
+                active = target
+        names = await preview_domains.routable_domains(
+            db, self.platform.settings, deployment.tenant_id, deployment.workspace_id, deployment.project_id
+        )
+        entry = SiteEntry(deployment.id, deployment.slug, deployment.name, names, active, versions)
+        self._by_slug[deployment.slug] = entry  # one assignment: the switch
+        self._slug_of[deployment_id] = deployment.slug
+
+    # -- answering the router --------------------------------------------------------
+
+    def _find(self, label: str, domain: str) -> tuple[SiteEntry, int | None] | None:
+        entry = self._by_slug.get(label)
+        number: int | None = None
+        if entry is None:
+            found = VERSION_LABEL.fullmatch(label)
+            if found is None:
+                return None
+            entry = self._by_slug.get(found["slug"])
+            number = int(found["number"])
+        if entry is None or domain not in entry.domains:
+            return None
+        return entry, number
+
+    def live_deployment_host(self, host: str) -> bool:
+        """Whether `host` (`{slug}.{domain}` or `v{n}-{slug}.{domain}`) serves a live
+        deployment's version now. From memory only: no store, no DNS."""
+        parsed = HOST.fullmatch(host.lower().rstrip("."))
+        if parsed is None:
+            return False
+        found = self._find(parsed["label"], parsed["domain"])
+        if found is None:
+            return False
+        entry, number = found
+        return entry.active is not None if number is None else number in entry.versions
+
+    async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision | None:
+        """The answer for a deployment's host, or None when the host is not one."""
+        assert match is not None
+        found = self._find(match["slug"], match["domain"])
+        if found is None:
+            return None
+        entry, number = found
+        target = entry.active if number is None else entry.versions.get(number)
+        if target is None:
+            what = "has no published version yet" if number is None else f"has no version {number} that serves"
+            return page(404, "no_version", "Nothing published here", f"Deployment {entry.name} {what}.")
+        if target.site is not None:
+            return await target.site.reply(request.method, request.target, request.header("if-none-match"))
+        if target.upstream is None:
+            return page(503, "service_unavailable", "The service is not running", f"Version {target.number} of {entry.name} has no running service.")
+        return Forward(target.upstream)
+
+
+async def _service_address(platform: DeploymentServices, service_id: str) -> str | None:
+    try:
+        ref = await platform.system.get(DeploymentServiceActor, service_id)
+        info = await ref.ask(Connect())
+    except Exception as exc:
+        log.debug("no address for service %s: %s", service_id, exc)
+        return None
+    address: str | None = info.address
+    return address
