@@ -12,14 +12,16 @@ import contextlib
 import io
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 from PIL import Image
 
 from tests.browser import Browser, Page, open_browser
-from tests.support import PASSWORD, Api, Tenant
+from tests.support import PASSWORD, RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, running_server
 
 from .test_sandboxes import run
 
@@ -112,6 +114,13 @@ async def test_sign_in_create_a_sandbox_and_use_its_terminal(runtime_api: Api, o
         await type_line(page, "#sandbox-terminal", "ls made-*; exit 3")
         await expect(page, f"{screen_text('#sandbox-terminal')}.includes('[exit 3]')", timeout=60)
         assert "made-in-console" in await page.evaluate(screen_text("#sandbox-terminal"))
+        # Output shows as it is written, once: the first line long before the command ends.
+        await type_line(page, "#sandbox-terminal", "echo first-live; sleep 4; echo second-live >&2; printf no-newline")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.split('\\n').some(l => l.trim() === 'first-live')", timeout=30)
+        assert "second-live" not in (await page.evaluate(screen_text("#sandbox-terminal"))).replace("echo second-live", "")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('no-newline')  && {screen_text('#sandbox-terminal')}.trimEnd().endsWith('/tmp$')", timeout=30)
+        lines = [line.strip() for line in (await page.evaluate(screen_text("#sandbox-terminal"))).split("\n")]
+        assert lines.count("first-live") == 1 and lines.count("second-live") == 1 and lines.count("no-newline") == 1, lines
         if SHOTS:
             (SHOTS / "sandbox-terminal.png").write_bytes(await page.screenshot())
 
@@ -235,6 +244,11 @@ async def test_credits_deployments_and_signing_out(api: Api, tenant: Tenant) -> 
         assert await expect(page, "document.getElementById('balance-credits')?.textContent") == "100"
         await expect(page, "document.querySelector('[data-view=credits] tbody td:nth-child(2)')?.textContent === 'earn'")
 
+        # Ids the tenant does not have (another tenant's look the same): the API's 404, shown.
+        for kind in ("sandboxes", "computers"):
+            await page.evaluate(f"location.hash = '#/{kind}/00000000-0000-4000-8000-000000000000'; true")
+            shown = await expect(page, "document.querySelector('main .error-text')?.textContent")
+            assert "not found" in shown.lower(), shown
         await page.evaluate("location.hash = '#/deployments'; true")
         listed = await expect(page, "(document.getElementById('deployments-unavailable') || document.getElementById('deployments-empty'))?.textContent")
         routes = (await api.client.get("/api/v1/openapi.json")).json()["paths"]
@@ -309,3 +323,51 @@ async def test_publishing_a_sandbox_shows_its_progress(runtime_api: Api, owner: 
         assert "queued" in steps and "building: package" in steps, steps
         await expect(page, "[...document.querySelectorAll('#publish-progress li')].some(li => li.textContent.includes('completed: http'))", timeout=10)
         await expect(page, "[...document.querySelectorAll('#deployments .card h2')].some(h => h.textContent === 'Console Pub')", timeout=30)
+
+
+@pytest.fixture
+async def private_templates_api(runtime_host: None, tmp_path: Path) -> AsyncIterator[Api]:
+    """A runtime server whose template directory is its own (the built-in templates linked
+    in from the shared cache). A node sweeps, when it starts, every tenant template in its
+    template directory that its own database does not know: with the shared cache,
+    another test server starting meanwhile would delete the template this test builds."""
+    private = tmp_path / "templates"
+    private.mkdir()
+    for name in ("default", "desktop"):
+        (private / name).symlink_to(TEMPLATE_CACHE / name)
+    async with running_server(tmp_path / "data", **{**RUNTIME_SETTINGS, "template_dir": private}) as api:
+        try:
+            yield api
+        finally:
+            driver = await api.platform.runtime.driver()
+            for info in await driver.instances():
+                await driver.destroy(info.id)
+
+
+async def test_a_template_builds_with_progress_and_makes_sandboxes(private_templates_api: Api) -> None:
+    """A template with a setup command: its build's log and status followed live, then a
+    sandbox made from it in the console has the file the setup wrote."""
+    runtime_api = private_templates_api
+    owner = await runtime_api.create_tenant()
+    async with console_browser(runtime_api) as browser:
+        page = await browser.new_page(f"{runtime_api.client.base_url!s}/#/templates")
+        await expect(page, "document.getElementById('signin-key')")
+        await fill(page, {"api-key": owner.key}, "signin-key")
+        await expect(page, "document.querySelector('tr[data-name=\"default\"]')")
+        await fill(page, {"template-name": "console-tpl", "template-setup": "echo made-by-template > /root/marker\necho step-two"}, "new-template")
+        await expect(page, "document.querySelector('#build-status [data-status]')")
+        await expect(page, "document.querySelector('#build-status [data-status=ready]')", timeout=180)
+        log = await page.evaluate("document.getElementById('build-log').textContent")
+        assert "$ echo made-by-template > /root/marker" in log and "step-two" in log, log
+        if SHOTS:
+            (SHOTS / "template-build.png").write_bytes(await page.screenshot())
+        await expect(page, "document.querySelector('tr[data-name=\"console-tpl\"] [data-status=ready]')", timeout=30)
+
+        await page.evaluate("location.hash = '#/sandboxes'; true")
+        await expect(page, "document.querySelector('#sandbox-template option[value=\"console-tpl\"]')", timeout=30)
+        await fill(page, {"sandbox-name": "from-tpl", "sandbox-template": "console-tpl"}, "new-sandbox")
+        row = "document.querySelector('tr[data-name=\"from-tpl\"]')"
+        await expect(page, f"{row}?.querySelector('[data-status=running]')", timeout=60)
+        await click(page, "tr[data-name='from-tpl'] a")
+        await type_line(page, "#sandbox-terminal", "cat /root/marker")
+        await expect(page, f"{screen_text('#sandbox-terminal')}.includes('made-by-template')", timeout=60)

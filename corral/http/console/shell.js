@@ -9,6 +9,7 @@ import {sandboxesView, sandboxView} from "./views/sandboxes.js";
 import {computersView, computerView} from "./views/computers.js";
 import {deploymentsView} from "./views/deployments.js";
 import {creditsView} from "./views/credits.js";
+import {templatesView} from "./views/templates.js";
 
 const ROUTES = [
   [/^#\/sandboxes\/([\w-]+)$/, sandboxView, "sandboxes"],
@@ -17,6 +18,7 @@ const ROUTES = [
   [/^#\/computers$/, computersView, "computers"],
   [/^#\/deployments$/, deploymentsView, "deployments"],
   [/^#\/credits$/, creditsView, "credits"],
+  [/^#\/templates$/, templatesView, "templates"],
 ];
 
 let release = () => {};

@@ -81,20 +81,55 @@ const MARK = "\x1e";
 const red = (text) => `\x1b[31m${text}\x1b[0m`;
 const crlf = (text) => text.replace(/\r?\n/g, "\r\n");
 
-// A prompt with line editing and history; `run({command, cwd})` is the exec call and
-// answers {stdout, stderr, exit_code}. The working directory is carried from one
+// A prompt with line editing and history; `run({command, cwd}, onLine)` is the exec call
+// and answers {stdout, stderr, exit_code, timed_out}; it may call `onLine(stream, line)`
+// with output lines as they are written (the sandbox's event stream), which are then
+// shown live and not again at the end. The working directory is carried from one
 // command to the next (each exec is a new shell), as `cd` would in a real one.
 export function execTerminal(container, run) {
   const {term, dispose} = draw(container);
   let line = "";
   let cwd = "/workspace";
   let busy = false;
+  let fresh = true;  // the cursor is at the start of a line
   const history = [];
   let back = 0;
-  const prompt = () => term.write(`\x1b[32m${cwd}\x1b[0m$ `);
+  const out = (text, colour = false) => {
+    if (!text) return;
+    term.write(colour ? red(crlf(text)) : crlf(text));
+    fresh = text.endsWith("\n");
+  };
+  const prompt = () => { term.write(`\x1b[32m${cwd}\x1b[0m$ `); fresh = false; };
   const setLine = (text) => { term.write("\b \b".repeat(line.length)); line = text; term.write(text); };
   term.writeln("Commands run in the sandbox through exec (one shell per command; the directory is kept).");
   prompt();
+
+  async function execute(command) {
+    const shown = {stdout: 0, stderr: 0};
+    let marked = false;  // the stdout line with the directory mark was shown
+    const onLine = (stream, text) => {
+      shown[stream] += 1;
+      if (stream === "stderr") { out(`${text}\n`, true); return; }
+      const mark = text.indexOf(MARK);
+      if (mark >= 0) { marked = true; out(text.slice(0, mark)); return; }
+      if (!marked) out(`${text}\n`);
+    };
+    const script = `${command}\n__corral_status=$?; printf '${MARK}%s' "$PWD"; exit $__corral_status`;
+    const result = await run({command: script, cwd}, onLine);
+    const stdout = result.stdout || "";
+    const mark = stdout.lastIndexOf(MARK);
+    if (mark >= 0) cwd = stdout.slice(mark + 1) || cwd;
+    const rest = (text, count) => text.split("\n").slice(count).join("\n");
+    let tail = rest(stdout, shown.stdout);
+    const tailMark = tail.lastIndexOf(MARK);
+    if (tailMark >= 0) tail = tail.slice(0, tailMark);
+    out(tail);
+    out(rest(result.stderr || "", shown.stderr), true);
+    if (!fresh) term.write("\r\n");
+    if (result.timed_out) term.write(red("[timed out]\r\n"));
+    else if (result.exit_code) term.write(red(`[exit ${result.exit_code}]\r\n`));
+  }
+
   term.onData(async (data) => {
     if (busy) return;
     if (data.startsWith("\x1b")) {  // arrows: history; other escape sequences are ignored
@@ -107,22 +142,15 @@ export function execTerminal(container, run) {
         const command = line.trim();
         line = "";
         term.write("\r\n");
+        fresh = true;
         if (!command) { prompt(); continue; }
         history.push(command);
         back = 0;
         busy = true;
         try {
-          const script = `${command}\n__corral_status=$?; printf '${MARK}%s' "$PWD"; exit $__corral_status`;
-          const result = await run({command: script, cwd});
-          let stdout = result.stdout || "";
-          const mark = stdout.lastIndexOf(MARK);
-          if (mark >= 0) { cwd = stdout.slice(mark + 1) || cwd; stdout = stdout.slice(0, mark); }
-          term.write(crlf(stdout));
-          if (result.stderr) term.write(red(crlf(result.stderr)));
-          if ((stdout || result.stderr) && !(stdout + (result.stderr || "")).endsWith("\n")) term.write("\r\n");
-          if (result.timed_out) term.write(red("[timed out]\r\n"));
-          else if (result.exit_code) term.write(red(`[exit ${result.exit_code}]\r\n`));
+          await execute(command);
         } catch (error) {
+          if (!fresh) term.write("\r\n");
           term.write(red(`${error.message || error}${error.code ? ` (${error.code})` : ""}\r\n`));
         } finally {
           busy = false;

@@ -46,17 +46,22 @@ export function sandboxesView(root) {
     }
   }
 
+  const templates = h("select", {id: "sandbox-template", name: "template"}, h("option", {value: "default"}, "default"));
   const form = h("form", {class: "inline", id: "new-sandbox"},
     h("div", {}, h("label", {for: "sandbox-name"}, "Name"), h("input", {id: "sandbox-name", name: "name", placeholder: "my-app", maxlength: 100})),
     h("div", {}, h("label", {for: "sandbox-size"}, "Size"), h("select", {id: "sandbox-size", name: "size"}, SIZES.map((s) => h("option", {}, s)))),
+    h("div", {}, h("label", {for: "sandbox-template"}, "Template"), templates),
     h("button", {type: "submit", class: "primary"}, "Create sandbox"));
+  api("GET", "/sandbox-templates").then(({data}) => {  // ready ones; a server without templates keeps "default"
+    replace(templates, data.filter((t) => t.status === "ready").map((t) => h("option", {value: t.name}, t.name)));
+  }).catch(() => {});
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const button = form.querySelector("button");
     button.disabled = true;
     button.textContent = "Creating…";
     try {
-      const body = {size: form.size.value};
+      const body = {size: form.size.value, template_id: form.template.value || "default"};
       if (form.name.value.trim()) body.name = form.name.value.trim();
       const {data} = await api("POST", "/sandboxes", body);
       toast(`Sandbox ${data.name || data.id} is ${data.status}`);
@@ -102,8 +107,9 @@ export function sandboxView(root, id) {
     Terminal: (panel) => {
       const box = h("div", {class: "terminal", id: "sandbox-terminal"});
       replace(panel, box);
-      return later(import("../terminal.js"), ({execTerminal}) =>
-        execTerminal(box, (body) => api("POST", `/sandboxes/${id}/exec`, {...body, timeout: 300})).close);
+      const live = liveExec(id);
+      const release = later(import("../terminal.js"), ({execTerminal}) => execTerminal(box, live.run).close);
+      return () => { release(); live.close(); };
     },
     Processes: (panel) => processes(panel, id),
     Logs: (panel) => liveLogs(panel, id),
@@ -113,6 +119,37 @@ export function sandboxView(root, id) {
   cleanups.push(panels.close);
   reload();
   return () => { gone = true; clearTimeout(timer); for (const cleanup of cleanups) cleanup(); };
+}
+
+// Runs a command through exec, and hands its output lines over as they are written:
+// the sandbox's event stream says which exec_id a command got (`sandbox.exec.started`
+// carries the command, where a unique comment line finds it), then carries its lines.
+function liveExec(id) {
+  const waiting = new Map();  // nonce -> line handler, until the command has started
+  const running = new Map();  // exec_id -> line handler
+  let ready = false;
+  const close = follow(`/sandboxes/${id}/events`, {
+    "sandbox.exec.started": (event) => {
+      for (const [nonce, handler] of waiting) {
+        if (event.command?.startsWith(`# ${nonce}\n`)) { running.set(event.exec_id, handler); waiting.delete(nonce); }
+      }
+    },
+    "sandbox.exec.stdout": (event) => running.get(event.exec_id)?.("stdout", event.line),
+    "sandbox.exec.stderr": (event) => running.get(event.exec_id)?.("stderr", event.line),
+    "sandbox.exec.completed": (event) => running.delete(event.exec_id),
+  }, (state) => { ready = state === "open"; });
+  async function run(body, onLine) {
+    const nonce = `console-${[...crypto.getRandomValues(new Uint8Array(12))].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+    let done = false;
+    if (ready) waiting.set(nonce, (stream, line) => { if (!done) onLine(stream, line); });
+    try {
+      return await api("POST", `/sandboxes/${id}/exec`, {...body, command: `# ${nonce}\n${body.command}`, timeout: 300});
+    } finally {
+      done = true;  // lines still on their way are in the answer already
+      waiting.delete(nonce);
+    }
+  }
+  return {run, close};
 }
 
 function logLine(text, stream) {
