@@ -3,11 +3,13 @@ started from them, logs and their stream, cancel, retry, rebuild, and every erro
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
 import trio
 
+from corral.ids import new_uuid
 from tests.sse_client import open_sse
 from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
 
@@ -290,6 +292,9 @@ async def test_a_build_cut_off_by_a_restart_fails_and_unused_layers_go(tmp_path_
         slow = await create_template(api, tenant, name="slow", setup=["echo going", "sleep 600"])
         await wait_log(api, tenant, slow["build"]["id"], "going")
         assert (await api.request("DELETE", f"{API}/sandboxes/{sandbox['id']}", key=tenant.key)).status_code == 200
+        # Another server's template in the shared template directory: not this store's to sweep.
+        foreign = templates_root / new_uuid()
+        shutil.copytree(templates_root / kept["template"]["id"], foreign, symlinks=True)
     async with running_server(data_dir, **RUNTIME_SETTINGS) as api:
         build = await wait_build(api, tenant, slow["build"]["id"], timeout=60)
         assert build["status"] == "failed" and "control plane stopped" in build["error"]
@@ -301,6 +306,8 @@ async def test_a_build_cut_off_by_a_restart_fails_and_unused_layers_go(tmp_path_
         cancelled = await api.request("POST", f"{BUILDS}/{retried.json()['data']['id']}/cancel", key=tenant.key)
         assert cancelled.status_code == 200
         assert not (templates_root / kept["template"]["id"]).exists()  # no sandbox left: swept at start
+        assert foreign.is_dir()
+    shutil.rmtree(foreign)
 
 
 async def test_concurrent_builds_per_tenant(runtime_api: Api, owner: Tenant) -> None:

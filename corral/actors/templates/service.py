@@ -293,13 +293,14 @@ async def remove_files_if_unused(services: TemplateServices, template_id: str) -
 
 
 async def sweep_unused_files(services: TemplateServices) -> int:
-    """At start-up: remove the layers of deleted templates that no sandbox uses any more
-    (a template deleted while sandboxes used it keeps its files until then)."""
+    """At start-up: remove the layers of this store's deleted templates that no sandbox
+    uses any more (a template deleted while sandboxes used it keeps its files until then).
+    Layers this store never built are another node's (a shared template directory)."""
     root = services.runtime.templates.root
     removed = 0
     names = [path.name for path in root.iterdir()] if root.is_dir() else []
     for name in names:
-        if is_uuid(name) and await remove_files_if_unused(services, name):
+        if is_uuid(name) and await store.has_builds(services.db, name) and await remove_files_if_unused(services, name):
             removed += 1
     return removed
 

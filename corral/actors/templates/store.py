@@ -167,6 +167,12 @@ def delete_template(tx: Transaction, template_id: str) -> None:
     TEMPLATES.delete(tx, template_id)
 
 
+async def has_builds(db: Database, template_id: str) -> bool:
+    """Whether this store built the template (its builds outlive it): a template folder
+    without builds here belongs to another node sharing the template directory."""
+    return bool(await db.fetch_value("SELECT COUNT(*) FROM sandbox_template_builds WHERE template_id = ?", (template_id,)))
+
+
 def insert_build(tx: Transaction, record: BuildRecord) -> None:
     BUILDS.insert(tx, record)
 
