@@ -181,3 +181,40 @@ async def test_a_failed_restore_leaves_the_database_as_it_was(db_api: Api, owner
     assert record["status"] == "running"
     [rows] = await sql(creds["url"], "SELECT v FROM t")
     assert rows == [("current",)]
+
+
+async def test_backups_and_replicas_survive_writes_and_checkpoints(db_api: Api, owner: Tenant) -> None:
+    """What a user hit: rows loaded, then a backup, a branch and a replica asked at once
+    (each forces a checkpoint that recycles WAL). The backup completes, the replica keeps
+    streaming through its replication slot, and deleting it frees the slot."""
+    primary = await running_db(db_api, owner, name="busy")
+    pid = primary["id"]
+    pcreds = await credentials(db_api, owner, pid)
+    load = "INSERT INTO t SELECT g, repeat('x', 200) FROM generate_series(1, 100000) g"
+    await sql(pcreds["url"], "CREATE TABLE t (v int, pad text)", load)
+    replica_response = await db_api.request("POST", f"{API}/databases/{pid}/replicas", key=owner.key, json={})
+    assert replica_response.status_code == 202, replica_response.text
+    replica = replica_response.json()["data"]
+    await wait_status(db_api, owner, replica["id"])
+    slot = "replica_" + replica["id"].replace("-", "")
+    [slots] = await sql(pcreds["url"], "SELECT slot_name, active FROM pg_replication_slots")
+    assert (slot, True) in slots
+    branches = []
+    for round_ in range(3):  # WAL well past what a checkpoint keeps; each branch forces a checkpoint
+        await sql(pcreds["url"], load)
+        if round_ == 1:
+            backup = (await db_api.request("POST", f"{API}/databases/{pid}/backups", key=owner.key)).json()["data"]
+        branch = await db_api.request("POST", f"{API}/databases/{pid}/branch", key=owner.key, json={"name": f"busy-{round_}"})
+        assert branch.status_code == 202, branch.text
+        branches.append(branch.json()["data"]["id"])
+    assert (await wait_backup(db_api, owner, pid, backup["id"], timeout=120))["status"] == "completed"
+    for branch_id in branches:
+        await wait_status(db_api, owner, branch_id, timeout=120)
+    rcreds = await credentials(db_api, owner, replica["id"])
+    with trio.fail_after(60):
+        while (await sql(rcreds["url"], "SELECT count(*) FROM t"))[0] != [(400000,)]:
+            await trio.sleep(0.2)
+    deleted = await db_api.request("DELETE", f"{API}/databases/{replica['id']}", key=owner.key)
+    assert deleted.status_code == 200, deleted.text
+    [left] = await sql(pcreds["url"], "SELECT slot_name FROM pg_replication_slots")
+    assert left == []

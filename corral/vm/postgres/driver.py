@@ -237,7 +237,10 @@ class PostgresDriver(RuntimeDriver):
 
     def _finish_dirs(self, state: ServerState, primary_conninfo: str | None = None) -> None:
         data = self.layout.data(state.id)
-        files.write_config(data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo, state.port, state.listen)
+        slot = files.replica_slot(state.id) if primary_conninfo is not None else None
+        files.write_config(
+            data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo, state.port, state.listen, slot
+        )
         files.chown_tree(self.layout.server_dir(state.id), state.uid)
         os.chmod(self.layout.server_dir(state.id), 0o711)
         os.chmod(self.layout.run(state.id), 0o711)
@@ -277,6 +280,7 @@ class PostgresDriver(RuntimeDriver):
             if not self._is_replica(instance_id):
                 password = (boot_env or {}).get("password")
                 await admin.adopt(self._sock(state), state.role, state.database, password)
+                await self._drop_orphan_slots(state)
             return self._info(state)
 
     async def stop(self, instance_id: str) -> InstanceInfo:
@@ -298,11 +302,39 @@ class PostgresDriver(RuntimeDriver):
         if state is not None:
             async with self._lock(instance_id):
                 await self._pg_ctl_stop(state, "immediate")
+            if state.replica_of is not None:
+                await self._drop_slot(state.replica_of, files.replica_slot(instance_id))
         if self.cgroups is not None:
             await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
         await trio.to_thread.run_sync(files.remove_tree, self.layout.server_dir(instance_id))
         self.layout.state_file(instance_id).unlink(missing_ok=True)
         self._locks.pop(instance_id, None)
+
+    async def _drop_slot(self, primary_id: str, slot: str) -> None:
+        """Free the WAL a gone replica held on its primary. A primary that is not running
+        now drops the slots of its gone replicas when it starts (`_drop_orphan_slots`)."""
+        primary = self.layout.load(primary_id)
+        if primary is None or files.postmaster_pid(self.layout.data(primary_id)) is None:
+            return
+        with contextlib.suppress(Exception):  # the slot was never made (a failed create), or is gone
+            await admin.query(
+                self._sock(primary),
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                (slot,),
+            )
+
+    async def _drop_orphan_slots(self, primary: ServerState) -> None:
+        replicas = {
+            files.replica_slot(server_id)
+            for server_id in self.layout.server_ids()
+            if (state := self.layout.load(server_id)) is not None and state.replica_of == primary.id
+        }
+        rows = await admin.query(
+            self._sock(primary), "SELECT slot_name FROM pg_replication_slots WHERE starts_with(slot_name, 'replica_') AND NOT active"
+        )
+        for (slot,) in rows:
+            if slot not in replicas:
+                await self._drop_slot(primary.id, str(slot))
 
     async def _basebackup(self, source_id: str, argv: list[str]) -> None:
         source = self._state(source_id)
@@ -351,8 +383,9 @@ class PostgresDriver(RuntimeDriver):
             f"host={self.layout.run(primary.id)} port={primary.port} user={REPLICATION_ROLE} "
             f"password={password} application_name=r{state.id.replace('-', '')[:12]}"
         )
+        slot = files.replica_slot(state.id)
         try:
-            await self._basebackup(primary.id, ["-D", str(self.layout.data(state.id)), "-X", "stream"])
+            await self._basebackup(primary.id, ["-D", str(self.layout.data(state.id)), "-X", "stream", "-C", "-S", slot])
             await trio.to_thread.run_sync(self._finish_dirs, state, conninfo)
         except BaseException:
             await self.destroy(spec.instance_id)
@@ -442,7 +475,10 @@ class PostgresDriver(RuntimeDriver):
         self.layout.save(state)
         data = self.layout.data(instance_id)
         conninfo = self._primary_conninfo(data)
-        (data / "corral.conf").write_text(files.conf(self.layout.run(instance_id), state.memory_mb, conninfo, state.port, state.listen))
+        slot = files.replica_slot(instance_id) if conninfo is not None else None
+        (data / "corral.conf").write_text(
+            files.conf(self.layout.run(instance_id), state.memory_mb, conninfo, state.port, state.listen, slot)
+        )
         if self.cgroups is not None and files.postmaster_pid(data) is not None:
             await trio.to_thread.run_sync(self._cgroup, state)
         return self._info(state)

@@ -34,7 +34,20 @@ def hba(role: str) -> str:
     )
 
 
-def conf(run_dir: Path, memory_mb: int, primary_conninfo: str | None = None, port: int = SOCKET_PORT, listen: str = "") -> str:
+def replica_slot(server_id: str) -> str:
+    """The physical replication slot a replica holds on its primary: the primary keeps
+    every WAL segment the replica has not received yet, however long it was away."""
+    return "replica_" + server_id.replace("-", "")
+
+
+def conf(
+    run_dir: Path,
+    memory_mb: int,
+    primary_conninfo: str | None = None,
+    port: int = SOCKET_PORT,
+    listen: str = "",
+    primary_slot: str | None = None,
+) -> str:
     shared_buffers = max(16, min(1024, memory_mb // 8))
     lines = [
         f"listen_addresses = '{listen}'",
@@ -47,20 +60,32 @@ def conf(run_dir: Path, memory_mb: int, primary_conninfo: str | None = None, por
         "log_line_prefix = '%m [%p] '",
         "wal_level = replica",
         "max_wal_senders = 10",
+        # A backup (`pg_basebackup -X fetch`) needs every WAL segment from its start to its
+        # end; a checkpoint meanwhile (another backup's, a branch's) must not recycle them.
+        "wal_keep_size = 128MB",
         "hot_standby = on",
         "wal_receiver_status_interval = 1s",
     ]
     if primary_conninfo is not None:
         escaped = primary_conninfo.replace("'", "''")
         lines.append(f"primary_conninfo = '{escaped}'")
+    if primary_slot is not None:
+        lines.append(f"primary_slot_name = '{primary_slot}'")
     return "\n".join(lines) + "\n"
 
 
 def write_config(
-    data: Path, run_dir: Path, role: str, memory_mb: int, primary_conninfo: str | None = None, port: int = SOCKET_PORT, listen: str = ""
+    data: Path,
+    run_dir: Path,
+    role: str,
+    memory_mb: int,
+    primary_conninfo: str | None = None,
+    port: int = SOCKET_PORT,
+    listen: str = "",
+    primary_slot: str | None = None,
 ) -> None:
     """(Re)write what makes a copied cluster this server's: socket, port, limits, admission."""
-    (data / "corral.conf").write_text(conf(run_dir, memory_mb, primary_conninfo, port, listen))
+    (data / "corral.conf").write_text(conf(run_dir, memory_mb, primary_conninfo, port, listen, primary_slot))
     (data / "pg_hba.conf").write_text(hba(role))
     (data / "pg_ident.conf").write_text(f"admin root {ADMIN_ROLE}\n")
     main = data / "postgresql.conf"
@@ -69,7 +94,7 @@ def write_config(
         main.write_text(text + "\n" + CONF_INCLUDE)
     auto = data / "postgresql.auto.conf"
     if auto.exists():  # a parent replica's connection must not follow a branch or a backup
-        kept = [line for line in auto.read_text().splitlines() if not line.startswith("primary_conninfo")]
+        kept = [line for line in auto.read_text().splitlines() if not line.startswith(("primary_conninfo", "primary_slot_name"))]
         auto.write_text("\n".join(kept) + "\n")
     for stale in ("postmaster.pid", "postmaster.opts", "standby.signal", "recovery.signal"):
         (data / stale).unlink(missing_ok=True)
