@@ -26,7 +26,7 @@ import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from tests.browser_network import BrowserNetwork, browser_network
-from tests.support import free_port
+from tests.support import Api, free_port
 
 
 class BrowserError(Exception):
@@ -116,6 +116,12 @@ def chromium_path() -> str:
         if found:
             return found
     raise RuntimeError("no Chromium found: tools/install --test installs Debian's chromium")
+
+
+def server_ports(api: Api) -> list[int]:
+    """A test server's API and preview router ports: what a browser in its own network
+    (`open_browser(ports=...)`) needs to reach."""
+    return [api.platform.settings.port, api.platform.settings.preview_port]
 
 
 @contextlib.asynccontextmanager

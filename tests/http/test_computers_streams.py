@@ -14,11 +14,13 @@ from PIL import Image
 
 from corral.actors import previews
 from corral.actors.previews.tokens import stream_key
-from tests.browser import open_browser
+from tests.browser import open_browser, server_ports
 from tests.http.computer_support import call, create_running, websocket_upgrade
 from tests.support import Api, Tenant, assert_error
 
 SERVICE_DOMAIN = "corral.localhost"
+
+
 
 
 async def credentials(api: Api, tenant: Tenant, computer_id: str) -> dict[str, Any]:
@@ -131,7 +133,7 @@ async def test_the_desktop_page_trades_the_token_for_a_cookie(runtime_api: Api, 
 async def test_a_browser_opens_desktop_url_and_sees_the_desktop(runtime_api: Api, owner: Tenant) -> None:
     computer = await create_running(runtime_api, owner, resolution="1024x768")
     creds = await credentials(runtime_api, owner, computer["id"])
-    async with open_browser(host_rules="MAP * 127.0.0.1") as browser:
+    async with open_browser(host_rules="MAP * 127.0.0.1", ports=server_ports(runtime_api)) as browser:
         page = await browser.new_page(f"{creds['desktop_url']}?auth={creds['token']}")
         assert await page.wait_for("location.pathname === '/vnc.html'")
         assert "auth=" not in await page.evaluate("location.href")

@@ -20,7 +20,7 @@ import pytest
 import trio
 from PIL import Image
 
-from tests.browser import Browser, Page, open_browser
+from tests.browser import Browser, Page, open_browser, server_ports
 from tests.support import PASSWORD, RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, running_server
 
 from .test_sandboxes import run
@@ -31,8 +31,7 @@ SHOTS = Path(os.environ["CORRAL_CONSOLE_SHOTS"]) if os.environ.get("CORRAL_CONSO
 
 def console_browser(api: Api) -> contextlib.AbstractAsyncContextManager[Browser]:
     """Chromium in a network of its own, reaching the server's API and preview ports only."""
-    settings = api.platform.settings
-    return open_browser(ports=[settings.port, settings.preview_port])
+    return open_browser(ports=server_ports(api))
 
 
 async def expect(page: Page, condition: str, timeout: float = 20.0) -> Any:

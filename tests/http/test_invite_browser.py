@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.browser import open_browser
+from tests.browser import open_browser, server_ports
 from tests.http.people import call, login, new_person, outbox, owner_of
 from tests.support import PASSWORD, Api, Tenant
 
@@ -19,7 +19,7 @@ async def test_a_new_user_accepts_an_org_invite_in_chromium(api: Api, tenant: Te
     assert invite_url.startswith("http://corral.localhost:")
     invitee = await new_person(api, email="browser@example.test")  # an account in no organization yet
 
-    async with open_browser(host_rules="MAP corral.localhost 127.0.0.1") as browser:
+    async with open_browser(host_rules="MAP corral.localhost 127.0.0.1", ports=server_ports(api)) as browser:
         legacy = invite_url.replace("/invites/", "/invite/")
         page = await browser.new_page(legacy)  # the legacy link redirects to the landing page
         assert await page.evaluate("location.pathname") == "/invites/" + invite_url.rsplit("/", 1)[1]
@@ -45,7 +45,7 @@ async def test_the_page_reports_a_wrong_account(api: Api, tenant: Tenant) -> Non
     created = await call(api, owner, "POST", f"/tenants/{tenant.id}/invites", json={"email": "right@example.test", "role": "member"})
     invite_url = created.json()["data"]["invite_url"]
     wrong = await new_person(api, email="wrong@example.test")
-    async with open_browser(host_rules="MAP corral.localhost 127.0.0.1") as browser:
+    async with open_browser(host_rules="MAP corral.localhost 127.0.0.1", ports=server_ports(api)) as browser:
         page = await browser.new_page(invite_url)
         await page.evaluate(
             f"document.getElementById('email').value = {json.dumps(wrong.email)};"

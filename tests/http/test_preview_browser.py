@@ -6,7 +6,7 @@ preview router on the strength of the cookie the share link left for that host.
 
 from __future__ import annotations
 
-from tests.browser import open_browser
+from tests.browser import open_browser, server_ports
 from tests.http.preview_support import API, expose, new_sandbox, share, start_app, wait_ready
 from tests.support import Api
 
@@ -20,7 +20,7 @@ async def test_share_link_in_a_browser_loads_assets_and_a_websocket(runtime_api:
     await wait_ready(api, sandbox["id"], 8000)
     link = await share(api, owner, sandbox["id"])
 
-    async with open_browser(host_rules="MAP * 127.0.0.1") as browser:
+    async with open_browser(host_rules="MAP * 127.0.0.1", ports=server_ports(api)) as browser:
         page = await browser.new_page(link["url"])
         assert await page.wait_for("window.scriptRan === true && window.imageLoaded === true")
         echoes = await page.wait_for("window.echoes.length > 0 && window.echoes")
