@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import socket
@@ -70,3 +72,21 @@ def run_wrk(url: str, connections: int, seconds: int, headers: dict[str, str] | 
     if socket_errors:
         errors += sum(int(v) for v in socket_errors.groups())
     return LoadResult(rps, p50, p99, errors)
+
+
+def cleanup_host(names: dict[str, str]) -> None:
+    """Remove a bench node's bridge, veths, namespaces, nftables tables and cgroups
+    (`names`: its `CORRAL_*` host names; instances are destroyed first)."""
+    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        if name.startswith(names["CORRAL_NETNS_PREFIX"]):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith(names["CORRAL_LINK_PREFIX"]) or name == names["CORRAL_BRIDGE"]:
+            subprocess.run(["ip", "link", "delete", name], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "inet", names["CORRAL_NFT_TABLE"]], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "ip", f"{names['CORRAL_NFT_TABLE']}_egress"], capture_output=True)
+    for controller in ("cpu", "cpuacct", "memory", "pids"):
+        with contextlib.suppress(OSError):
+            os.rmdir(f"/sys/fs/cgroup/{controller}/{names['CORRAL_CGROUP_PARENT']}")

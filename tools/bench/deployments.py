@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 
 from tools.bench.api import corral_key, median_result, process
-from tools.bench.common import LoadResult, free_port, run_wrk, wait_http
+from tools.bench.common import LoadResult, cleanup_host, free_port, run_wrk, wait_http
 
 ADMIN_KEY = "msk_a_bench-operator-key-0123456789"
 VENV_BIN = Path(sys.executable).parent
@@ -54,23 +54,6 @@ MAKE_SITE = (
     "    os.makedirs(d, exist_ok=True)\n"
     "    open('%s/file%04d.bin' % (d, i), 'wb').write(os.urandom(10 * 1024 + 512))\n\""
 )
-
-
-def cleanup_host() -> None:
-    """Remove the bench's bridge, veths, namespaces, table and cgroups."""
-    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(NAMES["CORRAL_NETNS_PREFIX"]):
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for line in links.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(NAMES["CORRAL_LINK_PREFIX"]) or name == NAMES["CORRAL_BRIDGE"]:
-            subprocess.run(["ip", "link", "delete", name], capture_output=True)
-    subprocess.run(["nft", "delete", "table", "inet", NAMES["CORRAL_NFT_TABLE"]], capture_output=True)
-    subprocess.run(["nft", "delete", "table", "ip", f"{NAMES['CORRAL_NFT_TABLE']}_egress"], capture_output=True)
-    for controller in ("cpu", "cpuacct", "memory", "pids"):
-        with contextlib.suppress(OSError):
-            os.rmdir(f"/sys/fs/cgroup/{controller}/{NAMES['CORRAL_CGROUP_PARENT']}")
 
 
 @contextlib.contextmanager
@@ -117,7 +100,7 @@ def main() -> None:
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
     ratios: dict[int, list[float]] = {1: [], 16: []}
     manifest: dict[str, int] = {}
-    cleanup_host()
+    cleanup_host(NAMES)
     try:
         with tempfile.TemporaryDirectory() as data_dir:
             serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(preview_port),
@@ -163,7 +146,7 @@ def main() -> None:
                     api.delete(f"/sandboxes/{sandbox['id']}")
                     api.delete(f"/deployments/{dep['id']}")
     finally:
-        cleanup_host()
+        cleanup_host(NAMES)
 
     print(f"publish of {manifest.get('file_count')} files, {manifest.get('total_bytes', 0) / 1e6:.1f} MB: "
           + ", ".join(f"{t:.2f} s" for t in publish_times)

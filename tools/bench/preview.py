@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from tools.bench.api import corral_key, median_result, process
-from tools.bench.common import LoadResult, free_port, run_wrk, wait_http
+from tools.bench.common import LoadResult, cleanup_host, free_port, run_wrk, wait_http
 
 ADMIN_KEY = "msk_a_bench-operator-key-0123456789"
 VENV_BIN = Path(sys.executable).parent
@@ -50,22 +49,6 @@ STATIC_SERVER = (
     "h.ThreadingHTTPServer.request_queue_size = 128\n"
     "h.ThreadingHTTPServer(('0.0.0.0', 8000), functools.partial(H, directory='/workspace/site')).serve_forever()\n"
 )
-
-
-def cleanup_host() -> None:
-    """Remove the bench's bridge, veths, namespaces, table and cgroups (instances are destroyed first)."""
-    for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
-        if name.startswith(NAMES["CORRAL_NETNS_PREFIX"]):
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for line in links.splitlines():
-        name = line.split(":")[1].strip().split("@")[0]
-        if name.startswith(NAMES["CORRAL_LINK_PREFIX"]) or name == NAMES["CORRAL_BRIDGE"]:
-            subprocess.run(["ip", "link", "delete", name], capture_output=True)
-    subprocess.run(["nft", "delete", "table", "inet", NAMES["CORRAL_NFT_TABLE"]], capture_output=True)
-    for controller in ("cpu", "cpuacct", "memory", "pids"):
-        with contextlib.suppress(OSError):
-            os.rmdir(f"/sys/fs/cgroup/{controller}/{NAMES['CORRAL_CGROUP_PARENT']}")
 
 
 @contextlib.contextmanager
@@ -110,7 +93,7 @@ def main() -> None:
         env["CORRAL_TEMPLATE_DIR"] = os.environ["CORRAL_TEMPLATE_CACHE"]
     elif Path("/var/cache/corral/templates/default").is_dir():
         env["CORRAL_TEMPLATE_DIR"] = "/var/cache/corral/templates"
-    cleanup_host()
+    cleanup_host(NAMES)
     try:
         with tempfile.TemporaryDirectory() as data_dir:
             serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(preview_port),
@@ -134,7 +117,7 @@ def main() -> None:
                             added[connections].append(through.p50_ms - plain.p50_ms)
                             ratios[connections].append(through.requests_per_second / plain.requests_per_second)
     finally:
-        cleanup_host()
+        cleanup_host(NAMES)
 
     print(f"medians of {args.rounds} alternating rounds of {args.seconds} s; a 1 KiB static file from a sandbox")
     print(f"{'path':<22} {'conns':>5} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'errors':>7}")
