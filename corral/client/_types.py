@@ -1,29 +1,14 @@
 """The `UNSET` marker: an optional body field the caller did not give is left out of the
-request, so the server applies its own default (and a PATCH leaves the field alone)."""
+request, so the server applies its own default (and a PATCH leaves the field alone).
+It is the server's own marker (`corral.models`), so both sides mean the same by it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from corral.models import UNSET, Unset
+
 __all__ = ["UNSET", "Unset", "without_unset"]
-
-
-class Unset:
-    _instance: Unset | None = None
-
-    def __new__(cls) -> Unset:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-UNSET = Unset()
 
 
 def without_unset(values: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.http.static_files import MAX_FILE, StaticFiles
+from corral.static_files import MAX_FILE, StaticFiles
 from tests.support import Api, assert_error
 
 

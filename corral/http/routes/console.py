@@ -35,10 +35,10 @@ from pathlib import Path
 from quart import Response
 
 from corral.errors import not_found
+from corral.static_files import StaticFile, StaticFiles
 
 from ..context import RequestContext
 from ..routing import Router
-from ..static_files import StaticFile, StaticFiles
 
 router = Router("console", prefix="")
 

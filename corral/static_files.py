@@ -1,5 +1,5 @@
-"""Files the API serves as they are on disk: the web console's page, modules and vendored
-libraries (`corral/http/console/`).
+"""Files served as they are on disk: the web console's page, modules and vendored
+libraries (`corral/http/console/`, by the API) and noVNC's files (by the preview router).
 
 Files are read once and kept in memory (the whole console is about 1.2 MB), each with
 an ETag (a digest of its bytes) so that a browser revalidates with one cheap 304
