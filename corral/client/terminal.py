@@ -181,6 +181,11 @@ class Terminal:
     def fileno(self) -> int:
         return self._sock.fileno()
 
+    def buffered(self) -> bool:
+        """Output already received (e.g. with the handshake's bytes) that `recv` will give
+        without reading the socket: a `select` on `fileno()` would not report it."""
+        return bool(self._pending) or self.closed
+
     def __enter__(self) -> Terminal:
         return self
 

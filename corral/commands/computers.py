@@ -8,6 +8,7 @@ import select
 import shutil
 import sys
 import termios
+import time
 import tty
 import webbrowser
 
@@ -101,6 +102,10 @@ def shell(ctx: Context) -> int:
         return _interact(term)
 
 
+PROMPT_WAIT = 5.0
+"""Seconds piped input waits for the shell's first output."""
+
+
 def _interact(term: Terminal) -> int:
     stdin = sys.stdin.fileno()
     interactive = os.isatty(stdin)
@@ -109,12 +114,19 @@ def _interact(term: Terminal) -> int:
         saved = termios.tcgetattr(stdin)
         tty.setraw(stdin)
     # Piped input waits for the shell's first output (its prompt): typed-ahead bytes sent
-    # before the shell set up its terminal could be flushed away.
+    # before the shell set up its terminal could be flushed away. A shell that prints no
+    # prompt gets the input anyway after PROMPT_WAIT seconds.
     sources = [stdin, term.fileno()] if interactive else [term.fileno()]
     stdin_done = False
+    waiting_since = time.monotonic()
     try:
         while not term.closed:
-            ready, _, _ = select.select(sources, [], [], 1.0)
+            if term.buffered():  # received already (with the handshake): select would not say so
+                ready = [term.fileno()]
+            else:
+                ready, _, _ = select.select(sources, [], [], 1.0)
+            if stdin not in sources and not stdin_done and time.monotonic() - waiting_since > PROMPT_WAIT:
+                sources.append(stdin)
             if term.fileno() in ready:
                 try:
                     data = term.recv(timeout=0.5)

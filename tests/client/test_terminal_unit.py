@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 import socket
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import AcceptConnection, BytesMessage, Request
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request
 
 from corral.client import CorralError, Terminal
 from corral.client.terminal import connect_address
+from corral.commands.computers import PROMPT_WAIT, _interact
 
 
 def _serve_once(listener: socket.socket, first_bytes_with_accept: bytes | None, refuse: bool = False) -> None:
@@ -65,3 +69,43 @@ def test_localhost_names_are_loopback() -> None:
     assert connect_address("LOCALHOST.") == "127.0.0.1"
     assert connect_address("example.com") == "example.com"
     assert connect_address("example.com", "10.0.0.1") == "10.0.0.1"
+
+
+def _shell_once(listener: socket.socket, seen: list[bytes]) -> None:
+    """A shell whose prompt rides with the 101; it echoes what it is sent, and closes
+    the session at `exit`."""
+    conn, _ = listener.accept()
+    ws = WSConnection(ConnectionType.SERVER)
+    asked = False
+    while not asked:
+        ws.receive_data(conn.recv(65536))
+        asked = any(isinstance(event, Request) for event in ws.events())
+    conn.sendall(ws.send(AcceptConnection()) + ws.send(BytesMessage(data=b"$ ")))
+    received = b""
+    while b"exit" not in received:
+        data = conn.recv(65536)
+        if not data:
+            break
+        ws.receive_data(data)
+        for event in ws.events():
+            if isinstance(event, BytesMessage):
+                received += bytes(event.data)
+                conn.sendall(ws.send(BytesMessage(data=bytes(event.data))))
+    seen.append(received)
+    conn.sendall(ws.send(CloseConnection(code=1000)))
+    conn.close()
+
+
+def test_piped_input_is_sent_when_the_prompt_came_with_the_handshake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listener, port = _listener()
+    seen: list[bytes] = []
+    threading.Thread(target=_shell_once, args=(listener, seen), daemon=True).start()
+    stdin = tmp_path / "stdin"
+    stdin.write_bytes(b"echo hi\nexit\n")
+    with open(stdin, "rb") as piped, Terminal(f"ws://127.0.0.1:{port}/terminal/s1?auth=t") as term:
+        monkeypatch.setattr(sys, "stdin", piped)
+        started = time.monotonic()
+        _interact(term)
+    assert seen == [b"echo hi\nexit\n"]
+    assert time.monotonic() - started < PROMPT_WAIT  # sent at once: the prompt was already there
+    listener.close()
