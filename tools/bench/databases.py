@@ -228,6 +228,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 for database in await bench.call("GET", "/databases"):
                     await bench.call("DELETE", f"/databases/{database['id']}")
+                shutil.rmtree(platform.databases.driver.layout.root, ignore_errors=True)  # the template cluster too
             stop.set()
     finally:
         subprocess.run(["nft", "delete", "table", "inet", "corral_bench_db"], capture_output=True)
