@@ -257,13 +257,14 @@ def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table:
 
     from corral.vm import CgroupV1
 
-    cgroups = CgroupV1(parent=cgroup_parent)
-    for instance_id in cgroups.instance_ids():
-        cgroups.kill_all(instance_id)
-        cgroups.remove(instance_id)
-    for controller in ("cpu", "cpuacct", "memory", "pids"):
-        with contextlib.suppress(OSError):
-            (Path("/sys/fs/cgroup") / controller / cgroup_parent).rmdir()
+    for parent in (cgroup_parent, f"{cgroup_parent}-db"):  # instances, and database servers (corral.node)
+        cgroups = CgroupV1(parent=parent)
+        for instance_id in cgroups.instance_ids():
+            cgroups.kill_all(instance_id)
+            cgroups.remove(instance_id)
+        for controller in ("cpu", "cpuacct", "memory", "pids"):
+            with contextlib.suppress(OSError):
+                (Path("/sys/fs/cgroup") / controller / parent).rmdir()
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
         if name.startswith(netns_prefix):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)
