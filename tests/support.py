@@ -29,6 +29,8 @@ _HANDED_OUT: set[int] = set()
 
 PORTS_PER_SLOT = 2000
 FIRST_PORT = 12000
+DB_PORT_OFFSET = 1800
+"""Ports from here to the end of a slot's range are its database proxies' and servers'."""
 """Each test slot takes its ports from its own range below the kernel's ephemeral range
 (32768 and up), so parallel workers never pick the same port, and no port is one the
 kernel hands out for an outgoing connection meanwhile."""
@@ -38,7 +40,7 @@ def free_port() -> int:
     """A free loopback port of this slot's range, never one this process was given before
     (a server's API and preview ports are picked one after the other)."""
     start = FIRST_PORT + _test_slot() * PORTS_PER_SLOT
-    candidates = list(range(start, start + PORTS_PER_SLOT))
+    candidates = list(range(start, start + DB_PORT_OFFSET))  # the slot's last 200 are its databases' (DB_PORTS)
     random.shuffle(candidates)
     for port in candidates:
         if port in _HANDED_OUT:
@@ -50,7 +52,7 @@ def free_port() -> int:
                 continue
         _HANDED_OUT.add(port)
         return port
-    raise RuntimeError(f"no free port left in {start}-{start + PORTS_PER_SLOT - 1}")
+    raise RuntimeError(f"no free port left in {start}-{start + DB_PORT_OFFSET - 1}")
 
 
 @dataclass
@@ -163,6 +165,7 @@ class Api:
 
 @contextlib.asynccontextmanager
 async def running_server(data_dir: Path, database_url: str = "", **overrides: Any) -> AsyncIterator[Api]:
+    overrides.setdefault("database_ports", DB_PORTS)  # never the default range: it lies in another slot's ports
     settings = Settings(
         data_dir=data_dir,
         database_url=database_url,
@@ -214,7 +217,7 @@ def host_names(
     }
 
 
-DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1800}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1899}"
+DB_PORTS = f"{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + DB_PORT_OFFSET}-{FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + DB_PORT_OFFSET + 99}"
 """Database proxy ports of this slot (the servers' own are the next 100): parallel test
 workers never hand out the same ones."""
 
@@ -222,7 +225,6 @@ RUNTIME_SETTINGS: dict[str, Any] = {
     "template_dir": TEMPLATE_CACHE,
     "idle_check_seconds": 0.25,
     "sse_heartbeat_seconds": 1.0,
-    "database_ports": DB_PORTS,
     **host_names(
         bridge="corrala0",
         subnet_prefix="10.216",

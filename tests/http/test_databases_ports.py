@@ -8,11 +8,18 @@ import shutil
 import pytest
 
 from tests.http.database_support import API, DATABASE_SETTINGS, running_db
-from tests.support import FIRST_PORT, PORTS_PER_SLOT, TEST_SLOT, assert_error, running_server
+from tests.support import (
+    DB_PORT_OFFSET,
+    FIRST_PORT,
+    PORTS_PER_SLOT,
+    TEST_SLOT,
+    assert_error,
+    running_server,
+)
 
 
 async def test_ports_run_out_and_come_back(runtime_host: None, tmp_path_factory: pytest.TempPathFactory) -> None:
-    first = FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + 1790
+    first = FIRST_PORT + TEST_SLOT * PORTS_PER_SLOT + DB_PORT_OFFSET  # this slot's database ports, never handed out otherwise
     settings = {**DATABASE_SETTINGS, "database_ports": f"{first}-{first + 1}"}  # two proxy ports (servers': the next two)
     async with running_server(tmp_path_factory.mktemp("corral"), **settings) as api:
         root = api.platform.databases.driver.layout.root
