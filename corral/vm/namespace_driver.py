@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -51,6 +52,8 @@ from .network import InstanceNetwork, NetworkAttachment
 from .snapshots import SnapshotStore, copy_tree
 from .templates import UID_COUNT, TemplateStore
 from .zygote import Zygote
+
+logger = logging.getLogger(__name__)
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 STOP_GRACE = 3.0
@@ -468,7 +471,13 @@ class NamespaceDriver(RuntimeDriver):
             procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
         except OSError as exc:
             raise LaunchFailed(f"instance {instance_id} did not start: cannot set up its cgroups: {exc}") from exc
-        reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
+        try:
+            reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
+        except BaseException:
+            # Cancelled, or the zygote failed: the launch may still be on its way in.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+            raise
         if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
             # A launch that timed out may still be on its way in: its groups go, so it
             # has nothing to join, and whatever joined already is killed.
@@ -476,6 +485,9 @@ class NamespaceDriver(RuntimeDriver):
             log = self.instance_dir(instance_id) / "console.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise LaunchFailed(f"instance {instance_id} did not start: {reply.get('error')}\n{reply.get('traceback', '')}{tail}")
+        stages = reply.get("stages") or {}
+        if stages.get("ready", 0) > self.launch_timeout / 3:
+            logger.warning("instance %s took %.1f s to start (stages: %s)", instance_id, stages["ready"], stages)
         state["init_pid"] = int(reply["init_pid"])
         state["init_start_time"] = process_start_time(state["init_pid"])
         state["status"] = "running"

@@ -2,15 +2,28 @@
 
 The zygote is started lazily with the control plane's own interpreter (which has
 trio and h11), with a minimal environment so nothing of the host's environment
-reaches an instance. Requests are serialized: the zygote forks one instance at a
-time, which takes a few milliseconds. If it has died, it is restarted once.
+reaches an instance. Requests go over a `SOCK_SEQPACKET` socket, one message each,
+and each carries a reply channel of its own (a socket pair made per request, one end
+passed with `SCM_RIGHTS`): a reply can only ever be read by the request it answers,
+whatever happened to earlier requests. A caller cancelled while it waits closes its
+end, and the zygote's waiter for that launch stops.
+
+Requests do not queue behind each other: the zygote hands each launch to a process
+of its own at once. A zygote that died or whose socket broke is restarted, once per
+request; a request that may have reached it is never sent twice (a launch could
+then happen twice).
 """
 
 from __future__ import annotations
 
+import array
+import contextlib
+import errno
 import json
+import socket
 import subprocess
 import sys
+from itertools import count
 from pathlib import Path
 from typing import Any
 
@@ -32,52 +45,96 @@ main()
 """
 
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+MAX_REPLY = 1 << 20
+CONTROL_BUFFER = 2 << 20
+"""Send buffer of the control socket: one message must fit (a launch carries the
+instance's environment and the egress CA)."""
+SO_SNDBUFFORCE = 32
+"""Linux's `SO_SNDBUFFORCE`, which the socket module does not name: past `wmem_max`, as root."""
 
 
 class Zygote:
     def __init__(self, python: str = sys.executable) -> None:
         self.python = python
         self._process: trio.Process | None = None
-        self._buffer = b""
-        self._lock = trio.Lock()
+        self._control: trio.socket.SocketType | None = None
+        self._start_lock = trio.Lock()
+        self._send_lock = trio.Lock()
+        self._ids = count(1)
 
-    async def _start(self) -> trio.Process:
-        boot = BOOT.format(init=str(AGENT_DIR / "__init__.py"), pkg=str(AGENT_DIR))
-        process = await trio.lowlevel.open_process(
-            [self.python, "-I", "-c", boot],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=ENV,
-            cwd="/",
-        )
-        self._process = process
-        self._buffer = b""
-        return process
+    @property
+    def pid(self) -> int | None:
+        """The running zygote's process id (None before the first request)."""
+        process = self._process
+        return process.pid if process is not None and process.returncode is None else None
 
-    async def _exchange(self, process: trio.Process, request: dict[str, Any]) -> dict[str, Any]:
-        assert process.stdin is not None and process.stdout is not None
-        await process.stdin.send_all(json.dumps(request).encode() + b"\n")
-        while b"\n" not in self._buffer:
-            data = await process.stdout.receive_some(65536)
-            if not data:
-                raise trio.BrokenResourceError("zygote exited")
-            self._buffer += data
-        line, self._buffer = self._buffer.split(b"\n", 1)
-        return dict(json.loads(line))
+    async def _ensure(self) -> trio.socket.SocketType:
+        async with self._start_lock:
+            if self._process is not None and self._process.returncode is None and self._control is not None:
+                return self._control
+            await self._kill()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            with contextlib.suppress(OSError):  # not root: the default buffer (about 200 KB)
+                ours.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, CONTROL_BUFFER)
+            boot = BOOT.format(init=str(AGENT_DIR / "__init__.py"), pkg=str(AGENT_DIR))
+            try:
+                self._process = await trio.lowlevel.open_process(
+                    [self.python, "-I", "-c", boot, str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    env=ENV,
+                    cwd="/",
+                )
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+            self._control = trio.socket.from_stdlib_socket(ours)
+            return self._control
 
     async def request(self, request: dict[str, Any]) -> dict[str, Any]:
-        async with self._lock:
-            for attempt in (1, 2):
-                process = self._process
-                if process is None or process.returncode is not None:
-                    process = await self._start()
+        """Send `request`, wait for its own reply. Raises `LaunchFailed` if the zygote
+        cannot take it or died before answering."""
+        request = {**request, "id": next(self._ids)}
+        payload = json.dumps(request).encode()
+        for attempt in (1, 2):
+            control = await self._ensure()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            reply_channel = trio.socket.from_stdlib_socket(ours)
+            try:
                 try:
-                    return await self._exchange(process, request)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as exc:
+                    async with self._send_lock:
+                        await control.sendmsg(
+                            [payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))]
+                        )
+                except OSError as exc:
+                    # Not sent (a message is whole or not at all): safe to try again.
                     await self._kill()
-                    if attempt == 2:
-                        raise LaunchFailed(f"zygote failed: {exc!r}") from exc
-            raise AssertionError("unreachable")
+                    if attempt == 2 or exc.errno == errno.EMSGSIZE:
+                        raise LaunchFailed(f"zygote failed: cannot send the request: {exc}") from exc
+                    continue
+                finally:
+                    theirs.close()
+                data = await reply_channel.recv(MAX_REPLY)
+            finally:
+                reply_channel.close()
+            if not data:
+                # Its waiter ended without a word (killed): the request may have been
+                # carried out in part, so it is not sent again.
+                if self._process is not None and self._process.returncode is not None:
+                    await self._kill()
+                raise LaunchFailed("zygote failed: the request ended without a reply")
+            try:
+                reply = dict(json.loads(data))
+            except ValueError as exc:
+                await self._kill()  # it cannot be trusted
+                raise LaunchFailed(f"zygote failed: unreadable reply {data[:200]!r}") from exc
+            if reply.get("id") not in (request["id"], None):
+                await self._kill()
+                raise LaunchFailed(f"zygote failed: reply {reply.get('id')} to request {request['id']}")
+            return reply
+        raise AssertionError("unreachable")
 
     async def warm(self) -> None:
         """Start the zygote ahead of the first launch."""
@@ -85,6 +142,9 @@ class Zygote:
 
     async def _kill(self) -> None:
         process, self._process = self._process, None
+        control, self._control = self._control, None
+        if control is not None:
+            control.close()
         if process is None:
             return
         if process.returncode is None:
@@ -94,10 +154,11 @@ class Zygote:
 
     async def aclose(self) -> None:
         process, self._process = self._process, None
+        control, self._control = self._control, None
+        if control is not None:
+            control.close()  # the zygote exits when its end reads as closed
         if process is None:
             return
-        if process.stdin is not None:
-            await process.stdin.aclose()
         with trio.move_on_after(2) as scope:
             scope.shield = True
             await process.wait()

@@ -18,8 +18,11 @@ over anything but its own files and processes:
 4. PID 1 forks the agent and stays behind as a reaper, restarting the agent if it
    dies; SIGTERM stops the instance (everything in the PID namespace ends with it).
 
-The launcher reports on `report_fd`: `{"init_pid"}` from the outer process, then
-`{"ready"}` from the agent once its port is open, or `{"error"}`.
+The launcher reports on `report_fd`, one stage at a time: `{"namespaces"}` from the
+outer process once it has joined the cgroups and namespaces, `{"root"}` from PID 1
+once it has entered its root file system, `{"init_pid"}` from the outer process once
+the user namespace is mapped, then `{"ready"}` from the agent once its port is open;
+or `{"error"}` at any point. The zygote's deadline restarts with each stage.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
     # The mount namespace is unshared by PID 1 itself: pivot_root moves the root of
     # every process in the namespace, and this process must keep the host's /proc.
     sc.unshare(sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWPID | sc.CLONE_NEWCGROUP)
+    report(report_fd, {"namespaces": True})
 
     go_r, go_w = os.pipe()
     userns_r, userns_w = os.pipe()
@@ -172,6 +176,7 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     os.chdir("/")
     if req.get("trust_ca"):
         _trust_ca(req["trust_ca"], base)
+    report(report_fd, {"root": True})
 
     sc.unshare(sc.CLONE_NEWUSER)
     os.write(userns_w, b"userns")

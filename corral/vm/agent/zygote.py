@@ -8,16 +8,35 @@ Each instance runs the already-loaded agent without reading a single file from t
 host after it pivots into its own root, and its memory stays mostly shared with
 the zygote (low PSS per idle instance).
 
-Protocol on stdin/stdout: one JSON object per line. Requests: `{"op": "launch",
-...}` (see `launcher`) and `{"op": "ping"}`. The zygote exits at end of input, so
-it dies with the control plane; instances do not (they are double-forked into
-their own sessions).
+Protocol: the control plane holds the other end of a `SOCK_SEQPACKET` socket (the
+file descriptor named on the command line). Each request is one message, a JSON
+object (`{"op": "launch", ...}`, see `launcher`, or `{"op": "ping"}`), carrying one
+file descriptor: the request's own reply channel, another `SOCK_SEQPACKET` socket.
+The reply is one message on that channel and nothing else ever is, so a reply can
+only reach the request it answers: a launch whose caller gave up (its end closed)
+cannot leave an answer behind for the next one. (A line protocol on one pipe did:
+a cancelled launch's reply was read by the next launch, and every launch after it
+read the one before's.)
+
+A launch is handed to a waiter process at once, so one slow launch does not hold up
+the others: the zygote forks the waiter, the waiter forks the launcher (see
+`launcher`) and relays its progress. The deadline is one of progress, not of the
+whole launch: each stage (`namespaces` joined, `root` file system mounted and
+entered, `init_pid` with its user namespace mapped, `ready`: the agent listens) has `timeout` seconds from
+the one before, so an agent that hangs is caught while a launch slowed by a busy
+disk is not failed for it. A waiter whose reply channel closes (its caller was
+cancelled) stops waiting; the control plane removes what was started.
+
+The zygote exits when the control plane's end closes, so it dies with the control
+plane; instances do not (they are double-forked into their own sessions).
 """
 
 from __future__ import annotations
 
 # Everything the agent uses, loaded before the first fork (the instance cannot
 # import from the host's file system once it has pivoted into its own root).
+import array  # noqa: F401
+import contextlib
 import encodings.idna  # noqa: F401
 import gc
 import grp  # noqa: F401
@@ -26,6 +45,7 @@ import os
 import pwd  # noqa: F401
 import select
 import shutil  # noqa: F401
+import socket
 import subprocess  # noqa: F401
 import sys
 import time
@@ -38,6 +58,8 @@ import trio
 from . import app, execution, files, httpserver, launcher, paths, processes  # noqa: F401
 
 LAUNCH_TIMEOUT = 15.0
+MAX_REQUEST = 2 << 20
+STAGES = ("namespaces", "root", "init_pid", "ready")
 
 
 def _preload() -> None:
@@ -57,11 +79,28 @@ def _preload() -> None:
     os.waitpid(pid, 0)
 
 
-def _collect(read_fd: int, deadline: float) -> dict[str, Any]:
+def _send(reply_fd: int, message: dict[str, Any]) -> None:
+    """One message on the request's own channel; a caller that left is no error."""
+    with contextlib.suppress(OSError):
+        os.write(reply_fd, json.dumps(message).encode())
+
+
+def collect(read_fd: int, reply_fd: int, timeout: float) -> dict[str, Any] | None:
+    """The launcher's reports merged, until ready or an error; None if the caller left.
+
+    `timeout` bounds each stage, not the whole: the clock restarts with every report.
+    """
     result: dict[str, Any] = {}
+    stages: dict[str, float] = {}
+    started = last = time.monotonic()
     buffer = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+    while True:
+        remaining = last + timeout - time.monotonic()
+        if remaining <= 0:
+            break
+        ready, _, _ = select.select([read_fd, reply_fd], [], [], remaining)
+        if reply_fd in ready:
+            return None  # the caller's end closed: nobody waits for this launch
         if not ready:
             break
         data = os.read(read_fd, 65536)
@@ -72,44 +111,92 @@ def _collect(read_fd: int, deadline: float) -> dict[str, Any]:
             line, buffer = buffer.split(b"\n", 1)
             message = json.loads(line)
             result.update(message)
+            last = time.monotonic()
+            for stage in STAGES:
+                if stage in message and stage not in stages:
+                    stages[stage] = round(last - started, 4)
+            result["stages"] = stages
             if "error" in result or (result.get("ready") and result.get("init_pid")):
                 return result
-    result.setdefault("error", "instance did not report ready in time")
+    waiting_for = next((stage for stage in STAGES if stage not in stages), "ready")
+    result.setdefault(
+        "error",
+        f"instance did not report ready in time: no progress for {timeout:g} s waiting for {waiting_for!r}"
+        f" (stages reached: {', '.join(f'{k} {v:.2f}s' for k, v in stages.items()) or 'none'})",
+    )
+    result["stages"] = stages
     return result
 
 
-def launch(req: dict[str, Any]) -> dict[str, Any]:
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            os.setsid()
-            if os.fork() == 0:
-                launcher.launch(req, write_fd)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.waitpid(pid, 0)
+def _wait_for_launch(req: dict[str, Any], reply_fd: int) -> None:
+    """The waiter: runs the launcher in a child, relays its reply. Never returns."""
     try:
-        return _collect(read_fd, time.monotonic() + float(req.get("timeout", LAUNCH_TIMEOUT)))
+        os.setsid()
+        read_fd, write_fd = os.pipe()
+        if os.fork() == 0:
+            os.close(read_fd)
+            os.close(reply_fd)
+            launcher.launch(req, write_fd)  # never returns
+        os.close(write_fd)
+        reply = collect(read_fd, reply_fd, float(req.get("timeout", LAUNCH_TIMEOUT)))
+        if reply is not None:
+            reply["id"] = req.get("id")
+            _send(reply_fd, reply)
+    except BaseException as exc:
+        _send(reply_fd, {"id": req.get("id"), "error": f"zygote waiter: {exc!r}"})
     finally:
-        os.close(read_fd)
+        os._exit(0)
 
 
-def main() -> None:
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _handle(control: socket.socket, message: bytes, reply_fd: int) -> None:
+    try:
+        req = json.loads(message)
+        if req.get("op") != "launch":
+            _send(reply_fd, {"id": req.get("id"), "ok": True, "pid": os.getpid()})
+            return
+        if os.fork() == 0:
+            control.close()
+            _wait_for_launch(req, reply_fd)
+    except Exception as exc:  # a bad request must not kill the zygote
+        _send(reply_fd, {"error": f"zygote: {exc!r}"})
+
+
+def serve(control: socket.socket) -> None:
+    while True:
+        ready, _, _ = select.select([control], [], [], 1.0)
+        _reap()
+        if not ready:
+            continue
+        message, fds, _flags, _address = socket.recv_fds(control, MAX_REQUEST, 1)
+        if not message and not fds:
+            return  # the control plane's end closed
+        for fd in fds[1:]:
+            os.close(fd)
+        if not fds:
+            continue  # nowhere to answer
+        try:
+            _handle(control, message, fds[0])
+        finally:
+            os.close(fds[0])
+
+
+def main(control_fd: int | None = None) -> None:
+    if control_fd is None:
+        control_fd = int(sys.argv[1])
     _preload()
     gc.collect()
     gc.freeze()
-    out = sys.stdout.buffer
-    for line in sys.stdin.buffer:
-        try:
-            req = json.loads(line)
-            reply = launch(req) if req.get("op") == "launch" else {"ok": True, "pid": os.getpid()}
-        except Exception as exc:  # a bad request must not kill the zygote
-            reply = {"error": f"zygote: {exc!r}"}
-        out.write(json.dumps(reply).encode() + b"\n")
-        out.flush()
+    serve(socket.socket(fileno=control_fd))
 
 
 if __name__ == "__main__":
