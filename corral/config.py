@@ -69,7 +69,7 @@ class Settings:
     agent_timeout: float = 10.0
     """How long a call to a guest agent (other than exec's own timeout) may take."""
     instance_launch_timeout: float = 15.0
-    """How long a new instance may take until its agent listens (`CORRAL_INSTANCE_LAUNCH_TIMEOUT`)."""
+    """How long each stage of a launch may take after the one before, up to the agent listening (`CORRAL_INSTANCE_LAUNCH_TIMEOUT`)."""
     # Credits and metering (issue 5; docs/api.md "Credits, metering and quotas").
     default_tenant_credits: int = 100
     """Credits granted to a tenant created without `credits` (`CORRAL_DEFAULT_TENANT_CREDITS`)."""
