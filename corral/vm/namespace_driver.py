@@ -49,6 +49,7 @@ from .errors import (
     LaunchFailed,
 )
 from .network import InstanceNetwork, NetworkAttachment
+from .seccomp_profile import instance_filter
 from .snapshots import SnapshotStore, copy_tree
 from .templates import UID_COUNT, TemplateStore
 from .zygote import Zygote
@@ -98,6 +99,8 @@ class NamespaceDriver(RuntimeDriver):
         self.egress = egress
         """The node's egress proxy and CA, which every instance uses from boot (None: no proxy)."""
         self.zygote = Zygote(python)
+        self.seccomp_filter = instance_filter().hex()
+        """The BPF program every instance process runs under (`seccomp_profile`)."""
         self.snapshots = SnapshotStore(self.data_dir / "snapshots")
         self._locks: dict[str, trio.Lock] = {}
 
@@ -458,6 +461,7 @@ class NamespaceDriver(RuntimeDriver):
             "env": {**egress_env, **(state.get("env") or {}), **(boot_env or {})},  # boot_env stays off the disk
             "resolv_conf": "".join(f"nameserver {s}\n" for s in dns),
             "hosts": f"127.0.0.1\tlocalhost\n{attachment.address}\t{hostname}\n",
+            "seccomp": self.seccomp_filter,
             **(self.egress.launch_fields() if self.egress is not None else {}),
         }
 

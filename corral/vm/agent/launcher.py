@@ -9,12 +9,17 @@ over anything but its own files and processes:
    owned by the host's user namespace, so nothing inside can later mount, change
    the hostname, or reconfigure the network.
 2. Fork: the child is PID 1 of the new PID namespace. Still real root, it mounts the
-   overlay root (template lower + per-instance upper), /proc, /sys (read-only),
-   /dev, writes /etc/resolv.conf and /etc/hosts, and pivots into the new root.
+   overlay root (template lower + per-instance upper), turns its mount points back
+   into real directories (the tenant may have left links there), mounts /proc, /sys
+   (read-only) with Docker's masked and read-only paths, /dev, and pivots into the
+   new root; only then does it write /etc/resolv.conf, /etc/hosts, /etc/hostname and
+   the CA, so no path it writes can lead out of the instance.
 3. PID 1 unshares a user namespace; the parent (still real root outside) writes its
    uid/gid maps (0 inside -> `uid_base` outside), and PID 1 becomes uid 0 of that
-   namespace with `no_new_privs`. Changing credentials also makes PID 1 and the agent
-   non-dumpable, so their memory, fds and environment cannot be read from inside.
+   namespace with `no_new_privs`, Docker's default capabilities (nothing more, for
+   it and everything it runs) and the seccomp filter of `corral.vm.seccomp_profile`.
+   Changing credentials also makes PID 1 and the agent non-dumpable, so their
+   memory, fds and environment cannot be read from inside.
 4. PID 1 forks the agent and stays behind as a reaper, restarting the agent if it
    dies; SIGTERM stops the instance (everything in the PID namespace ends with it).
 
@@ -43,6 +48,18 @@ from . import syscalls as sc
 from .app import AgentConfig, run
 
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+MOUNT_POINTS = ("proc", "sys", "dev", "workspace", "etc", "tmp")
+MASKED = (
+    "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+    "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+)  # fmt: skip
+"""Docker's masked paths: an empty directory or an empty file in their place."""
+READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+"""Docker's read-only paths."""
+CAPABILITIES = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31}
+"""Docker's default set, inside the user namespace: CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
+KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
+AUDIT_WRITE, SETFCAP."""
 SHUTDOWN_GRACE = 3.0
 
 
@@ -132,7 +149,6 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
 
 def _mount_dev(root: str, base: int) -> None:
     dev = f"{root}/dev"
-    os.makedirs(dev, exist_ok=True)
     sc.mount("tmpfs", dev, "tmpfs", sc.MS_NOSUID | sc.MS_NOEXEC, "mode=755,size=1024k")
     for name in DEVICES:
         target = f"{dev}/{name}"
@@ -156,17 +172,16 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     sc.unshare(sc.CLONE_NEWNS)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
     sc.mount("overlay", root, "overlay", 0, f"lowerdir={req['lower']},upperdir={req['upper']},workdir={req['work']}")
-    for sub in ("proc", "sys", "workspace", "etc", "tmp"):
-        path = f"{root}/{sub}"
-        if not os.path.isdir(path):
-            os.makedirs(path, exist_ok=True)
-            os.chown(path, base, base)
+    # The tenant's files are in the tree from here on. No process of the instance
+    # runs yet, but its files may hold links made to point at the host: every mount
+    # point is made a real directory first, and files are written after pivot_root,
+    # when every path resolves inside the instance's own root.
+    for sub in MOUNT_POINTS:
+        _real_directory(f"{root}/{sub}", base)
     sc.mount("proc", f"{root}/proc", "proc", sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
     sc.mount("sysfs", f"{root}/sys", "sysfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
+    _mask_kernel_files(root)
     _mount_dev(root, base)
-    write_file(f"{root}/etc/resolv.conf", req["resolv_conf"], base)
-    write_file(f"{root}/etc/hosts", req["hosts"], base)
-    write_file(f"{root}/etc/hostname", req["hostname"] + "\n", base)
 
     with contextlib.suppress(OSError):
         sc.set_process_title("corral-init")
@@ -174,6 +189,9 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     sc.pivot_root(".", ".")
     sc.umount(".", sc.MNT_DETACH)
     os.chdir("/")
+    write_file("/etc/resolv.conf", req["resolv_conf"], base)
+    write_file("/etc/hosts", req["hosts"], base)
+    write_file("/etc/hostname", req["hostname"] + "\n", base)
     if req.get("trust_ca"):
         _trust_ca(req["trust_ca"], base)
     report(report_fd, {"root": True})
@@ -188,7 +206,39 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+    sc.limit_capabilities(CAPABILITIES)
+    if req.get("seccomp"):
+        sc.install_seccomp(bytes.fromhex(req["seccomp"]))
     _reap_forever(req, report_fd)
+
+
+def _real_directory(path: str, uid: int) -> None:
+    """`path` as a directory of its own: a link or file the tenant left there goes."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    if not os.path.isdir(path):
+        os.mkdir(path, 0o755)
+        os.chown(path, uid, uid)
+
+
+def _mask_kernel_files(root: str) -> None:
+    """Docker's masked and read-only paths of `/proc` and `/sys`."""
+    for path in MASKED:
+        target = f"{root}{path}"
+        try:
+            if os.path.isdir(target):
+                sc.mount("tmpfs", target, "tmpfs", sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC, "size=0")
+            else:
+                sc.mount("/dev/null", target, None, sc.MS_BIND)
+        except FileNotFoundError:
+            continue
+    for path in READ_ONLY:
+        target = f"{root}{path}"
+        try:
+            sc.mount(target, target, None, sc.MS_BIND | sc.MS_REC)
+        except FileNotFoundError:
+            continue
+        sc.mount(None, target, None, sc.MS_BIND | sc.MS_REMOUNT | sc.MS_RDONLY | sc.MS_NOSUID | sc.MS_NODEV | sc.MS_NOEXEC)
 
 
 def _trust_ca(trust: dict[str, str], uid: int) -> None:

@@ -94,3 +94,50 @@ def set_comm(name: str) -> None:
     """The short process name (`comm`, 15 bytes); needs no privilege."""
     buffer = ctypes.create_string_buffer(name.encode()[:15])
     _check(_libc.prctl(PR_SET_NAME, ctypes.addressof(buffer), 0, 0, 0), "prctl")
+
+
+PR_CAPBSET_DROP = 24
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def limit_capabilities(keep: set[int]) -> None:
+    """Only `keep`, for this process and everything it will execute: the rest leave the
+    bounding set (which bounds what an executed program gets, root or not), and the
+    effective, permitted and inheritable sets become `keep`; no ambient ones."""
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        if cap not in keep:
+            _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    mask = sum(1 << cap for cap in keep)
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    for index in (0, 1):
+        word = (mask >> (32 * index)) & 0xFFFFFFFF
+        data[index] = _CapData(word, word, word)
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def install_seccomp(program: bytes) -> None:
+    """Load a seccomp filter (BPF instructions, 8 bytes each) for this process and
+    every descendant; needs `no_new_privs`."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp")
