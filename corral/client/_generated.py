@@ -1155,7 +1155,7 @@ class Operations(SyncBase):
         return self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
     def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
-        """Begin connecting an OAuth account: the provider's authorize URL (PKCE S256) and the state.
+        """Begin connecting an OAuth account: `{authorize_url, state}`, unwrapped (the provider's authorize URL, PKCE S256).
 
         `POST /api/v1/egress/oauth/start`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.oauth.start`.
         """
@@ -3145,7 +3145,7 @@ class AsyncOperations(AsyncBase):
         return await self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
     async def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
-        """Begin connecting an OAuth account: the provider's authorize URL (PKCE S256) and the state.
+        """Begin connecting an OAuth account: `{authorize_url, state}`, unwrapped (the provider's authorize URL, PKCE S256).
 
         `POST /api/v1/egress/oauth/start`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.oauth.start`.
         """

@@ -362,6 +362,36 @@ async def test_a_real_profile_applies_to_a_run_and_binds_its_secrets(runtime_api
     assert_error(refused, 422, "AGENT_RUNTIME_PROFILE_NOT_APPLICABLE")
 
 
+async def test_a_custom_run_needs_a_command_from_itself_or_its_profile(runtime_api: Api, owner: Tenant) -> None:
+    """Contract §14: a `custom` profile may leave `command` out; the run is refused (422)
+    only when neither it nor its profile gives one, and nothing is started then."""
+    api = runtime_api
+    profiles = f"{API}/agent-runtime-profiles"
+    bare = await api.request(
+        "POST", profiles, key=owner.key, json={"name": "bare-custom", "provider": "custom", "env": {"FROM_PROFILE": "yes"}}
+    )
+    assert bare.status_code == 201, bare.text
+    assert bare.json()["data"]["command"] is None
+    sandbox = await create(api, owner)
+    refused = await api.request(
+        "POST", f"{API}/agent-runs", key=owner.key, json={"sandbox_id": sandbox["id"], "prompt": "p", "agent_profile_id": "bare-custom"}
+    )
+    error = assert_error(refused, 422, "VALIDATION_ERROR")
+    assert "command" in error["details"] and error["message"] == "command is required for provider custom"
+    assert (await api.request("GET", f"{API}/agent-runs", key=owner.key)).json()["data"] == []
+    # The run gives the command: it runs with the profile's env.
+    given = await start_run(api, owner, sandbox_id=sandbox["id"], prompt="p", agent_profile_id="bare-custom", command='echo "env=$FROM_PROFILE"')
+    assert (given["status"], given["provider"], given["output"]) == ("succeeded", "custom", "env=yes\n")
+    assert given["agent_runtime_profile_id"] == bare.json()["data"]["id"]
+    # `provider: custom` without a command of its own takes the profile's.
+    with_command = await api.request(
+        "POST", profiles, key=owner.key, json={"name": "custom-cmd", "provider": "custom", "command": "echo from-profile"}
+    )
+    assert with_command.status_code == 201, with_command.text
+    taken = await start_run(api, owner, sandbox_id=sandbox["id"], prompt="p", provider="custom", agent_profile_id="custom-cmd")
+    assert (taken["status"], taken["command"], taken["output"]) == ("succeeded", "echo from-profile", "from-profile\n")
+
+
 async def test_the_event_stream_takes_a_ticket(runtime_api: Api, owner: Tenant) -> None:
     sandbox = await create(runtime_api, owner)
     made = await start_run(runtime_api, owner, sandbox_id=sandbox["id"], prompt="p", command="true")

@@ -96,7 +96,6 @@ async def test_validation_and_errors(api: Api, tenant: Tenant, other_tenant: Ten
     foreign = await secret(api, other_tenant, "theirs", "value-of-other")
     bad: list[tuple[dict[str, Any], str]] = [
         ({"provider": "gemini"}, "provider"),
-        ({"provider": "custom"}, "command"),
         ({"applies_to": []}, "applies_to"),
         ({"applies_to": ["vm"]}, "applies_to"),
         ({"env": {"lower": "x"}}, "env"),
@@ -124,12 +123,29 @@ async def test_validation_and_errors(api: Api, tenant: Tenant, other_tenant: Ten
     other = await make(api, tenant, name="other")
     assert_error(await api.request("PATCH", f"{PATH}/{other['id']}", key=tenant.key, json={"name": "taken"}), 409, "PROFILE_NAME_TAKEN")
     assert_error(
-        await api.request("PATCH", f"{PATH}/{other['id']}", key=tenant.key, json={"provider": "custom"}), 422, "VALIDATION_ERROR"
+        await api.request("PATCH", f"{PATH}/{other['id']}", key=tenant.key, json={"provider": "custom", "command": 5}), 422, "VALIDATION_ERROR"
     )
     reader = await create_key(api, tenant.key, scopes=["agents:read"])
     assert_error(await api.request("POST", PATH, key=reader["key"], json={"name": "r", "provider": "pi"}), 403, "insufficient_scope")
     assert (await api.request("GET", PATH, key=reader["key"])).status_code == 200
     assert_error(await api.request("GET", PATH), 401, "invalid_token")
+
+
+async def test_a_custom_profile_may_leave_the_command_to_the_run(api: Api, tenant: Tenant) -> None:
+    """Contract §14: `command` is optional on a profile, `custom` included; the run gives it."""
+    bare = await make(api, tenant, name="bring-your-own", provider="custom", env={"MODE": "x"})
+    assert (bare["provider"], bare["command"]) == ("custom", None)
+    got = await api.request("GET", f"{PATH}/bring-your-own", key=tenant.key)
+    assert got.status_code == 200 and got.json()["data"]["command"] is None
+    # Turning another profile into `custom`, or removing a custom profile's command, is accepted too.
+    other = await make(api, tenant, name="was-claude", provider="claude")
+    patched = await api.request("PATCH", f"{PATH}/{other['id']}", key=tenant.key, json={"provider": "custom"})
+    assert patched.status_code == 200, patched.text
+    assert (patched.json()["data"]["provider"], patched.json()["data"]["command"]) == ("custom", None)
+    with_command = await make(api, tenant, name="had-command", provider="custom", command="agent --go")
+    cleared = await api.request("PATCH", f"{PATH}/{with_command['id']}", key=tenant.key, json={"command": None})
+    assert cleared.status_code == 200, cleared.text
+    assert cleared.json()["data"]["command"] is None
 
 
 async def test_idempotent_create_replays(api: Api, tenant: Tenant) -> None:

@@ -1,8 +1,11 @@
-"""Terminals (contract §10): real shells on real PTYs in the guest agent, through the preview router."""
+"""Terminals (contract §10): real shells on real PTYs in the guest agent, through the preview router,
+opened with trio-websocket and with Python's `websockets`."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,6 +13,7 @@ from urllib.parse import urlsplit
 
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+from websockets.sync.client import ClientConnection, connect
 
 from tests.http.computer_support import call, create_running, websocket_upgrade
 from tests.support import Api, Tenant, assert_error
@@ -66,6 +70,38 @@ async def test_a_terminal_runs_a_shell_that_follows_resizes(runtime_api: Api, ow
         await ws.send_message(json.dumps({"type": "resize", "cols": 132, "rows": 43}))
         await ws.send_message(b"stty size\n")
         assert b"43 132\r\n" in await read_until(ws, b"43 132")
+
+
+def _receive_until(ws: ClientConnection, needle: bytes, timeout: float = 20) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        message = ws.recv(timeout=max(0.1, deadline - time.monotonic()))
+        seen += message if isinstance(message, bytes) else message.encode()
+    return seen
+
+
+async def test_the_terminal_opens_with_pythons_websockets_library(runtime_api: Api, owner: Tenant) -> None:
+    """The `ws_url` as given, opened by `websockets` (strict about the handshake's status
+    line: it refused `HTTP/1.1 101` without a reason phrase, issue 26), through the
+    preview router to the guest agent; only the TCP connection goes to 127.0.0.1, as
+    DNS would send the computer's host there."""
+    computer = await create_running(runtime_api, owner)
+    session = await open_terminal(runtime_api, owner, computer["id"])
+    port = runtime_api.platform.settings.preview_port
+
+    def shell() -> tuple[int, str, bytes]:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        with connect(session["ws_url"], sock=sock, proxy=None, open_timeout=30, close_timeout=5) as ws:
+            _receive_until(ws, b"# ")
+            ws.send(b"echo strict-$((6*7))\n")
+            out = _receive_until(ws, b"strict-42\r\n")
+            assert ws.response is not None
+            return ws.response.status_code, ws.response.reason_phrase, out
+
+    status, reason, out = await trio.to_thread.run_sync(shell)
+    assert (status, reason) == (101, "Switching Protocols")
+    assert b"strict-42\r\n" in out
 
 
 async def test_a_dropped_socket_reattaches_with_the_recent_output(runtime_api: Api, owner: Tenant) -> None:

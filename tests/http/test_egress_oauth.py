@@ -25,6 +25,7 @@ import pytest
 import trio
 
 from corral.actors import egress
+from corral.client import AsyncClient
 from corral.ids import new_uuid
 from corral.storage import utc_now_iso
 from tests.support import API, Api, Tenant, assert_error, free_port, member_key, running_server
@@ -166,7 +167,8 @@ async def browse(api: Api, authorize_url: str) -> httpx.Response:
 async def start(api: Api, tenant: Tenant, **body: Any) -> dict[str, Any]:
     response = await call(api, tenant, "POST", "/start", json={"provider": "github", **body})
     assert response.status_code == 200, response.text
-    started: dict[str, Any] = response.json()["data"]
+    started: dict[str, Any] = response.json()
+    assert set(started) == {"authorize_url", "state"}, started  # unwrapped: the specification's explicit shape
     return started
 
 
@@ -206,6 +208,18 @@ async def test_connect_stores_an_oauth_connect_secret_with_its_binding(oauth_api
     # The same callback again: the flow was used.
     again = await api.client.get(f"{API}/egress/oauth/callback?code=x&state={started['state']}")
     assert again.status_code == 409 and "already used" in again.text
+
+
+async def test_the_python_client_gets_the_unwrapped_start_answer(oauth_api: Api, auth_server: AuthServer) -> None:
+    """`egress_oauth_start` of the generated client answers what the server sends: the
+    specification's `{authorize_url, state}`, no `data` around it."""
+    tenant = await oauth_api.create_tenant()
+    async with AsyncClient(str(oauth_api.client.base_url), tenant.key) as client:
+        started = await client.egress_oauth_start(provider="github")
+        assert set(started) == {"authorize_url", "state"}
+        assert started["authorize_url"].startswith(f"{auth_server.base}/authorize?")
+        status = await client.get_egress_oauth_status(state=started["state"])
+    assert status["data"]["status"] == "pending"
 
 
 async def test_callback_and_start_errors(oauth_api: Api, auth_server: AuthServer) -> None:
@@ -316,7 +330,7 @@ async def test_a_tenant_provider_connects_end_to_end(tmp_path: Path, auth_server
             "allowed_hosts": ["api.acme.test"],
         })
         assert response.status_code == 201, response.text
-        started = (await call(api, tenant, "POST", "/start", json={"provider": "acme", "scope": "tenant"})).json()["data"]
+        started = (await call(api, tenant, "POST", "/start", json={"provider": "acme", "scope": "tenant"})).json()
         page = await browse(api, started["authorize_url"])
         assert page.status_code == 200, page.text
         assert auth_server.token_requests[-1]["client_secret"] == TENANT_SECRET

@@ -1,12 +1,13 @@
 """Agent runtime profiles (contract §14): what an agent runs with, per tenant or workspace.
 
-A profile names a provider (`custom` needs a `command`), an optional model and
-command, the kinds of target it applies to (`sandbox`, `computer`), env variables and
-vault secrets. Its env values are sealed (`SecretBox`, tenant and profile id as
-associated data) and never returned: responses list `env_keys` only. Secrets are
-referenced by id; applying the profile to a resource binds each one to it, so the
-resource sees an opaque `svc-tok-` placeholder that the egress proxy substitutes
-(the vault's bindings), never the value.
+A profile names a provider, an optional model and command (optional for every
+provider, `custom` included: a run may give its own, contract §14), the kinds of
+target it applies to (`sandbox`, `computer`), env variables and vault secrets. Its
+env values are sealed (`SecretBox`, tenant and profile id as associated data) and
+never returned: responses list `env_keys` only. Secrets are referenced by id;
+applying the profile to a resource binds each one to it, so the resource sees an
+opaque `svc-tok-` placeholder that the egress proxy substitutes (the vault's
+bindings), never the value.
 
 Defaults: a profile created or patched with `is_default: true` becomes the default
 for each kind it applies to in its scope (its workspace, or the tenant when it has
@@ -140,11 +141,6 @@ def profile_not_found(profile_id: str) -> ApiError:
     return ApiError(404, "AGENT_RUNTIME_PROFILE_NOT_FOUND", f"agent runtime profile not found: {profile_id}")
 
 
-def _check_command(provider: str, command: str | None) -> None:
-    if provider == "custom" and not command:
-        raise validation_error({"command": "is required for provider custom"})
-
-
 async def _check_secrets(services: ProfileServices, tenant_id: str, secret_ids: list[str]) -> list[str]:
     """The ids, lowercased and deduplicated; 422 for one that is not the tenant's secret."""
     unique = list(dict.fromkeys(value.lower() for value in secret_ids))
@@ -184,7 +180,6 @@ def _name_taken() -> ApiError:
 async def create_profile(
     services: ProfileServices, tenant_id: str, new: NewProfile, *, key_workspace_id: str | None = None
 ) -> ProfileRecord:
-    _check_command(new.provider, new.command)
     workspace_id = new.workspace_id or key_workspace_id
     if key_workspace_id is not None and workspace_id != key_workspace_id:
         raise not_found("workspace not found")
@@ -241,8 +236,6 @@ async def update_profile(services: ProfileServices, record: ProfileRecord, chang
         value = getattr(change, name)
         if not isinstance(value, Unset):
             values[name] = value
-    provider = values.get("provider", record.provider)
-    _check_command(provider, values.get("command", record.command))
     if not isinstance(change.applies_to, Unset):
         values["applies_to"] = _ordered_kinds(change.applies_to)
     if not isinstance(change.env, Unset):

@@ -149,7 +149,11 @@ async def create_run(
     if not command:
         line = builtin(provider)
         if line is None:
-            raise validation_error({"command": "is required for provider custom"})
+            # A profile may leave `command` out (contract §14); a custom run needs one from somewhere.
+            raise validation_error(
+                {"command": "is required for provider custom: give it in the run or in its agent runtime profile"},
+                "command is required for provider custom",
+            )
         cli, command = line
     model_name = new.model or (profile.model if profile else None)
     run_id = new_uuid()

@@ -15,7 +15,7 @@ from quart import Response
 from corral.actors import egress
 
 from ..context import RequestContext
-from ..replies import Reply, data, no_content
+from ..replies import Reply, data, no_content, raw
 from ..routing import Router
 
 router = Router("egress oauth", tenant_wide=True)  # keys restricted to a workspace: 403
@@ -69,7 +69,7 @@ async def delete_provider(ctx: RequestContext, id: str) -> Reply:
 
 @router.post(
     "/egress/oauth/start",
-    summary="Begin connecting an OAuth account: the provider's authorize URL (PKCE S256) and the state",
+    summary="Begin connecting an OAuth account: `{authorize_url, state}`, unwrapped (the provider's authorize URL, PKCE S256)",
     scope="egress:write",
     action="egress.oauth.start",
     request=egress.OAuthStart,
@@ -79,7 +79,7 @@ async def start(ctx: RequestContext) -> Reply:
     authorize_url, state = await egress.start_oauth(
         ctx.platform, _caller(ctx), fields, operator_file=ctx.platform.settings.oauth_providers, api_base=_api_base(ctx)
     )
-    return data({"authorize_url": authorize_url, "state": state})
+    return raw({"authorize_url": authorize_url, "state": state})  # the specification's explicit shape (contract §3)
 
 
 @router.get(

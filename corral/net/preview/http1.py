@@ -15,6 +15,7 @@ import enum
 import os
 import re
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 import trio
 
@@ -23,6 +24,24 @@ MAX_HEAD = 64 * 1024
 MAX_CHUNK_LINE = 4096
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEX = frozenset("0123456789abcdefABCDEF")
+
+
+_CLASS_PHRASES = {1: "Informational", 2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}
+
+
+def reason_phrase(status: int) -> str:
+    """The reason phrase of a status line the router writes (`HTTPStatus`'s; a code it
+    does not know gets its class's). Never empty: strict clients (Python's `websockets`)
+    refuse `HTTP/1.1 101` without ` SP reason-phrase` (RFC 9112 4)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return _CLASS_PHRASES.get(status // 100, "Unknown")
+
+
+def status_line(version: str, status: int | str, reason: str = "") -> str:
+    """`HTTP-version SP status-code SP reason-phrase`, the reason filled in when it is empty."""
+    return f"{version} {status} {reason or reason_phrase(int(status))}"
 
 
 class HttpError(Exception):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 
+from .http1 import reason_phrase
 from .routes import Reply
 
 _STYLE = (
@@ -18,16 +19,6 @@ _STYLE = (
     "code{background:#eef0f4;padding:.1rem .3rem;border-radius:4px}"
     "p.status{color:#6b7280;font-size:.85rem;margin-top:2rem}"
 )
-
-_REASONS = {
-    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 431: "Request Header Fields Too Large",
-    500: "Internal Server Error", 501: "Not Implemented", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported",
-}
-
-
-def reason_phrase(status: int) -> str:
-    return _REASONS.get(status, "Error")
-
 
 def page(status: int, reason: str, title: str, message: str, hint: str | None = None,
          headers: tuple[tuple[str, str], ...] = ()) -> Reply:

@@ -37,6 +37,7 @@ from .http1 import (
     recv_some,
     relay_body,
     send_all,
+    status_line,
 )
 from .routes import Forward, PreviewRequest, Reply, RouteTable, Upstream
 from .upstream import Connector, UpstreamUnreachable, looks_closed
@@ -191,7 +192,7 @@ class PreviewRouter:
         return keep
 
     async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> None:
-        lines = [f"HTTP/1.1 {reply.status} {pages.reason_phrase(reply.status) if reply.status >= 400 else _STATUS_TEXT.get(reply.status, 'OK')}"]
+        lines = [status_line("HTTP/1.1", reply.status)]
         source = None
         length = len(reply.body)
         if reply.file is not None:
@@ -372,9 +373,6 @@ class PreviewRouter:
 
 
 FILE_CHUNK = 256 * 1024
-_STATUS_TEXT = {
-    200: "OK", 301: "Moved Permanently", 302: "Found", 303: "See Other", 304: "Not Modified", 307: "Temporary Redirect",
-}
 
 
 def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:
@@ -405,7 +403,9 @@ def _response_head(
     response: Head, extra: tuple[tuple[str, str], ...], added: tuple[tuple[str, str], ...], *, keep_upgrade: bool
 ) -> bytes:
     version, code, reason = response.first
-    lines = [f"{version} {code} {reason}" if reason else f"{version} {code}"]
+    # An app's empty reason (h11 writes `HTTP/1.1 101 `) gets the standard one: the line
+    # must keep ` SP reason-phrase`, or strict clients (`websockets`) refuse the upgrade.
+    lines = [status_line(version, code, reason.strip(" \t"))]
     for lower, name, value in response.headers:
         if keep_upgrade and lower in ("connection", "upgrade"):
             lines.append(f"{name}: {value}")

@@ -12,6 +12,7 @@ import json
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
@@ -83,6 +84,15 @@ def error_response(error: AgentError) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+def reason(status: int) -> bytes:
+    """The reason phrase of a status line: h11 writes none unless given one, and a
+    status line with a phrase reads the same to every client, strict or not."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
 class _Connection:
     def __init__(self, stream: trio.SocketStream) -> None:
         self.stream = stream
@@ -126,7 +136,7 @@ async def _read_request(conn: _Connection, head: h11.Request) -> Request:
 async def _send_response(conn: _Connection, response: Response) -> None:
     headers = [(k.encode(), v.encode("latin-1")) for k, v in response.headers.items()]
     if response.upgraded is not None:
-        await conn.send(h11.InformationalResponse(status_code=101, headers=headers))
+        await conn.send(h11.InformationalResponse(status_code=101, headers=headers, reason=reason(101)))
         trailing, _ = conn.conn.trailing_data
         await response.upgraded(conn.stream, bytes(trailing))
         return
@@ -134,7 +144,7 @@ async def _send_response(conn: _Connection, response: Response) -> None:
         await _send_streamed(conn, response.status, headers, response.writer)
         return
     headers.append((b"content-length", str(len(response.body)).encode()))
-    await conn.send(h11.Response(status_code=response.status, headers=headers))
+    await conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason(response.status)))
     if response.body:
         await conn.send(h11.Data(data=response.body))
     await conn.send(h11.EndOfMessage())
@@ -150,7 +160,7 @@ async def _send_streamed(conn: _Connection, status: int, headers: list[tuple[byt
     does not answer" deadline measures the agent, never the command.
     """
     headers = [*headers, (b"transfer-encoding", b"chunked")]
-    pending = conn.conn.send(h11.Response(status_code=status, headers=headers)) or b""
+    pending = conn.conn.send(h11.Response(status_code=status, headers=headers, reason=reason(status))) or b""
     ended = False
     lock = trio.Lock()  # the writer and the head flush share one stream
 
