@@ -33,6 +33,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ class NamespaceDriver(RuntimeDriver):
     async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
         source = self._load(source_id)
         upper = self.instance_dir(source_id) / "upper"
-        return await self._create_with_files(spec, source["template"], Path(source["lower"]), upper)
+        return await self._create_with_files(spec, source["template"], Path(source["lower"]), upper, still=source)
 
     async def create_from_snapshot(self, snapshot_id: str, spec: InstanceSpec) -> InstanceInfo:
         async with self._snapshot_lock(snapshot_id):
@@ -188,8 +189,11 @@ class NamespaceDriver(RuntimeDriver):
             files = self.snapshots.files(snapshot_id)
             return await self._create_with_files(spec, manifest["template"], Path(manifest["lower"]), files)
 
-    async def _create_with_files(self, spec: InstanceSpec, template: str, lower: Path, files: Path) -> InstanceInfo:
-        """A new instance over `lower` whose writable layer starts as a copy of `files`."""
+    async def _create_with_files(
+        self, spec: InstanceSpec, template: str, lower: Path, files: Path, still: dict[str, Any] | None = None
+    ) -> InstanceInfo:
+        """A new instance over `lower` whose writable layer starts as a copy of `files`
+        (of the instance `still`, frozen while it is copied)."""
         directory = self.instance_dir(spec.instance_id)
         async with self._lock(spec.instance_id):
             if directory.exists():
@@ -198,7 +202,11 @@ class NamespaceDriver(RuntimeDriver):
             state["template"] = template
             self._make_dirs(state)
             try:
-                await copy_tree(files, directory / "upper")
+                if still is not None:
+                    async with self._still(still):
+                        await copy_tree(files, directory / "upper")
+                else:
+                    await copy_tree(files, directory / "upper")
                 await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
@@ -257,15 +265,16 @@ class NamespaceDriver(RuntimeDriver):
             return self._info(state)
 
     async def archive(self, instance_id: str, dest: Path) -> Path:
-        self._load(instance_id)
+        state = self._load(instance_id)
         upper = self.instance_dir(instance_id) / "upper"
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        result = await trio.run_process(
-            ["tar", "--xattrs", "--xattrs-include=*", "-C", str(upper), "-czf", str(dest), "."],
-            capture_stderr=True,
-            check=False,
-        )
+        async with self._still(state):
+            result = await trio.run_process(
+                ["tar", "--xattrs", "--xattrs-include=*", "-C", str(upper), "-czf", str(dest), "."],
+                capture_stderr=True,
+                check=False,
+            )
         if result.returncode != 0:
             raise LaunchFailed(f"archive failed: {result.stderr.decode().strip()}")
         return dest
@@ -280,17 +289,28 @@ class NamespaceDriver(RuntimeDriver):
             state = self._load(instance_id)
             upper = self.instance_dir(instance_id) / "upper"
             about = {"instance_id": instance_id, "template": state["template"], "lower": state["lower"]}
-            running = state.get("status") == "running" and self._alive(state)
-            if not running or self.cgroups.frozen(instance_id):  # stopped, or paused: nothing moves
+            async with self._still(state):
                 return await self.snapshots.take(snapshot_id, upper, about)
-            if not await trio.to_thread.run_sync(self.cgroups.freeze, instance_id):
+
+    @contextlib.asynccontextmanager
+    async def _still(self, state: dict[str, Any]) -> AsyncIterator[None]:
+        """Nothing of the instance moves inside: a running instance is frozen (and thawed
+        after), a stopped or paused one is left as it is. The host copies a tenant's
+        writable layer only like this: a copy of a tree that changes under it could be
+        led out of it by a directory swapped for a link mid-copy."""
+        instance_id = state["id"]
+        running = state.get("status") == "running" and self._alive(state)
+        if not running or self.cgroups.frozen(instance_id):  # stopped, or paused: nothing moves
+            yield
+            return
+        if not await trio.to_thread.run_sync(self.cgroups.freeze, instance_id):
+            await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
+            raise InvalidInstanceState(f"instance {instance_id} did not freeze in time")
+        try:
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
-                raise InvalidInstanceState(f"instance {instance_id} did not freeze in time")
-            try:
-                return await self.snapshots.take(snapshot_id, upper, about)
-            finally:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(self.cgroups.thaw, instance_id)
 
     async def restore(self, instance_id: str, snapshot_id: str) -> InstanceInfo:
         async with self._lock(instance_id), self._snapshot_lock(snapshot_id):

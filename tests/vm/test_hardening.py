@@ -120,3 +120,32 @@ async def test_links_in_the_instance_never_lead_the_host_out(driver: NamespaceDr
     async with AgentClient.for_instance(info) as agent:
         result = await agent.exec("cat /etc/hostname; test -L /etc || test -L /tmp || test -L /workspace || echo real")
         assert result.stdout.split() == [f"sbx-{info.id[:8]}", "real"]
+
+
+async def test_a_fork_during_a_directory_swap_copies_no_host_file(driver: NamespaceDriver, tmp_path: Path) -> None:
+    """A tenant swaps a directory for a link to a host directory, as fast as it can, while
+    its sandbox is forked: the fork holds the tenant's files or the link, never the host's."""
+    secret = tmp_path / f"secret-{uuid.uuid4().hex[:8]}"
+    secret.mkdir()
+    (secret / "host-only").write_text("host data\n")
+    info = await driver.create(new_spec())
+    async with AgentClient.for_instance(info) as agent:
+        await agent.exec("mkdir -p /workspace/d && echo mine > /workspace/d/file")
+        swap = (
+            "cd /workspace; while :; do mv d d.real; ln -s " + str(secret) + " d; rm d; mv d.real d; done"
+            " >/dev/null 2>&1 &"
+        )
+        await agent.exec(swap)
+        for _ in range(5):
+            fork = await driver.clone(info.id, new_spec())
+            upper = driver.instance_dir(fork.id) / "upper"
+            assert not list(upper.rglob("host-only")), "the fork holds a host file"
+            await driver.destroy(fork.id)
+
+
+async def test_the_instance_sees_no_host_path(driver: NamespaceDriver, hostile: AgentClient) -> None:
+    result = await hostile.exec("cat /proc/self/mountinfo /proc/1/mountinfo /proc/1/cmdline /proc/self/cgroup")
+    assert result.exit_code == 0
+    for host_path in (str(driver.data_dir), str(driver.templates.root), str(driver.instances_dir)):
+        assert host_path not in result.stdout
+    assert "lowerdir=l0," in result.stdout

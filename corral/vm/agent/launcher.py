@@ -166,12 +166,11 @@ def _mount_dev(root: str, base: int) -> None:
 
 
 def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None:
-    root = req["merged"]
     base = int(req["uid_base"])
     socket.sethostname(req["hostname"])
     sc.unshare(sc.CLONE_NEWNS)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
-    sc.mount("overlay", root, "overlay", 0, f"lowerdir={req['lower']},upperdir={req['upper']},workdir={req['work']}")
+    root = _mount_root(req)
     # The tenant's files are in the tree from here on. No process of the instance
     # runs yet, but its files may hold links made to point at the host: every mount
     # point is made a real directory first, and files are written after pivot_root,
@@ -210,6 +209,35 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     if req.get("seccomp"):
         sc.install_seccomp(bytes.fromhex(req["seccomp"]))
     _reap_forever(req, report_fd)
+
+
+def _mount_root(req: dict[str, Any]) -> str:
+    """The overlay root, mounted with relative layer names, so that its options (which
+    the instance reads in /proc/self/mountinfo) name no host path.
+
+    A scratch tmpfs on `merged` (in this private mount namespace only) holds a bind
+    mount of each lower layer (`l0`, `l1`, ...) and of the instance's directory (`i`,
+    holding `upper` and `work`, which must share a mount); the root is mounted on
+    `root` beside them, from there. They all go with the old root at pivot_root.
+    """
+    scratch = req["merged"]
+    sc.mount("tmpfs", scratch, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=700,size=64k")
+    os.chdir(scratch)
+    lowers = []
+    for index, layer in enumerate(req["lower"].split(":")):
+        os.mkdir(f"l{index}")
+        sc.mount(layer, f"l{index}", None, sc.MS_BIND)
+        lowers.append(f"l{index}")
+    upper, work = req["upper"], req["work"]
+    instance_dir = os.path.dirname(upper)
+    if os.path.dirname(work) != instance_dir:
+        raise ValueError("upper and work must share their directory")
+    os.mkdir("i")
+    sc.mount(instance_dir, "i", None, sc.MS_BIND)
+    os.mkdir("root")
+    options = f"lowerdir={':'.join(lowers)},upperdir=i/{os.path.basename(upper)},workdir=i/{os.path.basename(work)}"
+    sc.mount("overlay", "root", "overlay", 0, options)
+    return f"{scratch}/root"
 
 
 def _real_directory(path: str, uid: int) -> None:
