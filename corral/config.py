@@ -110,7 +110,8 @@ class Settings:
     """The egress proxy's port on the bridge address (`CORRAL_EGRESS_PORT`)."""
     egress_allowed_destinations: tuple[str, ...] = ()
     """Test-only: private CIDRs the egress proxy may reach without `CORRAL_ALLOW_PRIVATE_DESTINATIONS`
-    (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet."""
+    (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet; loopback
+    and the node's own addresses too when named, never the instance subnet."""
     oauth_providers: str | None = None
     """The operator's OAuth providers: a JSON file path (`CORRAL_OAUTH_PROVIDERS`; contract §11)."""
     public_api_url: str | None = None

@@ -179,7 +179,7 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
     """This node's instance network (`net`), which the runtime (`vm`) is handed; with a
     nursery it runs the node's DNS forwarder there (asking `CORRAL_DNS_SERVERS`, else
     the system's resolvers)."""
-    upstream = tuple(server.strip() for server in settings.dns_servers.split(",") if server.strip())
+    upstream = dns_servers(settings)
     return HostNetwork(
         NetworkConfig(
             state_dir=Path(settings.data_dir) / "network",
@@ -194,6 +194,21 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
         ),
         nursery,
     )
+
+
+def dns_servers(settings: Settings) -> tuple[str, ...]:
+    """`CORRAL_DNS_SERVERS` as a tuple (empty: the system's resolvers)."""
+    return tuple(server.strip() for server in settings.dns_servers.split(",") if server.strip())
+
+
+def node_network(settings: Settings, nursery: trio.Nursery, proxy: EgressProxy | None) -> HostNetwork:
+    """The host network, made when the first instance needs it; from then on the egress
+    proxy resolves names through its DNS forwarder, so an instance's name means the same
+    address to the proxy (and feeds the same hostname rules) as to the instance."""
+    network = host_network(settings, nursery)
+    if proxy is not None:
+        proxy.resolver = network.dns.addresses
+    return network
 
 
 def _loopback(host: str) -> str:
@@ -233,8 +248,11 @@ def egress_proxy(settings: Settings) -> EgressProxy | None:
     config = EgressProxyConfig(
         listen_host=gateway_address(settings.subnet),
         port=settings.egress_port,
-        destinations=DestinationPolicy.build(settings.allow_private_destinations, settings.egress_allowed_destinations),
+        destinations=DestinationPolicy.build(
+            settings.allow_private_destinations, settings.egress_allowed_destinations, (settings.subnet,)
+        ),
         ca_bundle=settings.ca_bundle,
+        dns_servers=dns_servers(settings),
         platform_upstream=(_loopback(settings.host), settings.port),
         platform_paths=(agent_runs.USAGE_PATH,),
     )
@@ -344,7 +362,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
                 nursery=nursery,
                 bus=EventBus(events),
-                runtime=RuntimeHolder(settings, lambda: host_network(settings, nursery), trust),
+                runtime=RuntimeHolder(settings, partial(node_network, settings, nursery, proxy), trust),
                 agents=AgentPool(settings.agent_timeout),
                 blobs=LocalBlobStore(data_dir / "blobs"),
                 egress_proxy=proxy,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import dns.exception
 import dns.flags
@@ -47,8 +48,31 @@ def parse_upstream(value: str) -> tuple[str, int]:
     return host, int(port) if port else 53
 
 
-def answered_addresses(response: dns.message.Message) -> tuple[str, list[tuple[str, int]]]:
-    """(question name, [(IPv4 address, TTL)]) of an answer, CNAME chains followed."""
+def system_resolvers(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
+    """Every IPv4 resolver of the host (the forwarder runs on the host: loopback ones work)."""
+    servers = []
+    try:
+        for line in Path(resolv_conf).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "nameserver" and "." in parts[1]:
+                servers.append(parts[1])
+    except OSError:
+        pass
+    return servers
+
+
+def upstream_servers(configured: Sequence[str] = ()) -> tuple[str, ...]:
+    """Where the node's names are asked: `CORRAL_DNS_SERVERS` when given, else the system's
+    resolvers. The forwarder (for instances) and the egress proxy (for the names instances
+    ask it to reach) both ask these, so a name means the same address to both."""
+    given = tuple(server.strip() for server in configured if server.strip())
+    return given or tuple(system_resolvers())
+
+
+def answered_addresses(
+    response: dns.message.Message, rdtype: dns.rdatatype.RdataType = dns.rdatatype.A
+) -> tuple[str, list[tuple[str, int]]]:
+    """(question name, [(address, TTL)]) of an answer (IPv4, or the `rdtype` asked), CNAME chains followed."""
     if not response.question:
         return "", []
     qname = response.question[0].name
@@ -59,9 +83,13 @@ def answered_addresses(response: dns.message.Message) -> tuple[str, list[tuple[s
             continue
         if rrset.rdtype == dns.rdatatype.CNAME:
             names.update(rdata.target for rdata in rrset)
-        elif rrset.rdtype == dns.rdatatype.A:
+        elif rrset.rdtype == rdtype:
             addresses += [(rdata.address, max(MIN_TTL, rrset.ttl)) for rdata in rrset]
     return qname.to_text(omit_final_dot=True).lower(), addresses
+
+
+class LookupFailed(Exception):
+    """A name has no address: the upstreams said so (NXDOMAIN, no record), or none answered."""
 
 
 class DnsForwarder:
@@ -178,6 +206,35 @@ class DnsForwarder:
         failure = dns.message.make_response(parsed)
         failure.set_rcode(dns.rcode.SERVFAIL)
         return bytes(failure.to_wire())
+
+    async def addresses(self, hostname: str) -> list[str]:
+        """The addresses of `hostname` exactly as an instance asking the forwarder gets them
+        (the same upstreams, the same answer, which goes to `on_answer` on the way): its
+        IPv4 addresses, else its IPv6 ones. `LookupFailed` when it has none."""
+        found: list[str] = []
+        reason = "no address"
+        for rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA):
+            try:
+                query = dns.message.make_query(hostname, rdtype)
+            except (dns.exception.DNSException, ValueError) as exc:
+                raise LookupFailed(f"{hostname} is not a valid name: {exc}") from exc
+            reply = await self.resolve(query.to_wire(), tcp=True)
+            if reply is None:  # cannot happen for a query made here
+                continue
+            try:
+                response = dns.message.from_wire(reply)
+            except dns.exception.DNSException as exc:
+                raise LookupFailed(f"cannot resolve {hostname}: {exc}") from exc
+            rcode = response.rcode()
+            if rcode == dns.rcode.NXDOMAIN:
+                raise LookupFailed(f"cannot resolve {hostname}: no such name")
+            if rcode != dns.rcode.NOERROR:
+                reason = "the name servers did not answer" if rcode == dns.rcode.SERVFAIL else dns.rcode.to_text(rcode)
+                continue
+            found = [address for address, _ttl in answered_addresses(response, rdtype)[1]]
+            if found:
+                return list(dict.fromkeys(found))
+        raise LookupFailed(f"cannot resolve {hostname}: {reason}")
 
     async def lookup(self, hostname: str) -> None:
         """Resolve `hostname` now, so that its set is filled before an instance asks

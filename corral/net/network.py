@@ -32,7 +32,7 @@ import trio
 
 from . import links
 from .addresses import AddressAllocator
-from .dns_forwarder import DnsForwarder
+from .dns_forwarder import DnsForwarder, upstream_servers
 from .egress.redirect import EgressRedirect, RedirectConfig
 from .firewall import CHAIN_PREFIX, Firewall, FirewallConfig, chain_name
 from .links import Netlink
@@ -119,19 +119,6 @@ class Attachment:
         return cls(**values)
 
 
-def system_resolvers(resolv_conf: str = "/etc/resolv.conf") -> list[str]:
-    """Every IPv4 resolver of the host (the forwarder runs on the host: loopback ones work)."""
-    servers = []
-    try:
-        for line in Path(resolv_conf).read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and parts[0] == "nameserver" and "." in parts[1]:
-                servers.append(parts[1])
-    except OSError:
-        pass
-    return servers
-
-
 class HostNetwork:
     def __init__(self, config: NetworkConfig, nursery: trio.Nursery | None = None) -> None:
         self.config = config
@@ -158,8 +145,7 @@ class HostNetwork:
         self._answered: dict[str, dict[str, float]] = {}
         """watched hostname -> {address: expiry (trio clock)}: what the sets hold, for `allows`."""
         self._refresh_watch()
-        upstreams = config.upstream_dns or tuple(system_resolvers())
-        self.dns = DnsForwarder(self.gateway, upstreams, self._on_answer, port=config.dns_port)
+        self.dns = DnsForwarder(self.gateway, upstream_servers(config.upstream_dns), self._on_answer, port=config.dns_port)
         self._dns_running = False
 
     @property

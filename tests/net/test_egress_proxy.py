@@ -4,10 +4,14 @@ node's CA, upstream verification, hooks, and the SSRF table."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import ssl
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +26,8 @@ from corral.net.egress import (
     EgressProxyConfig,
     refusal_reason,
 )
-from corral.net.egress.destinations import open_checked
+from corral.net.egress.destinations import ALWAYS_REFUSED, local_addresses, open_checked
+from tests.dns_server import dns_server
 from tests.net.egress_support import Recording, echo_server
 
 LOOPBACK = DestinationPolicy.build(False, ["127.0.0.1/32"])
@@ -30,10 +35,16 @@ LOOPBACK = DestinationPolicy.build(False, ["127.0.0.1/32"])
 
 @asynccontextmanager
 async def running_proxy(
-    tmp_path: Path, *, destinations: DestinationPolicy = LOOPBACK, hooks: EgressHooks | None = None, ca_bundle: str | None = None
+    tmp_path: Path,
+    *,
+    destinations: DestinationPolicy = LOOPBACK,
+    hooks: EgressHooks | None = None,
+    ca_bundle: str | None = None,
+    dns_servers: tuple[str, ...] = (),
 ) -> AsyncIterator[EgressProxy]:
     ca = EgressCA(tmp_path / "egress-ca")
-    proxy = EgressProxy(EgressProxyConfig("127.0.0.1", 0, destinations, ca_bundle=ca_bundle), ca, hooks)
+    config = EgressProxyConfig("127.0.0.1", 0, destinations, ca_bundle=ca_bundle, dns_servers=dns_servers)
+    proxy = EgressProxy(config, ca, hooks)
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         yield proxy
@@ -165,12 +176,72 @@ FORBIDDEN_ADDRESSES = {
 }
 
 
+def no_node_addresses() -> frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    return frozenset()
+
+
 @pytest.mark.parametrize("address", sorted(FORBIDDEN_ADDRESSES))
 def test_the_ssrf_table(address: str) -> None:
-    assert refusal_reason(address) == FORBIDDEN_ADDRESSES[address]
+    reason = FORBIDDEN_ADDRESSES[address]
+    assert refusal_reason(address) == reason
     with pytest.raises(DestinationRefused):
-        DestinationPolicy().check("example", address)
-    DestinationPolicy(allow_private=True).check("example", address)
+        DestinationPolicy(node_addresses=no_node_addresses).check("example", address)
+    opened = DestinationPolicy(allow_private=True, node_addresses=no_node_addresses)
+    if reason in ALWAYS_REFUSED:  # the node itself, link-local, metadata: whatever the setting says
+        with pytest.raises(DestinationRefused, match=reason):
+            opened.check("example", address)
+    else:
+        opened.check("example", address)
+
+
+def test_the_setting_opens_private_ranges_never_the_platform() -> None:
+    """Contract §18: CORRAL_ALLOW_PRIVATE_DESTINATIONS opens addresses outside the platform only."""
+    node = ipaddress.ip_address("203.0.113.77")  # public, and one of this node's
+    for allow_private in (False, True):
+        policy = replace(
+            DestinationPolicy.build(allow_private, ["10.216.0.0/16", "127.0.0.1/32"], ["10.216.9.0/24"]),
+            node_addresses=lambda: {node},
+        )
+        for address in ("10.216.9.7", "10.216.9.1"):  # the instance subnet, even named by the allow list
+            with pytest.raises(DestinationRefused, match="is an instance address"):
+                policy.check("other-instance.example", address)
+        with pytest.raises(DestinationRefused, match="is a node address"):
+            policy.check("node.example", str(node))
+        with pytest.raises(DestinationRefused, match="metadata"):
+            policy.check("metadata.example", "169.254.169.254")
+        policy.check("test.example", "127.0.0.1")  # named by the (test-only) allow list
+        policy.check("lan.example", "10.216.10.1")  # allow list, outside the subnet
+        policy.check("public.example", "93.184.216.34")
+    opened = DestinationPolicy.build(True, (), ["10.216.9.0/24"])
+    opened.check("lan.example", "192.168.1.20")
+    opened.check("lan.example", "10.220.5.2")
+    with pytest.raises(DestinationRefused, match="loopback"):
+        opened.check("localhost", "127.0.0.1")
+    with pytest.raises(DestinationRefused, match="instance"):
+        opened.check("b.example", "10.216.9.3")
+
+
+def test_the_node_addresses_are_every_address_of_every_interface() -> None:
+    def ip_json(*argv: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = json.loads(subprocess.run(["ip", "-j", *argv], capture_output=True, text=True, check=True).stdout)
+        return found
+
+    before = local_addresses()
+    listed = ip_json("addr")
+    after = local_addresses()
+    expected = {ipaddress.ip_address(a["local"]) for link in listed for a in link.get("addr_info", [])}
+    # Other sessions add and remove links meanwhile: compare what stayed.
+    assert before & after <= expected <= before | after
+    # The addresses of loopback and of the way out: refused, whatever the setting says.
+    routed = {route["dev"] for route in ip_json("route", "show", "default")} | {"lo"}
+    stable = {
+        ipaddress.ip_address(a["local"]) for link in listed if link["ifname"] in routed for a in link.get("addr_info", [])
+    }
+    assert ipaddress.ip_address("127.0.0.1") in stable and len(stable) > 2
+    policy = DestinationPolicy(allow_private=True)
+    for address in stable:
+        with pytest.raises(DestinationRefused):
+            policy.check("node.example", str(address))
 
 
 def test_public_addresses_pass() -> None:
@@ -195,6 +266,38 @@ async def test_the_proxy_refuses_every_forbidden_destination(tmp_path: Path) -> 
     refused = [e for e in hooks.entries if e.decision.rejected_by == "destination"]
     assert len(refused) == 2 * len(FORBIDDEN_ADDRESSES) + 1
     assert any(e.info.method == "CONNECT" for e in refused)
+
+
+async def test_names_mean_what_the_configured_name_servers_say(tmp_path: Path) -> None:
+    """The proxy resolves as the node's DNS forwarder does (CORRAL_DNS_SERVERS), not with the
+    host's resolver, for absolute URLs and CONNECT alike; HTTPS is verified against the bundle."""
+    test_ca = EgressCA(tmp_path / "upstream-ca")
+    hooks = Recording()
+    async with (
+        dns_server() as dns,
+        echo_server() as plain,
+        echo_server(tls=test_ca.context_for("svc.example.test")) as secure,
+        running_proxy(tmp_path, hooks=hooks, ca_bundle=str(test_ca.cert_path), dns_servers=(dns.address,)) as proxy,
+        client(proxy) as http,
+    ):
+        dns.addresses = {"svc.example.test": ["127.0.0.1"], "b.example.test": ["10.216.9.3"]}
+        response = await http.get(f"http://svc.example.test:{plain.port}/plain")
+        assert response.status_code == 200 and response.json()["target"] == "/plain"
+        response = await http.get(f"https://SVC.example.test:{secure.port}/secure")
+        assert response.status_code == 200 and response.json()["target"] == "/secure"
+        assert "svc.example.test" in dns.queries
+        await hooks.wait(2)
+        assert [(e.info.destination_address, e.upstream_address) for e in hooks.entries] == [("127.0.0.1", "127.0.0.1")] * 2
+
+        unknown = await http.get("http://nowhere.example.test/")
+        assert unknown.status_code == 502 and "no such name" in unknown.json()["error"]["message"]
+        with pytest.raises(httpx.ProxyError, match="502"):
+            await http.get("https://nowhere.example.test/")
+        refused = await http.get("http://b.example.test/")  # private, not in the allow list
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "EGRESS_DENIED"
+    assert [e.status_code for e in hooks.entries[2:]] == [502, 502, 403]
+    assert hooks.entries[-1].decision.rejected_by == "destination"
+    assert hooks.entries[-2].decision.allow and hooks.entries[-2].error  # unreachable: an error, not a refusal
 
 
 async def test_the_check_is_on_the_address_connected_to() -> None:

@@ -20,16 +20,17 @@ from typing import Protocol
 import trio
 
 from corral.net.egress import (
-    AuditEntry as ProxyAudit,
-)
-from corral.net.egress import (
-    Decision as ProxyDecision,
-)
-from corral.net.egress import (
+    PLATFORM_MODE,
     Headers,
     Rejected,
     RequestInfo,
     Transform,
+)
+from corral.net.egress import (
+    AuditEntry as ProxyAudit,
+)
+from corral.net.egress import (
+    Decision as ProxyDecision,
 )
 
 from .audit import record_request
@@ -106,9 +107,10 @@ class PolicyHooks:
         return Request(info.host, info.method, info.path.split("?", 1)[0] or "/")
 
     async def decide(self, info: RequestInfo) -> ProxyDecision:
-        # A redirected connection names its address; a request sent to the proxy by name
-        # (HTTP_PROXY, CONNECT) is judged by every address the name has, so that an
-        # isolated or allowlisted instance cannot reach further by asking the proxy.
+        # The proxy names the address it connects to (the one a redirected connection was
+        # going to, or the name's as the node's DNS forwarder answers it), so that an
+        # isolated or allowlisted instance cannot reach further by asking the proxy; a
+        # request without one is judged by every address the name has.
         addresses = [info.destination_address] if info.destination_address else await _addresses_of(info.host, info.port)
         if any(not self.network.network_allows(info.client_address, address, info.port) for address in addresses):
             return ProxyDecision(allow=False, rejected_by="network_policy", message="blocked by the network policy")
@@ -122,6 +124,16 @@ class PolicyHooks:
         if not verdict.allowed:
             return ProxyDecision(allow=False, rejected_by=verdict.rejected_by)
         return ProxyDecision(rejected_by=verdict.rejected_by)
+
+    async def _unjudged(self, entry: ProxyAudit) -> tuple[EgressContext, Verdict] | None:
+        """A request the proxy answered itself before asking `decide` (a refused or unknown
+        destination, a CONNECT tunnel that could not be opened) is still its resource's row."""
+        if entry.info.mode == PLATFORM_MODE or (entry.decision.allow and entry.error is None):
+            return None
+        context = await self._context(entry.info.client_address)
+        if context is None:
+            return None
+        return context, evaluate(context, self._request(entry.info), [])
 
     async def transform_headers(self, info: RequestInfo, headers: Headers) -> tuple[Headers, Sequence[Transform]]:
         context = await self._context(info.client_address)
@@ -148,7 +160,7 @@ class PolicyHooks:
         return _bytes(scrubber.headers(_text(headers))), _BodyScrubber(scrubber)
 
     async def record(self, entry: ProxyAudit) -> None:
-        found = self._verdicts.pop(entry.info.request_id, None)
+        found = self._verdicts.pop(entry.info.request_id, None) or await self._unjudged(entry)
         if found is None:
             return  # not a resource's request: nothing to attribute it to
         context, verdict = found

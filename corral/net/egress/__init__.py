@@ -26,11 +26,12 @@ from .hooks import (
     ResponseScrubber,
     Transform,
 )
-from .proxy import EgressProxy, EgressProxyConfig
+from .proxy import PLATFORM_MODE, EgressProxy, EgressProxyConfig
 from .redirect import EgressRedirect, RedirectConfig
 
 __all__ = [
     "FORBIDDEN",
+    "PLATFORM_MODE",
     "AllowAll",
     "AuditEntry",
     "Decision",

@@ -33,7 +33,10 @@ class RequestInfo:
     mode: str
     """`explicit` (HTTP_PROXY / CONNECT) or `transparent` (redirected by nftables)."""
     destination_address: str | None = None
-    """The address the instance connected to (transparent mode), else None."""
+    """The address the proxy connects to, already checked: the one the instance connected
+    to (transparent mode), or the address the proxy resolved the named host to (explicit
+    mode, as the node's DNS forwarder answers it). None only when the request never got
+    that far (a refused or malformed one)."""
 
 
 @dataclass(frozen=True)

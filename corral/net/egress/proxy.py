@@ -14,7 +14,11 @@ upstream is verified against the system CAs plus `CORRAL_CA_BUNDLE`. HTTP on bot
 sides is parsed by h11. Each request is asked of the hooks (decide, transform
 headers, scrub the response, record), so policy, secrets and audit stay in the
 actors layer. The destination check (`destinations.py`) runs on the address the
-proxy connects to.
+proxy connects to, found as the instance would find it: a name the instance gives
+(a CONNECT target, an absolute URL) is resolved by `resolver`, the node's DNS
+forwarder (`corral.node` hands it over), never by the host's own resolver; and it
+is resolved and checked before the hooks decide, so they judge the address that
+will be connected to.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from urllib.parse import urlsplit
 
 import h11
@@ -35,11 +40,13 @@ import trio
 
 from corral.ids import new_ulid
 
+from ..dns_forwarder import DnsForwarder, upstream_servers
 from .ca import EgressCA
 from .destinations import (
     DestinationPolicy,
     DestinationRefused,
     DestinationUnreachable,
+    Resolver,
     checked_address,
     open_checked,
 )
@@ -79,6 +86,15 @@ RAW_RELAY_BYTES = 4 * 1024 * 1024
 _SNI: contextvars.ContextVar[str | None] = contextvars.ContextVar("corral_egress_sni", default=None)
 
 
+def _reason(status: int) -> bytes:
+    """The reason phrase of a status line the proxy writes (h11 writes none unless given
+    one): every answer reads the same to strict clients as to lenient ones."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
 @dataclass(frozen=True)
 class EgressProxyConfig:
     listen_host: str
@@ -86,6 +102,9 @@ class EgressProxyConfig:
     destinations: DestinationPolicy = field(default_factory=DestinationPolicy)
     ca_bundle: str | None = None
     """Extra CAs trusted for upstreams (`CORRAL_CA_BUNDLE`), beside the system's."""
+    dns_servers: tuple[str, ...] = ()
+    """The name servers the node's DNS forwarder asks (`CORRAL_DNS_SERVERS`; empty: the
+    system's): until the node hands over the forwarder itself, names are asked of them."""
     connect_timeout: float = 10.0
     handshake_timeout: float = 10.0
     idle_timeout: float = 75.0
@@ -133,6 +152,16 @@ class _Upstream:
         self.address = address
 
 
+async def _ignore_answer(name: str, addresses: list[tuple[str, int]]) -> None:
+    return None
+
+
+def _forwarder_resolver(dns_servers: Sequence[str]) -> Resolver | None:
+    """A resolver asking what the node's DNS forwarder asks, the same way (None: no name server)."""
+    upstreams = upstream_servers(dns_servers)
+    return DnsForwarder("", upstreams, _ignore_answer).addresses if upstreams else None
+
+
 def _header(headers: Sequence[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     for key, value in headers:
         if key.lower() == name:
@@ -169,6 +198,9 @@ class EgressProxy:
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"CORRAL_CA_BUNDLE {config.ca_bundle} cannot be read: {exc}") from exc
         self.upstream_tls.set_alpn_protocols(["http/1.1"])
+        self.resolver: Resolver | None = _forwarder_resolver(config.dns_servers)
+        """How names become addresses: as the node's DNS forwarder answers them (None: no
+        name server is known at all, the system's resolver then)."""
         self.bound_port: int | None = None
         self.connections = 0
 
@@ -270,7 +302,7 @@ class EgressProxy:
             info = RequestInfo(request_id, peer, "CONNECT", "https", host, port, "", "explicit")
             address = await self._check(host, port)
         except ProxyFailure as failure:
-            await self._refuse(client, info, failure, started, Decision(allow=False, rejected_by=failure.rejected_by))
+            await self._refuse(client, info, failure, started, Decision())  # a refusal, or an error
             return
         await client.send(h11.Response(status_code=200, headers=[], reason=b"Connection established"))
         leftover, _ = client.conn.trailing_data
@@ -360,8 +392,11 @@ class EgressProxy:
         transforms: Sequence[Transform] = ()
         try:
             scheme, host, port, path, address, mode = self._where(target, request)
-            info = RequestInfo(request_id, peer, method, scheme, host, port, path, mode, address)
             platform = mode == PLATFORM_MODE
+            if address is None and not platform:  # an absolute URL: its name, resolved and checked now
+                info = RequestInfo(request_id, peer, method, scheme, host, port, path, mode)
+                address = await self._check(host, port)
+            info = RequestInfo(request_id, peer, method, scheme, host, port, path, mode, address)
             decision = Decision() if platform else await self.hooks.decide(info)
             if not decision.allow:
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by)
@@ -411,7 +446,7 @@ class EgressProxy:
             response_headers = [(k, v) for k, v in response_headers if k.lower() != b"connection"]
             response_headers.append((b"connection", b"close"))
         try:
-            await client.send(h11.Response(status_code=status, headers=response_headers, reason=response.reason))
+            await client.send(h11.Response(status_code=status, headers=response_headers, reason=response.reason or _reason(status)))
             if raw and length is not None:
                 received = await self._relay_raw(upstream.peer, client, length)
                 await upstream.peer.aclose()
@@ -464,7 +499,7 @@ class EgressProxy:
 
     async def _check(self, host: str, port: int) -> str:
         try:
-            return await checked_address(self.config.destinations, host, port)
+            return await checked_address(self.config.destinations, host, port, self.resolver)
         except DestinationRefused as exc:
             raise ProxyFailure(403, "EGRESS_DENIED", f"destination refused: {exc}", "destination") from exc
         except DestinationUnreachable as exc:
@@ -473,7 +508,8 @@ class EgressProxy:
     async def _open(self, host: str, port: int, address: str | None) -> tuple[trio.SocketStream, str]:
         try:
             return await open_checked(
-                self.config.destinations, host, port, address=address, timeout=self.config.connect_timeout
+                self.config.destinations, host, port, address=address, timeout=self.config.connect_timeout,
+                resolver=self.resolver,
             )
         except DestinationRefused as exc:
             raise ProxyFailure(403, "EGRESS_DENIED", f"destination refused: {exc}", "destination") from exc
@@ -487,7 +523,7 @@ class EgressProxy:
         count = 0
         if client.conn.client_is_waiting_for_100_continue:
             # The body comes only once asked for: ask at once (the upstream's own 100 is skipped).
-            await client.send(h11.InformationalResponse(status_code=100, headers=[]))
+            await client.send(h11.InformationalResponse(status_code=100, headers=[], reason=_reason(100)))
         while True:
             event = await client.next_event()
             if isinstance(event, h11.Data):
@@ -577,7 +613,7 @@ class EgressProxy:
             headers.append((b"connection", b"close"))
         await self._record(info, decision, failure.status, None, 0, 0, started, transforms, failure.message)
         if client.conn.our_state is h11.SEND_RESPONSE:
-            await client.send(h11.Response(status_code=failure.status, headers=headers))
+            await client.send(h11.Response(status_code=failure.status, headers=headers, reason=_reason(failure.status)))
             if info.method != "HEAD":
                 await client.send(h11.Data(data=body))
             await client.send(h11.EndOfMessage())
