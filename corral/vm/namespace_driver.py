@@ -53,6 +53,7 @@ from .network import InstanceNetwork, NetworkAttachment
 from .seccomp_profile import instance_filter
 from .snapshots import SnapshotStore, copy_tree
 from .templates import UID_COUNT, TemplateStore
+from .uid_ranges import UidRanges
 from .zygote import Zygote
 
 logger = logging.getLogger(__name__)
@@ -88,6 +89,7 @@ class NamespaceDriver(RuntimeDriver):
         python: str = sys.executable,
         launch_timeout: float = 15.0,
         egress: EgressTrust | None = None,
+        uid_ranges: UidRanges | None = None,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.instances_dir = self.data_dir / "instances"
@@ -100,6 +102,7 @@ class NamespaceDriver(RuntimeDriver):
         self.egress = egress
         """The node's egress proxy and CA, which every instance uses from boot (None: no proxy)."""
         self.zygote = Zygote(python)
+        self.uid_ranges = uid_ranges or UidRanges()
         self.seccomp_filter = instance_filter().hex()
         """The BPF program every instance process runs under (`seccomp_profile`)."""
         self.snapshots = SnapshotStore(self.data_dir / "snapshots")
@@ -474,6 +477,7 @@ class NamespaceDriver(RuntimeDriver):
             "cgroup_procs": procs,
             "hostname": hostname,
             "uid_base": self.uid_base,
+            "host_uid_base": state["host_uid_base"],
             "uid_count": UID_COUNT,
             "address": attachment.address,
             "agent_port": self.agent_port,
@@ -495,17 +499,21 @@ class NamespaceDriver(RuntimeDriver):
             procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
         except OSError as exc:
             raise LaunchFailed(f"instance {instance_id} did not start: cannot set up its cgroups: {exc}") from exc
+        self._release_uids(state)
+        state["host_uid_base"] = self.uid_ranges.claim(instance_id)
         try:
             reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
         except BaseException:
             # Cancelled, or the zygote failed: the launch may still be on its way in.
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+                self._release_uids(state)
             raise
         if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
             # A launch that timed out may still be on its way in: its groups go, so it
             # has nothing to join, and whatever joined already is killed.
             await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+            self._release_uids(state)
             log = self.instance_dir(instance_id) / "console.log"
             tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
             raise LaunchFailed(f"instance {instance_id} did not start: {reply.get('error')}\n{reply.get('traceback', '')}{tail}")
@@ -514,6 +522,7 @@ class NamespaceDriver(RuntimeDriver):
             logger.warning("instance %s took %.1f s to start (stages: %s)", instance_id, stages["ready"], stages)
         state["init_pid"] = int(reply["init_pid"])
         state["init_start_time"] = process_start_time(state["init_pid"])
+        self.uid_ranges.running(state["host_uid_base"], instance_id, state["init_pid"])
         state["status"] = "running"
         state["started_at"] = now_iso()
         self._save(state)
@@ -529,11 +538,18 @@ class NamespaceDriver(RuntimeDriver):
                 await trio.sleep(0.01)
         await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
         await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+        self._release_uids(state)
         if "token" in state:
             state["status"] = "stopped"
             state["init_pid"] = None
             state["init_start_time"] = None
             self._save(state)
+
+    def _release_uids(self, state: dict[str, Any]) -> None:
+        """The instance's host uid range goes back (it runs no more)."""
+        base = state.pop("host_uid_base", None)
+        if base is not None:
+            self.uid_ranges.release(int(base), state["id"])
 
     async def _remove(self, state: dict[str, Any]) -> None:
         """Everything goes: processes, cgroups, network, files."""
@@ -543,6 +559,7 @@ class NamespaceDriver(RuntimeDriver):
                 os.kill(int(state["init_pid"]), signal.SIGKILL)
         await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
         await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+        self._release_uids(state)
         await self.network.detach(instance_id)
         directory = self.instance_dir(instance_id)
         if directory.exists():

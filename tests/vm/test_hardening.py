@@ -149,3 +149,37 @@ async def test_the_instance_sees_no_host_path(driver: NamespaceDriver, hostile: 
     for host_path in (str(driver.data_dir), str(driver.templates.root), str(driver.instances_dir)):
         assert host_path not in result.stdout
     assert "lowerdir=l0," in result.stdout
+
+
+async def test_each_instance_has_a_uid_range_of_its_own(driver: NamespaceDriver, tmp_path: Path) -> None:
+    """Two live instances' roots are different host uids, neither the files' shared
+    range; their keyrings and process limits are their own; what they write is stored
+    in the shared range, so a fork, a snapshot or a template layer copies as it is."""
+    first, second = await driver.create(new_spec()), await driver.create(new_spec())
+    uids = []
+    for info in (first, second):
+        assert info.init_pid is not None
+        line = next(li for li in Path(f"/proc/{info.init_pid}/status").read_text().splitlines() if li.startswith("Uid:"))
+        uids.append(int(line.split()[1]))
+    assert uids[0] != uids[1] and driver.uid_base not in uids
+    async with AgentClient.for_instance(first) as agent:
+        result = await agent.exec("id -u; echo data > /workspace/mine; stat -c %u /etc/passwd /workspace/mine")
+        assert result.stdout.split() == ["0", "0", "0"]
+    on_disk = driver.instance_dir(first.id) / "upper" / "workspace" / "mine"
+    assert on_disk.stat().st_uid == driver.uid_base
+    fork = await driver.clone(first.id, new_spec())
+    async with AgentClient.for_instance(fork) as agent:
+        result = await agent.exec("cat /workspace/mine; stat -c %u /workspace/mine; echo more >> /workspace/mine")
+        assert result.stdout.split() == ["data", "0"], result.stderr
+    # A stopped instance holds no range; a started one gets one again.
+    await driver.stop(second.id)
+    assert driver.uid_ranges.owned(second.id) == []
+    second = await driver.start(second.id)
+    assert len(driver.uid_ranges.owned(second.id)) == 1
+    await driver.destroy(second.id)
+    assert driver.uid_ranges.owned(second.id) == []
+
+
+async def test_root_serves_on_a_low_port(hostile: AgentClient) -> None:
+    result = await hostile.exec("python3 -c 'import socket; s = socket.socket(); s.bind((\"0.0.0.0\", 80)); print(\"bound\")'")
+    assert result.stdout.strip() == "bound", result.stderr

@@ -80,7 +80,9 @@ async def test_raw_sockets_fail(agent: AgentClient) -> None:
 async def test_credentials_outside(driver: NamespaceDriver, instance: InstanceInfo) -> None:
     assert instance.init_pid is not None
     pid = instance.init_pid
-    assert status_field(pid, "Uid").split()[0] == str(driver.uid_base)
+    host_uid = int(status_field(pid, "Uid").split()[0])
+    assert host_uid == driver._load(instance.id)["host_uid_base"]  # its own range, not the files' shared one
+    assert host_uid != driver.uid_base
     assert status_field(pid, "NoNewPrivs") == "1"
     assert os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
     assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")

@@ -15,7 +15,8 @@ over anything but its own files and processes:
    new root; only then does it write /etc/resolv.conf, /etc/hosts, /etc/hostname and
    the CA, so no path it writes can lead out of the instance.
 3. PID 1 unshares a user namespace; the parent (still real root outside) writes its
-   uid/gid maps (0 inside -> `uid_base` outside), and PID 1 becomes uid 0 of that
+   uid/gid maps (0 inside -> the instance's own host range outside, which no other
+   live instance shares: its layers are idmapped mounts, see `_mount_root`), and PID 1 becomes uid 0 of that
    namespace with `no_new_privs`, Docker's default capabilities (nothing more, for
    it and everything it runs) and the seccomp filter of `corral.vm.seccomp_profile`.
    Changing credentials also makes PID 1 and the agent non-dumpable, so their
@@ -110,6 +111,9 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
         ("net/ipv6/conf/all/disable_ipv6", "1"),
         ("net/ipv6/conf/default/disable_ipv6", "1"),
         ("net/ipv4/ping_group_range", "0 2147483647"),
+        # The namespace belongs to the host's user namespace, so the instance's root
+        # lacks CAP_NET_BIND_SERVICE there: low ports are opened to every user instead.
+        ("net/ipv4/ip_unprivileged_port_start", "0"),
     ):
         try:
             with open(f"/proc/sys/{key}", "w") as f:
@@ -118,6 +122,10 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
             pass
     # The mount namespace is unshared by PID 1 itself: pivot_root moves the root of
     # every process in the namespace, and this process must keep the host's /proc.
+    # Made here, in the host's PID namespace, where its maps can be written; PID 1
+    # inherits the descriptor.
+    disk_base, host_base, count = int(req["uid_base"]), host_uid_base(req), int(req["uid_count"])
+    idmap = _idmap_namespace(disk_base, host_base, count) if host_base != disk_base else None
     sc.unshare(sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWPID | sc.CLONE_NEWCGROUP)
     report(report_fd, {"namespaces": True})
 
@@ -128,17 +136,19 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
         os.close(go_w)
         os.close(userns_r)
         try:
-            _init(req, report_fd, go_r, userns_w)
+            _init(req, report_fd, go_r, userns_w, idmap)
         except BaseException as exc:
             report(report_fd, {"error": f"instance setup failed: {exc!r}", "traceback": traceback.format_exc(limit=4)})
             traceback.print_exc()
         os._exit(1)
     os.close(go_r)
     os.close(userns_w)
+    if idmap is not None:
+        os.close(idmap)
     if os.read(userns_r, 16) != b"userns":
         os.waitpid(pid, 0)
         os._exit(1)
-    base, count = int(req["uid_base"]), int(req["uid_count"])
+    base, count = host_uid_base(req), int(req["uid_count"])
     for name in ("uid_map", "gid_map"):
         with open(f"/proc/{pid}/{name}", "w") as f:
             f.write(f"0 {base} {count}\n")
@@ -165,12 +175,12 @@ def _mount_dev(root: str, base: int) -> None:
         os.chown(path, base, base)
 
 
-def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None:
-    base = int(req["uid_base"])
+def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int, idmap: int | None) -> None:
+    base = host_uid_base(req)
     socket.sethostname(req["hostname"])
     sc.unshare(sc.CLONE_NEWNS)
     sc.mount(None, "/", None, sc.MS_REC | sc.MS_PRIVATE)
-    root = _mount_root(req)
+    root = _mount_root(req, idmap)
     # The tenant's files are in the tree from here on. No process of the instance
     # runs yet, but its files may hold links made to point at the host: every mount
     # point is made a real directory first, and files are written after pivot_root,
@@ -211,7 +221,45 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int) -> None
     _reap_forever(req, report_fd)
 
 
-def _mount_root(req: dict[str, Any]) -> str:
+def host_uid_base(req: dict[str, Any]) -> int:
+    """The first host uid of this instance's own range (its root), which no other live
+    instance shares; the files' owners on disk stay in the shared range `uid_base`."""
+    return int(req.get("host_uid_base") or req["uid_base"])
+
+
+def _idmap_namespace(disk_base: int, host_base: int, count: int) -> int:
+    """A user namespace (its descriptor) mapping the ids files have on disk
+    (`disk_base`...) to this instance's own (`host_base`...), for idmapped mounts;
+    root stays root, for what overlayfs itself writes (its work directory)."""
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(done_w)
+            sc.unshare(sc.CLONE_NEWUSER)
+            os.write(ready_w, b"1")
+            os.read(done_r, 1)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(done_r)
+    try:
+        if os.read(ready_r, 1) != b"1":
+            raise RuntimeError("the id-mapping namespace was not made")
+        mapping = f"0 0 1\n{disk_base} {host_base} {count}\n"
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(mapping)
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(done_w)
+        os.waitpid(pid, 0)
+
+
+def _mount_root(req: dict[str, Any], idmap: int | None) -> str:
     """The overlay root, mounted with relative layer names, so that its options (which
     the instance reads in /proc/self/mountinfo) name no host path.
 
@@ -219,24 +267,41 @@ def _mount_root(req: dict[str, Any]) -> str:
     mount of each lower layer (`l0`, `l1`, ...) and of the instance's directory (`i`,
     holding `upper` and `work`, which must share a mount); the root is mounted on
     `root` beside them, from there. They all go with the old root at pivot_root.
+
+    With `idmap` (the instance has a uid range of its own), those binds are idmapped: files
+    owned on disk by the shared range (`uid_base`, the templates' and every writable
+    layer's) appear owned by the instance's range, and what the instance writes is
+    stored in the shared range again. Layers stay shared and copyable as they are;
+    only the running processes differ.
     """
+
+    def bind(source: str, target: str) -> None:
+        if idmap is None:
+            sc.mount(source, target, None, sc.MS_BIND)
+        else:
+            sc.idmapped_bind(source, target, idmap)
+
     scratch = req["merged"]
     sc.mount("tmpfs", scratch, "tmpfs", sc.MS_NOSUID | sc.MS_NODEV, "mode=700,size=64k")
     os.chdir(scratch)
     lowers = []
     for index, layer in enumerate(req["lower"].split(":")):
         os.mkdir(f"l{index}")
-        sc.mount(layer, f"l{index}", None, sc.MS_BIND)
+        bind(layer, f"l{index}")
         lowers.append(f"l{index}")
     upper, work = req["upper"], req["work"]
     instance_dir = os.path.dirname(upper)
     if os.path.dirname(work) != instance_dir:
         raise ValueError("upper and work must share their directory")
     os.mkdir("i")
-    sc.mount(instance_dir, "i", None, sc.MS_BIND)
+    bind(instance_dir, "i")
     os.mkdir("root")
     options = f"lowerdir={':'.join(lowers)},upperdir=i/{os.path.basename(upper)},workdir=i/{os.path.basename(work)}"
-    sc.mount("overlay", "root", "overlay", 0, options)
+    try:
+        sc.mount("overlay", "root", "overlay", 0, options)
+    finally:
+        if idmap is not None:
+            os.close(idmap)
     return f"{scratch}/root"
 
 

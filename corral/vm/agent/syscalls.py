@@ -141,3 +141,44 @@ def install_seccomp(program: bytes) -> None:
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp")
+
+
+SYS_OPEN_TREE = 428  # x86_64
+SYS_MOVE_MOUNT = 429
+SYS_MOUNT_SETATTR = 442
+OPEN_TREE_CLONE = 1
+OPEN_TREE_CLOEXEC = 0o2000000
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+MOVE_MOUNT_F_EMPTY_PATH = 0x00000004
+MOUNT_ATTR_IDMAP = 0x00100000
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _syscall(number: int, *args: object, what: str) -> int:
+    result = int(_libc.syscall(number, *args))
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
+def idmapped_bind(source: str, target: str, userns_fd: int) -> None:
+    """Bind `source` on `target` with the ids of its files mapped through the user
+    namespace `userns_fd` (an idmapped mount: a file owned on disk by an id `k` that the
+    namespace maps to `k'` outside appears owned by `k'`, and is written back as `k`)."""
+    tree = _syscall(SYS_OPEN_TREE, AT_FDCWD, _b(source), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC, what=f"open_tree {source}")
+    try:
+        attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+        _syscall(SYS_MOUNT_SETATTR, tree, b"", AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr), what="mount_setattr")
+        _syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, _b(target), MOVE_MOUNT_F_EMPTY_PATH, what=f"move_mount {target}")
+    finally:
+        os.close(tree)
