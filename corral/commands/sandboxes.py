@@ -203,8 +203,11 @@ def process_logs(ctx: Context) -> int:
 
 
 def logs(ctx: Context) -> int:
-    """Every output line of the sandbox's execs and processes, live (Ctrl-C stops)."""
-    with ctx.client.stream_sandbox_logs(ctx.args.id) as stream:
+    """Every output line of the sandbox's execs and processes from now on, live (Ctrl-C stops).
+
+    A note on stderr says when the stream is subscribed: every line written after it is shown."""
+    with ctx.client.stream_sandbox_logs(ctx.args.id) as stream:  # returns once the server has subscribed it
+        ctx.console.note(f"following the logs of sandbox {ctx.args.id} (Ctrl-C stops)")
         for event in stream:
             if ctx.console.as_json:
                 ctx.console.line(json.dumps(event.as_dict()))

@@ -10,6 +10,8 @@ import signal
 import stat
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -21,6 +23,48 @@ from tests.client.support import base_url
 from tests.support import PASSWORD, Api, Tenant
 
 ERROR_LINE = re.compile(r"^error: [A-Za-z_]+: .+ \(request req_[0-9a-z]+\)$")
+HANG_GUARD = 180
+"""Seconds a `corral` subprocess may take before the test calls it hung: a guard against
+hangs, never a measure of speed (a slow machine must pass; events decide, not time)."""
+
+
+def interruptible(argv: list[str]) -> list[str]:
+    """`argv` run with SIGINT at its default, as a terminal's foreground job has it.
+
+    A test run started in the background by a non-interactive shell (`bash .ci/run &`,
+    `nohup`, a CI runner) ignores SIGINT, and an ignored signal stays ignored through
+    fork and exec: the `corral` started here would never see the Ctrl-C the test sends
+    (its command ran on to exit 0; `corral logs` never ended)."""
+    return ["env", "--default-signal=INT", *argv]
+
+
+@asynccontextmanager
+async def corral_process(cli: Cli, *argv: str) -> AsyncIterator[trio.Process]:
+    """`corral ARGV` as its own process, with SIGINT at its default and pipes for its
+    output; killed if the test leaves it running."""
+    command = interruptible([sys.executable, "-m", "corral", *argv])
+    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with trio.CancelScope(shield=True):
+            await process.wait()
+            for pipe in (process.stdout, process.stderr):
+                if pipe is not None:
+                    await pipe.aclose()
+
+
+async def read_until(stream: trio.abc.ReceiveStream, *wanted: bytes) -> bytes:
+    """What `stream` delivers until every one of `wanted` has arrived; it must not end first."""
+    seen = b""
+    while not all(part in seen for part in wanted):
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise AssertionError(f"the stream ended before {wanted!r}: {seen!r}")
+        seen += chunk
+    return seen
 
 
 class Cli:
@@ -160,7 +204,7 @@ async def test_computer_commands(runtime_api: Api, owner: Tenant, tmp_path: Path
     assert url.startswith(f"http://{computer['slug']}.") and "?auth=" in url
     code, out, err = await cli("computers", "exec", cid, "--", "echo on-the-desktop $DISPLAY")
     assert (code, out) == (0, "on-the-desktop :0\n"), err
-    with trio.fail_after(90):
+    with trio.fail_after(HANG_GUARD):
         shell = await trio.run_process(
             [sys.executable, "-m", "corral", "computers", "shell", cid],
             stdin=b"echo shell-$((6*7))\nexit\n",
@@ -207,33 +251,28 @@ def test_the_installed_command_prints_one_line_not_a_traceback(tmp_path: Path) -
 async def test_ctrl_c_stops_the_command_in_the_sandbox(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
     cli = Cli(runtime_api, tmp_path, owner.key)
     sid = (await cli.json("sandboxes", "create"))["id"]  # type: ignore[index]
-    command = [sys.executable, "-m", "corral", "exec", sid, "--", "echo ready; sleep 60"]
-    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
-    assert process.stdout is not None and process.stderr is not None
-    seen = b""
-    with trio.fail_after(90):
-        while b"ready" not in seen:
-            seen += await process.stdout.receive_some(1024)
-        process.send_signal(signal.SIGINT)
-        assert await process.wait() == 130
-    assert (await process.stderr.receive_some(1024)).decode().strip() == "error: interrupted"
+    async with corral_process(cli, "exec", sid, "--", "echo ready; sleep 600") as process:
+        assert process.stdout is not None and process.stderr is not None
+        with trio.fail_after(HANG_GUARD):
+            await read_until(process.stdout, b"ready\n")  # the command runs and the CLI follows it
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 130
+            err = await read_until(process.stderr, b"\n")
+    assert err.decode().strip() == "error: interrupted"
     processes = await cli.json("processes", "list", sid)
-    assert isinstance(processes, dict) and processes["data"][0]["status"] == "killed"
+    assert isinstance(processes, dict) and [p["status"] for p in processes["data"]] == ["killed"]
 
 
 async def test_logs_follow_a_sandbox_live(runtime_api: Api, owner: Tenant, tmp_path: Path) -> None:
     cli = Cli(runtime_api, tmp_path, owner.key)
     sid = (await cli.json("sandboxes", "create"))["id"]  # type: ignore[index]
-    command = [sys.executable, "-m", "corral", "logs", sid]
-    process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **cli.env})
-    assert process.stdout is not None
-    seen = b""
-    with trio.fail_after(90):
-        while b"live-line-2" not in seen:  # the stream is live: write until the follower shows it
+    async with corral_process(cli, "logs", sid) as process:
+        assert process.stdout is not None and process.stderr is not None
+        with trio.fail_after(HANG_GUARD):
+            note = await read_until(process.stderr, b"(Ctrl-C stops)\n")  # subscribed: every later line is shown
+            assert f"following the logs of sandbox {sid} (Ctrl-C stops)\n" in note.decode()
             await cli.ok("exec", sid, "--", "echo live-line-1; echo live-line-2 >&2")
-            with trio.move_on_after(2):
-                while b"live-line-2" not in seen:
-                    seen += await process.stdout.receive_some(1024)
-        process.send_signal(signal.SIGINT)
-        assert await process.wait() == 130
-    assert b"live-line-1\n" in seen
+            seen = await read_until(process.stdout, b"live-line-1\n", b"live-line-2\n")  # stdout and stderr, in either order
+            process.send_signal(signal.SIGINT)
+            assert await process.wait() == 130
+    assert sorted(seen.decode().splitlines()) == ["live-line-1", "live-line-2"]

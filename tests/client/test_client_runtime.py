@@ -121,7 +121,7 @@ async def test_event_streams_with_tickets_and_last_event_id(runtime_api: Api, ow
 async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenant) -> None:
     async with async_client(runtime_api, owner.key) as corral:
         computer = await corral.create_computer(name="client terminal", template_type="svc-desktop")
-        await corral.wait_for("computer", computer["id"], "running", timeout=180)
+        await corral.wait_for("computer", computer["id"], "running", timeout=300)  # a hang guard
 
     def blocking() -> bytes:
         with sync_client(runtime_api, owner.key) as corral, corral.terminal(computer["id"], cols=100, rows=30) as term:
@@ -151,7 +151,7 @@ async def test_a_computer_terminal_sync_and_async(runtime_api: Api, owner: Tenan
     async with open_async_terminal(session["ws_url"]) as term:  # any session's URL
         await term.read_until(b"# ", timeout=60)
         await term.send(b"exit\n")
-        with trio.fail_after(60):
+        with trio.fail_after(180):  # a hang guard
             while await term.recv() is not None:
                 pass  # until the shell's exit closes the socket
 
@@ -169,7 +169,7 @@ async def test_a_dropped_stream_reconnects_with_last_event_id(runtime_api: Api, 
     async with cuttable_proxy(runtime_api.platform.settings.port) as proxy:
         through = AsyncClient(f"http://127.0.0.1:{proxy.port}", owner.key)
         seen = []
-        with trio.fail_after(90):
+        with trio.fail_after(180):  # a hang guard
             async with through.stream_sandbox_events(sid) as stream:
                 await direct.sandbox_exec(sid, command="echo one")
                 async for event in stream:
@@ -198,5 +198,5 @@ async def test_database_creation_is_idempotent_through_the_client(runtime_api: A
         assert reused.value.code == "IDEMPOTENCY_KEY_REUSED"
         listed = unwrap(await corral.call("GET", "/api/v1/databases"))
         assert [d["id"] for d in listed if d["name"] == "idem"] == [first["id"]]
-        await corral.wait_for("database", first["id"], "running", timeout=120)
+        await corral.wait_for("database", first["id"], "running", timeout=300)  # a hang guard
         await corral.call("DELETE", "/api/v1/databases/{id}", path={"id": first["id"]})
