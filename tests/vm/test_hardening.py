@@ -4,6 +4,7 @@ kernel files masked, and the host's files untouched by the links it leaves behin
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -138,7 +139,7 @@ async def test_a_fork_during_a_directory_swap_copies_no_host_file(driver: Namesp
         await agent.exec(swap)
         for _ in range(5):
             fork = await driver.clone(info.id, new_spec())
-            upper = driver.instance_dir(fork.id) / "upper"
+            upper = driver.layer_dir(fork.id) / "upper"
             assert not list(upper.rglob("host-only")), "the fork holds a host file"
             await driver.destroy(fork.id)
 
@@ -165,7 +166,7 @@ async def test_each_instance_has_a_uid_range_of_its_own(driver: NamespaceDriver,
     async with AgentClient.for_instance(first) as agent:
         result = await agent.exec("id -u; echo data > /workspace/mine; stat -c %u /etc/passwd /workspace/mine")
         assert result.stdout.split() == ["0", "0", "0"]
-    on_disk = driver.instance_dir(first.id) / "upper" / "workspace" / "mine"
+    on_disk = driver.layer_dir(first.id) / "upper" / "workspace" / "mine"
     assert on_disk.stat().st_uid == driver.uid_base
     fork = await driver.clone(first.id, new_spec())
     async with AgentClient.for_instance(fork) as agent:
@@ -183,3 +184,18 @@ async def test_each_instance_has_a_uid_range_of_its_own(driver: NamespaceDriver,
 async def test_root_serves_on_a_low_port(hostile: AgentClient) -> None:
     result = await hostile.exec("python3 -c 'import socket; s = socket.socket(); s.bind((\"0.0.0.0\", 80)); print(\"bound\")'")
     assert result.stdout.strip() == "bound", result.stderr
+
+
+async def test_commands_get_default_signal_dispositions(driver: NamespaceDriver) -> None:
+    """Whatever the control plane ignores (a server started in the background ignores
+    SIGINT and SIGQUIT, and its zygote inherits that), a command in the instance ignores
+    nothing."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        info = await driver.create(new_spec())  # the test's driver starts its zygote here
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    async with AgentClient.for_instance(info) as agent:
+        result = await agent.exec("grep SigIgn /proc/self/status")
+    assert int(result.stdout.split()[1], 16) == 0, result.stdout

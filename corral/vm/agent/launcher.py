@@ -99,6 +99,12 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
     os.closerange(report_fd + 1, 65536)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
+    # Nothing of the control plane's signal dispositions reaches the instance (a server
+    # started in the background ignores SIGINT and SIGQUIT, which its commands would
+    # inherit through fork and exec).
+    for signum in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
     for procs in req["cgroup_procs"]:
