@@ -15,6 +15,9 @@ def _env_flag(name: str, default: bool = False) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
+MIN_DISK_MB = 16
+"""The smallest instance disk (`corral.vm.disk.MIN_MB`): fractions of a GiB are fine (tests use 0.05)."""
+
 ADMIN_KEY_PREFIX = "msk_a_"
 MIN_ADMIN_KEY_LENGTH = 32
 
@@ -33,6 +36,8 @@ class Settings:
     public_domain: str = "corral.localhost"
     admin_key: str | None = None
     allow_private_destinations: bool = False
+    """`CORRAL_ALLOW_PRIVATE_DESTINATIONS`: webhooks reach loopback and private addresses; instances (every
+    port, the egress proxy too) RFC 1918 and CGNAT; never other instances, the node, link-local (§18)."""
     ca_bundle: str | None = None
     webhook_retry_scale: float = 1.0
     smtp_url: str | None = None
@@ -70,6 +75,15 @@ class Settings:
     """How long a call to a guest agent (other than exec's own timeout) may take."""
     instance_launch_timeout: float = 15.0
     """How long each stage of a launch may take after the one before, up to the agent listening (`CORRAL_INSTANCE_LAUNCH_TIMEOUT`)."""
+    # Disks (contract §18; docs/api.md "Disks").
+    sandbox_disk_gb: float = 10.0
+    """GiB of a sandbox's (and a deployment service's, and a template build's) writable layer (`CORRAL_SANDBOX_DISK_GB`)."""
+    computer_disk_gb: float | None = None
+    """GiB of every computer's writable layer (`CORRAL_COMPUTER_DISK_GB`); None: its size's (small 20, medium 50, large 100)."""
+    database_disk_gb: float | None = None
+    """GiB of every database server's disk (`CORRAL_DATABASE_DISK_GB`); None: its size's, as a computer's."""
+    disk_reserve_gb: float = 5.0
+    """New instances are refused (503) while the data directory has less free (`CORRAL_DISK_RESERVE_GB`)."""
     # Credits and metering (issue 5; docs/api.md "Credits, metering and quotas").
     default_tenant_credits: int = 100
     """Credits granted to a tenant created without `credits` (`CORRAL_DEFAULT_TENANT_CREDITS`)."""
@@ -111,7 +125,8 @@ class Settings:
     egress_allowed_destinations: tuple[str, ...] = ()
     """Test-only: private CIDRs the egress proxy may reach without `CORRAL_ALLOW_PRIVATE_DESTINATIONS`
     (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`, comma-separated), e.g. a test's stand-in internet; loopback
-    and the node's own addresses too when named, never the instance subnet."""
+    and the node's own addresses too when named, never the instance subnet. Instances reach its private
+    networks on other ports too (`corral.net.firewall`)."""
     oauth_providers: str | None = None
     """The operator's OAuth providers: a JSON file path (`CORRAL_OAUTH_PROVIDERS`; contract §11)."""
     public_api_url: str | None = None
@@ -148,6 +163,12 @@ class Settings:
         self.template_dir = Path(self.template_dir).absolute()
         if not self.database_url:
             self.database_url = f"sqlite:///{(self.data_dir / 'corral.db').absolute()}"
+        for name in ("sandbox_disk_gb", "computer_disk_gb", "database_disk_gb"):
+            value = getattr(self, name)
+            if value is not None and not value * 1024 >= MIN_DISK_MB:
+                raise SettingsError(f"CORRAL_{name.upper()} must be at least {MIN_DISK_MB / 1024:g} (GiB)")
+        if not self.disk_reserve_gb >= 0:
+            raise SettingsError("CORRAL_DISK_RESERVE_GB must be a non-negative number (GiB)")
         if self.admin_key is not None and (
             not self.admin_key.startswith(ADMIN_KEY_PREFIX) or len(self.admin_key) < MIN_ADMIN_KEY_LENGTH
         ):
@@ -185,6 +206,10 @@ class Settings:
             "sse_heartbeat_seconds": float(env.get("CORRAL_SSE_HEARTBEAT_SECONDS", "15")),
             "idle_check_seconds": float(env.get("CORRAL_IDLE_CHECK_SECONDS", "5")),
             "instance_launch_timeout": float(env.get("CORRAL_INSTANCE_LAUNCH_TIMEOUT", "15")),
+            "sandbox_disk_gb": float(env.get("CORRAL_SANDBOX_DISK_GB", "10")),
+            "computer_disk_gb": float(env["CORRAL_COMPUTER_DISK_GB"]) if env.get("CORRAL_COMPUTER_DISK_GB") else None,
+            "database_disk_gb": float(env["CORRAL_DATABASE_DISK_GB"]) if env.get("CORRAL_DATABASE_DISK_GB") else None,
+            "disk_reserve_gb": float(env.get("CORRAL_DISK_RESERVE_GB", "5")),
             "default_tenant_credits": int(env.get("CORRAL_DEFAULT_TENANT_CREDITS", "100")),
             "credit_low_threshold": int(env.get("CORRAL_CREDIT_LOW_THRESHOLD", "10")),
             "meter_interval": float(env.get("CORRAL_METER_INTERVAL", "10")),

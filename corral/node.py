@@ -191,6 +191,8 @@ def host_network(settings: Settings, nursery: trio.Nursery | None = None) -> Hos
             dns_forwarder=nursery is not None,
             upstream_dns=upstream,
             egress_port=settings.egress_port if settings.egress_proxy else None,
+            allow_private_destinations=settings.allow_private_destinations,
+            open_destinations=settings.egress_allowed_destinations,
         ),
         nursery,
     )
@@ -232,7 +234,9 @@ def database_node(settings: Settings) -> DatabaseNode:
     """The database servers' runtime, their proxy (URL host and bridge address) and access rules."""
     host = settings.database_host or (settings.host if settings.host not in ("0.0.0.0", "::", "") else "127.0.0.1")
     return DatabaseNode(
-        driver=PostgresDriver(database_dir(settings), f"{settings.cgroup_parent}-db"),
+        driver=PostgresDriver(
+            database_dir(settings), f"{settings.cgroup_parent}-db", disk_reserve_bytes=round(settings.disk_reserve_gb * 1024**3)
+        ),
         proxy=DatabaseProxy(),
         access=DatabaseAccess(settings.nft_table, gateway_address(settings.subnet)),
         host=host,

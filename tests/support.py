@@ -254,10 +254,10 @@ async def destroy_instances_and_databases(platform: Platform) -> None:
 
 
 def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table: str, cgroup_parent: str) -> None:
-    """Remove every instance cgroup, namespace, link and table a test runtime made."""
+    """Remove every instance cgroup, namespace, link, table and disk mount a test runtime made."""
     import subprocess
 
-    from corral.vm import CgroupV1
+    from corral.vm import CgroupV1, release_mounts
 
     for parent in (cgroup_parent, f"{cgroup_parent}-db"):  # instances, and database servers (corral.node)
         cgroups = CgroupV1(parent=parent)
@@ -267,6 +267,7 @@ def cleanup_host(*, bridge: str, link_prefix: str, netns_prefix: str, nft_table:
         for controller in ("cpu", "cpuacct", "memory", "pids"):
             with contextlib.suppress(OSError):
                 (Path("/sys/fs/cgroup") / controller / parent).rmdir()
+        release_mounts(parent)  # disks left mounted by a run that died (corral.vm.disk)
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
         if name.startswith(netns_prefix):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 import pytest
 
 from corral.errors import ApiError
-from corral.models import UNSET, Rule, Unset, field, json_schema, model, parse
+from corral.models import NOT_BLANK, UNSET, Rule, Unset, field, json_schema, model, parse
 
 
 @model
@@ -82,12 +82,50 @@ def test_the_schema_comes_from_the_same_declaration() -> None:
     assert schema["required"] == ["command"]
     assert schema["description"] == "Run a command."
     properties = schema["properties"]
-    assert properties["command"] == {"type": "string", "maxLength": 10}
+    assert properties["command"] == {"type": "string", "pattern": NOT_BLANK, "minLength": 1, "maxLength": 10}
     assert properties["timeout"] == {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 300}, {"type": "null"}]}
     assert properties["size"] == {"enum": ["small", "large"], "default": "small"}
     assert properties["env"] == {"type": "object", "additionalProperties": {"type": "string"}}
-    assert properties["tags"] == {"type": "array", "items": {"type": "string"}}
-    assert properties["note"] == {"type": "string"}
+    assert properties["tags"] == {"type": "array", "items": {"type": "string", "pattern": NOT_BLANK, "minLength": 1}}
+    assert properties["note"] == {"type": "string", "pattern": NOT_BLANK, "minLength": 1}
+
+
+@model
+class Declared:
+    slug: Annotated[str, Rule(pattern=r"[a-z][a-z0-9-]{0,9}")]
+    kind: Annotated[str, Rule(choices=("tcp", "udp"))] = "tcp"
+    env: Annotated[dict[str, str], Rule(keys=r"[A-Z][A-Z0-9_]*")] = field(default_factory=dict)
+    names: Annotated[list[str], Rule(min_length=1, items=Rule(pattern=r"[a-z]+"))] = field(default_factory=lambda: ["a"])
+    label: Annotated[str, Rule(allow_empty=True)] = ""
+
+
+def test_patterns_choices_and_keys_are_checked_and_stated() -> None:
+    assert parse(Declared, {"slug": "web-1", "kind": "udp", "env": {"A_1": "x"}, "names": ["ab"], "label": ""}).kind == "udp"
+    problem = error({"slug": "Web 1", "kind": "icmp", "env": {"a": "x"}, "names": [], "label": 1}, Declared)
+    assert problem.details == {
+        "slug": "must match [a-z][a-z0-9-]{0,9}",
+        "kind": "must be one of tcp, udp",
+        "env": "keys must match [A-Z][A-Z0-9_]*",
+        "names": "must have at least 1 entry",
+        "label": "must be a string",
+    }
+    assert error({"slug": "web", "names": ["ok", "NO"]}, Declared).details == {"names": "must match [a-z]+"}
+    properties = json_schema(Declared)["properties"]
+    assert properties["slug"] == {"type": "string", "pattern": "^(?:[a-z][a-z0-9-]{0,9})$", "minLength": 1}
+    assert properties["kind"] == {"type": "string", "pattern": NOT_BLANK, "minLength": 1, "enum": ["tcp", "udp"], "default": "tcp"}
+    assert properties["env"] == {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": {"pattern": "^(?:[A-Z][A-Z0-9_]*)$"}}
+    assert properties["names"] == {"type": "array", "items": {"type": "string", "pattern": "^(?:[a-z]+)$", "minLength": 1}, "minItems": 1}
+    assert properties["label"] == {"type": "string", "default": ""}
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n", "\x1c", "\x85", "\u3000", "\u2028"])
+def test_a_string_the_server_finds_blank_does_not_match_the_stated_pattern(blank: str) -> None:
+    import re
+
+    assert blank.strip() == ""
+    assert re.search(NOT_BLANK, blank) is None
+    assert error({"command": blank}).code == "MISSING_PARAM"
+    assert re.search(NOT_BLANK, f"{blank}x{blank}") is not None
 
 
 SESSION_PREFIX = "s-"

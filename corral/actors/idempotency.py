@@ -26,7 +26,9 @@ from corral.storage import Database, iso_in, utc_now_iso
 
 TTL_SECONDS = 24 * 3600
 MAX_KEY_LENGTH = 255
-_KEY = re.compile(r"^[\x21-\x7e]+$")
+KEY = r"[\x21-\x7e]+"
+"""A key: printable ASCII without spaces (and at most `MAX_KEY_LENGTH` of it)."""
+_KEY = re.compile(f"^{KEY}$")
 PROCESS_OWNER = new_ulid()
 """Names this node process in the claims it holds."""
 

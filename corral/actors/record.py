@@ -16,6 +16,7 @@ import json
 from typing import Any, ClassVar, Generic, TypeVar
 
 from corral.actors.actor import Actor
+from corral.actors.runtime_errors import public_message
 from corral.errors import ApiError, not_found
 from corral.storage import Database, Row, Transaction, sql_identifier, utc_now_iso
 
@@ -168,7 +169,8 @@ class RecordActor(Actor):
     async def on_failed(self, error: BaseException) -> None:
         values: dict[str, Any] = {self.state_column: self.error_state}
         if self.error_column is not None:
-            values[self.error_column] = f"{type(error).__name__}: {error}"[:1000]
+            # The supervisor logged the crash; the row says what a tenant may read.
+            values[self.error_column] = f"{type(error).__name__}: {public_message(error)}"[:1000]
         if self.updated_at_column is not None:
             values[self.updated_at_column] = utc_now_iso()
         await self._update(values)

@@ -17,8 +17,10 @@ from typing import Protocol
 import trio
 
 from corral.config import Settings
+from corral.errors import ApiError
 from corral.net import NetworkPolicy
 from corral.vm import (
+    COMPUTER_DISK_GB,
     CgroupV1,
     EgressTrust,
     InstanceNetwork,
@@ -26,8 +28,53 @@ from corral.vm import (
     RuntimeDriver,
     TemplateStore,
 )
+from corral.vm.disk import free_bytes
 
 log = logging.getLogger("corral.runtime")
+
+GIB = 1024**3
+
+
+def disk_mb(gb: float) -> int:
+    """MiB of a disk of `gb` GiB (fractions allowed)."""
+    return round(gb * 1024)
+
+
+def sandbox_disk_gb(settings: Settings) -> float:
+    """GiB of a sandbox's writable layer (also a deployment service's and a template
+    build's): `CORRAL_SANDBOX_DISK_GB` (contract §18)."""
+    return settings.sandbox_disk_gb
+
+
+def computer_disk_gb(settings: Settings, size: str) -> float:
+    """GiB of a computer's writable layer: the desktop sizing list's disk of its size,
+    unless `CORRAL_COMPUTER_DISK_GB` says otherwise (contract §18)."""
+    if settings.computer_disk_gb is not None:
+        return settings.computer_disk_gb
+    return COMPUTER_DISK_GB.get(size, max(COMPUTER_DISK_GB.values()))
+
+
+def database_disk_gb(settings: Settings, size: str) -> float:
+    """GiB of a database server's disk: its size's, as a computer's, unless
+    `CORRAL_DATABASE_DISK_GB` says otherwise (docs/api.md "Disks")."""
+    if settings.database_disk_gb is not None:
+        return settings.database_disk_gb
+    return COMPUTER_DISK_GB.get(size, max(COMPUTER_DISK_GB.values()))
+
+
+def reserve_bytes(settings: Settings) -> int:
+    return round(settings.disk_reserve_gb * GIB)
+
+
+def require_disk_reserve(settings: Settings) -> None:
+    """`503 SERVICE_UNAVAILABLE` while the node's data directory has less free space than
+    `CORRAL_DISK_RESERVE_GB`: no new instance then (contract §18)."""
+    reserve = reserve_bytes(settings)
+    data_dir = Path(settings.data_dir)
+    probe = data_dir if data_dir.exists() else data_dir.parent
+    if reserve and free_bytes(probe) < reserve:
+        log.warning("refusing a new instance: %s has less than %s GiB free", data_dir, settings.disk_reserve_gb)
+        raise ApiError(503, "SERVICE_UNAVAILABLE", "node disk reserve reached")
 
 
 class NodeNetwork(InstanceNetwork, Protocol):
@@ -83,6 +130,8 @@ class RuntimeHolder:
                     CgroupV1(parent=settings.cgroup_parent),
                     launch_timeout=settings.instance_launch_timeout,
                     egress=self.egress,
+                    disk_mb=disk_mb(settings.sandbox_disk_gb),
+                    disk_reserve_bytes=reserve_bytes(settings),
                 )
                 adopted = await driver.adopt()
                 if adopted:

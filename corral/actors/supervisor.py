@@ -28,6 +28,7 @@ from corral.actors.errors import ActorCrashed, ActorStopped, MailboxFull
 from corral.actors.host import ActorHost
 from corral.actors.mailbox import Mailbox
 from corral.actors.messages import Envelope
+from corral.actors.runtime_errors import public_message
 from corral.errors import ApiError
 from corral.storage import Event
 
@@ -365,7 +366,7 @@ class ActorCell:
                 self.id,
                 {
                     "id": self.id,
-                    "error": self.last_error,
+                    "error": f"{type(error).__name__}: {public_message(error)}"[:500],  # the log has the rest
                     "crashes": len(self.crash_times),
                     "restarts": self.restarts,
                 },

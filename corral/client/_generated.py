@@ -584,7 +584,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/agent-runs', body={'prompt': prompt, 'target_id': target_id, 'target_kind': target_kind, 'sandbox_id': sandbox_id, 'computer_id': computer_id, 'provider': provider, 'command': command, 'model': model, 'cwd': cwd, 'timeout': timeout, 'env': env, 'agent_runtime_profile_id': agent_runtime_profile_id, 'agent_profile_id': agent_profile_id, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'orchestration_role': orchestration_role, 'skip_agent_runtime_profile': skip_agent_runtime_profile, 'metadata': metadata, 'wait': wait}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    def create_agent_runtime_profile(self, *, name: str, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'], model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[Literal['sandbox', 'computer']] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
 
         `POST /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.create`.
@@ -606,7 +606,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/browser-tokens', body={'sandbox_id': sandbox_id, 'expires_in': expires_in}, request_timeout=request_timeout)
 
-    def create_computer(self, *, name: str, template_type: str, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    def create_computer(self, *, name: str, template_type: Literal['svc-desktop'], agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a computer (201, status provisioning, vm_id null).
 
         `POST /api/v1/computers`. Bearer API key or JWT access token. Scope: `computers:write`. Audited as `computers.create`.
@@ -627,7 +627,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/computers/{id}/cua/sessions/{session_id}/actions', path={'id': id, 'session_id': session_id}, body={'action': action}, request_timeout=request_timeout)
 
-    def create_computer_domain(self, id: str, *, domain: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    def create_computer_domain(self, id: str, *, domain: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Attach a custom domain to a computer (201, status pending).
 
         `POST /api/v1/computers/{id}/domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -649,7 +649,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/computers/{id}/snapshots', path={'id': id}, body={'name': name}, request_timeout=request_timeout)
 
-    def create_custom_domain(self, *, domain: str | Unset = UNSET, computer_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    def create_custom_domain(self, *, domain: str, computer_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Register a custom domain of a computer or a deployment (201, status pending).
 
         `POST /api/v1/custom-domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -681,7 +681,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/databases/{id}/replicas', path={'id': id}, body={'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    def create_deployment_domain(self, id: str, *, domain: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    def create_deployment_domain(self, id: str, *, domain: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Attach a custom domain to a deployment (201, status pending).
 
         `POST /api/v1/deployments/{id}/domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -717,7 +717,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/egress/policies', body={'mode': mode, 'default_action': default_action, 'resource_id': resource_id, 'resource_type': resource_type, 'name': name}, request_timeout=request_timeout)
 
-    def create_egress_secret(self, *, name: str, value: str, type: Literal['api_key', 'oauth_connect', 'oauth_machine'], scope: str, expose_as_env: str | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, allowed_hosts: list[str] | Unset | None = UNSET, expires_at: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    def create_egress_secret(self, *, name: str, value: str, type: Literal['api_key', 'oauth_connect', 'oauth_machine'], scope: Literal['tenant', 'workspace', 'user', 'external_user', 'external_workspace'], expose_as_env: str | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, allowed_hosts: list[str] | Unset | None = UNSET, expires_at: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Store a secret (sealed at rest); expose_as_env also binds it scope-wide.
 
         `POST /api/v1/egress/secrets`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.secrets.create`.
@@ -1154,7 +1154,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: Literal['tenant', 'user'] | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Begin connecting an OAuth account: `{authorize_url, state}`, unwrapped (the provider's authorize URL, PKCE S256).
 
         `POST /api/v1/egress/oauth/start`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.oauth.start`.
@@ -2196,7 +2196,7 @@ class Operations(SyncBase):
         """
         return self._call('POST', '/api/v1/tenant/preview-domain/verify', request_timeout=request_timeout)
 
-    def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: str | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
+    def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'] | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[Literal['sandbox', 'computer']] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Change a profile; env and secret_ids replace the whole set when given.
 
         `PATCH /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.update`.
@@ -2574,7 +2574,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/agent-runs', body={'prompt': prompt, 'target_id': target_id, 'target_kind': target_kind, 'sandbox_id': sandbox_id, 'computer_id': computer_id, 'provider': provider, 'command': command, 'model': model, 'cwd': cwd, 'timeout': timeout, 'env': env, 'agent_runtime_profile_id': agent_runtime_profile_id, 'agent_profile_id': agent_profile_id, 'agent_run_group_id': agent_run_group_id, 'parent_agent_run_id': parent_agent_run_id, 'orchestration_role': orchestration_role, 'skip_agent_runtime_profile': skip_agent_runtime_profile, 'metadata': metadata, 'wait': wait}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    async def create_agent_runtime_profile(self, *, name: str, provider: str, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    async def create_agent_runtime_profile(self, *, name: str, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'], model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[Literal['sandbox', 'computer']] | Unset | None = UNSET, env: dict[str, str] | Unset | None = UNSET, secret_ids: list[str] | Unset | None = UNSET, is_default: bool | Unset = UNSET, workspace_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Create a profile (env sealed, never returned; is_default makes it the default for its kinds).
 
         `POST /api/v1/agent-runtime-profiles`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.create`.
@@ -2596,7 +2596,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/browser-tokens', body={'sandbox_id': sandbox_id, 'expires_in': expires_in}, request_timeout=request_timeout)
 
-    async def create_computer(self, *, name: str, template_type: str, agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    async def create_computer(self, *, name: str, template_type: Literal['svc-desktop'], agent_runtime_profile_id: str | Unset | None = UNSET, agent_profile_id: str | Unset | None = UNSET, skip_agent_runtime_profile: bool | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, workspace_slug: str | Unset | None = UNSET, workspace_name: str | Unset | None = UNSET, project_id: str | Unset | None = UNSET, project_slug: str | Unset | None = UNSET, project_name: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_project_id: str | Unset | None = UNSET, size: Literal['small', 'medium', 'large'] | Unset = UNSET, selected_apps: list[str] | Unset | None = UNSET, resolution: str | Unset | None = UNSET, snapshot_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Create a computer (201, status provisioning, vm_id null).
 
         `POST /api/v1/computers`. Bearer API key or JWT access token. Scope: `computers:write`. Audited as `computers.create`.
@@ -2617,7 +2617,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/computers/{id}/cua/sessions/{session_id}/actions', path={'id': id, 'session_id': session_id}, body={'action': action}, request_timeout=request_timeout)
 
-    async def create_computer_domain(self, id: str, *, domain: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    async def create_computer_domain(self, id: str, *, domain: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Attach a custom domain to a computer (201, status pending).
 
         `POST /api/v1/computers/{id}/domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -2639,7 +2639,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/computers/{id}/snapshots', path={'id': id}, body={'name': name}, request_timeout=request_timeout)
 
-    async def create_custom_domain(self, *, domain: str | Unset = UNSET, computer_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    async def create_custom_domain(self, *, domain: str, computer_id: str | Unset | None = UNSET, deployment_id: str | Unset | None = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Register a custom domain of a computer or a deployment (201, status pending).
 
         `POST /api/v1/custom-domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -2671,7 +2671,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/databases/{id}/replicas', path={'id': id}, body={'name': name}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    async def create_deployment_domain(self, id: str, *, domain: str | Unset = UNSET, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
+    async def create_deployment_domain(self, id: str, *, domain: str, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Attach a custom domain to a deployment (201, status pending).
 
         `POST /api/v1/deployments/{id}/domains`. Bearer API key or JWT access token. Scope: `domains:write`. Audited as `domains.create`.
@@ -2707,7 +2707,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/egress/policies', body={'mode': mode, 'default_action': default_action, 'resource_id': resource_id, 'resource_type': resource_type, 'name': name}, request_timeout=request_timeout)
 
-    async def create_egress_secret(self, *, name: str, value: str, type: Literal['api_key', 'oauth_connect', 'oauth_machine'], scope: str, expose_as_env: str | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, allowed_hosts: list[str] | Unset | None = UNSET, expires_at: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    async def create_egress_secret(self, *, name: str, value: str, type: Literal['api_key', 'oauth_connect', 'oauth_machine'], scope: Literal['tenant', 'workspace', 'user', 'external_user', 'external_workspace'], expose_as_env: str | Unset | None = UNSET, workspace_id: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, external_user_id: str | Unset | None = UNSET, external_workspace_id: str | Unset | None = UNSET, allowed_hosts: list[str] | Unset | None = UNSET, expires_at: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Store a secret (sealed at rest); expose_as_env also binds it scope-wide.
 
         `POST /api/v1/egress/secrets`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.secrets.create`.
@@ -3144,7 +3144,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote', path={'id': id, 'version_id': version_id}, body={'environment': environment}, idempotent=True, idempotency_key=idempotency_key, request_timeout=request_timeout)
 
-    async def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: str | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
+    async def egress_oauth_start(self, *, provider: str, expose_as_env: str | Unset | None = UNSET, scope: Literal['tenant', 'user'] | Unset | None = UNSET, owner_user_id: str | Unset | None = UNSET, request_timeout: float | None = None) -> Any:
         """Begin connecting an OAuth account: `{authorize_url, state}`, unwrapped (the provider's authorize URL, PKCE S256).
 
         `POST /api/v1/egress/oauth/start`. Bearer API key or JWT access token. Scope: `egress:write`. Audited as `egress.oauth.start`.
@@ -4186,7 +4186,7 @@ class AsyncOperations(AsyncBase):
         """
         return await self._call('POST', '/api/v1/tenant/preview-domain/verify', request_timeout=request_timeout)
 
-    async def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: str | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[str] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
+    async def update_agent_runtime_profile(self, id: str, *, name: str | Unset = UNSET, provider: Literal['osa', 'codex', 'claude', 'claude-code', 'pi', 'hermes', 'custom'] | Unset = UNSET, model: str | Unset | None = UNSET, command: str | Unset | None = UNSET, applies_to: list[Literal['sandbox', 'computer']] | Unset = UNSET, env: dict[str, str] | Unset = UNSET, secret_ids: list[str] | Unset = UNSET, is_default: bool | Unset = UNSET, request_timeout: float | None = None) -> Any:
         """Change a profile; env and secret_ids replace the whole set when given.
 
         `PATCH /api/v1/agent-runtime-profiles/{id}`. Bearer API key or JWT access token. Scope: `agents:write`. Audited as `agent_runtime_profiles.update`.

@@ -15,6 +15,7 @@ from corral.ids import is_uuid
 from corral.models import parse
 from corral.node import Platform
 
+from .params import Integer
 from .principal import Principal
 from .routing import Route
 
@@ -95,21 +96,21 @@ class RequestContext:
             raise TypeError(f"{self.route.endpoint} declares {self.route.request!r}, not {model.__name__}")
         return parse(model, await self.json())
 
+    def checked_id(self, name: str, value: str) -> str:
+        """A path parameter below the route's resource, by its declaration (`corral.http.params`)."""
+        self.route.path_param_rules[name].check(name, value)
+        return value
+
     def query(self, name: str, default: str | None = None) -> str | None:
         return self.request.args.get(name, default)
 
-    def query_int(self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
-        raw = self.request.args.get(name)
-        if raw is None or raw == "":
-            return default
-        try:
-            value = int(raw)
-        except ValueError as exc:
-            raise ApiError(400, "INVALID_PARAM", f"{name} must be an integer") from exc
-        if value < minimum or (maximum is not None and value > maximum):
-            bound = f" and at most {maximum}" if maximum is not None else ""
-            raise ApiError(400, "INVALID_PARAM", f"{name} must be at least {minimum}{bound}")
-        return value
+    def query_int(self, name: str) -> int:
+        """An integer query parameter, by the route's `Integer` declaration (its default and
+        bounds; the pipeline has refused a bad value already)."""
+        declared = self.route.query.get(name)
+        if not isinstance(declared, Integer):
+            raise TypeError(f"{self.route.endpoint}: query parameter {name} is not declared as an Integer")
+        return declared.value(name, self.request.args.get(name))
 
 
 def _unreadable_body(error: HTTPException) -> ApiError:

@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from corral import __version__
-from corral.models import json_schema
+from corral.actors import idempotency
+from corral.models import anchored, json_schema
 
+from .params import param_description, param_schema
 from .routing import Route
 
 ERROR_SCHEMA = {
@@ -40,12 +42,13 @@ _AUTH_TEXT = {
 
 
 def _operation(route: Route) -> dict[str, Any]:
+    declared = route.path_param_rules
     parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}} for name in route.path_params
+        {"name": name, "in": "path", "required": True, "schema": param_schema(declared.get(name, ""))} for name in route.path_params
     ]
     parameters += [
-        {"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
-        for name, text in route.query.items()
+        {"name": name, "in": "query", "required": False, "description": param_description(param), "schema": param_schema(param)}
+        for name, param in route.query.items()
     ]
     if route.idempotent:
         parameters.append(
@@ -53,8 +56,9 @@ def _operation(route: Route) -> dict[str, Any]:
                 "name": "Idempotency-Key",
                 "in": "header",
                 "required": False,
-                "description": "Replays the stored reply of an earlier request with this key for 24 hours.",
-                "schema": {"type": "string", "maxLength": 255},
+                "description": "Replays the stored reply of an earlier request with this key for 24 hours;"
+                " the same key with another request is 422 IDEMPOTENCY_KEY_REUSED.",
+                "schema": {"type": "string", "minLength": 1, "maxLength": idempotency.MAX_KEY_LENGTH, "pattern": anchored(idempotency.KEY)},
             }
         )
     description = _AUTH_TEXT[route.auth]

@@ -1,8 +1,8 @@
 """The request pipeline every route runs through.
 
 Order: request id, authentication (by the route's `auth`), rate limit, operator and
-scope checks, the handler, the error envelope, the common headers, and finally the
-audit row of an authenticated mutation. Errors are always the JSON envelope; an
+scope checks, the declared parameters (`check_params`), the handler, the error
+envelope, the common headers, and finally the audit row of an authenticated mutation. Errors are always the JSON envelope; an
 unexpected exception is logged with its request id and answered 500 INTERNAL_ERROR.
 """
 
@@ -18,7 +18,7 @@ from quart.wrappers.response import DataBody
 from werkzeug.exceptions import HTTPException
 
 from corral.actors import browser_tokens, idempotency
-from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for
+from corral.actors.runtime_errors import RUNTIME_ERRORS, answer_for, public_message
 from corral.actors.tenancy import audit
 from corral.errors import ApiError, CorralError, forbidden, internal_error, unauthorized
 from corral.ids import new_ulid
@@ -26,6 +26,7 @@ from corral.node import Platform
 
 from .auth import Authenticator
 from .context import RequestContext
+from .params import Param
 from .principal import Principal
 from .ratelimit import ANONYMOUS_RPM, EGRESS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
 from .replies import Reply, json_response
@@ -51,8 +52,10 @@ def as_api_error(error: Exception, request_id: str) -> ApiError:
     """Runtime and network errors get the answer of the actors' one table; others are 500s."""
     status, code = answer_for(error) if isinstance(error, RUNTIME_ERRORS) else (500, "INTERNAL_ERROR")
     if status >= 500:
-        log.error("request %s failed: %s: %s", request_id, type(error).__name__, error)
-    message = str(error) if status < 500 or code != "INTERNAL_ERROR" else "internal server error"
+        detail = getattr(error, "detail", "")
+        log.error("request %s failed: %s: %s%s", request_id, type(error).__name__, error, f" ({detail})" if detail else "")
+    # No internal address, host path or interface in what the caller reads (contract §18).
+    message = public_message(error) if status < 500 or code != "INTERNAL_ERROR" else "internal server error"
     return ApiError(status, code, message)
 
 
@@ -91,6 +94,7 @@ class Pipeline:
         decision: RateDecision | None = None
         try:
             decision = await self._admit(ctx, route, params)
+            check_params(route, params, ctx.request.args)
             idempotency_key = ctx.request.headers.get("Idempotency-Key") if route.idempotent else None
             if idempotency_key is not None:
                 response = await self._run_once(ctx, route, params, idempotency_key)
@@ -216,6 +220,22 @@ class Pipeline:
             await audit.record(self.platform.db, entry)
         except Exception:
             log.exception("could not write the audit row of request %s", ctx.request_id)
+
+
+def check_params(route: Route, params: dict[str, Any], args: Any) -> None:
+    """The declared query parameters and the route's first path parameter (the resource it
+    belongs to), before the handler; an absent or empty query parameter is left to the
+    handler's default. An id below that resource is the handler's to check once it has
+    found the resource (`RequestContext.checked_id`), so that another tenant's resource
+    is a 404 whatever follows it."""
+    rules = route.path_param_rules
+    if route.path_params and route.path_params[0] in rules:
+        first = route.path_params[0]
+        rules[first].check(first, str(params[first]))
+    for name, declared in route.query.items():
+        raw = args.get(name)
+        if isinstance(declared, Param) and raw:
+            declared.check(name, raw)
 
 
 def _authorize(principal: Principal, route: Route) -> None:

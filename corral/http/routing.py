@@ -8,12 +8,15 @@ a mutation; `pipeline.py` enforces all of it, so no handler repeats those checks
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from corral.models import is_model
+
+from .params import RESOURCE_IDS, Param
 
 Auth = Literal["public", "public_auth", "user", "admin", "ticket"]
 Handler = Callable[..., Awaitable[Any]]
@@ -37,8 +40,10 @@ class Route:
     """The request model (`corral.models.model`) the handler reads with `ctx.body`;
     the OpenAPI document describes the body from the same class."""
     status: int = 200
-    query: dict[str, str] = field(default_factory=dict)
-    """Query parameter name -> description."""
+    query: dict[str, Param | str] = field(default_factory=dict)
+    """Query parameter name -> a `Param` the pipeline checks, or only a description."""
+    params: dict[str, Param] = field(default_factory=dict)
+    """Path parameters the pipeline checks, beyond the resource ids of `RESOURCE_IDS`."""
     prefix: str = "/api/v1"
     content_type: str = "application/json"
     idempotent: bool = False
@@ -71,6 +76,19 @@ class Route:
     @property
     def path_params(self) -> list[str]:
         return [m[1] for m in _PARAM.finditer(self.path)]
+
+    @functools.cached_property
+    def path_param_rules(self) -> dict[str, Param]:
+        """Each declared path parameter: its own declaration, or the id of the collection
+        it follows (`/computers/{id}`)."""
+        found: dict[str, Param] = {}
+        for match in _PARAM.finditer(self.path):
+            name = match[1]
+            collection = self.path[: match.start()].rstrip("/").rsplit("/", 1)[-1]
+            declared = self.params.get(name) or RESOURCE_IDS.get(f"{collection}/{{{name}}}") or RESOURCE_IDS.get(collection)
+            if declared is not None:
+                found[name] = declared
+        return found
 
     @property
     def endpoint(self) -> str:
@@ -107,7 +125,8 @@ class Router:
         action: str | None = None,
         request: type | None = None,
         status: int = 200,
-        query: dict[str, str] | None = None,
+        query: dict[str, Param | str] | None = None,
+        params: dict[str, Param] | None = None,
         content_type: str = "application/json",
         idempotent: bool = False,
         ticket_purpose: str | None = None,
@@ -130,6 +149,7 @@ class Router:
                     request=request,
                     status=status,
                     query=query or {},
+                    params=params or {},
                     prefix=self.prefix,
                     content_type=content_type,
                     idempotent=idempotent,

@@ -17,7 +17,8 @@ from corral.actors.previews import run_preview
 from corral.config import Settings
 from corral.node import Platform, check_edge, open_node, run_edge
 
-from .app import create_app
+from .app import MAX_BODY_BYTES, create_app
+from .keepalive import whole_request_first
 
 log = logging.getLogger("corral")
 
@@ -46,7 +47,8 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
     config = hypercorn_config(settings.host, settings.port)
     async with trio.open_nursery() as nursery:
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
-        await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+        served = whole_request_first(app, MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
+        await hypercorn_serve(served, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
 async def serve(settings: Settings, edge: bool = False) -> None:

@@ -7,34 +7,66 @@ Layout of `table inet <name>`:
   sends to the host itself is dropped, so host services are out of reach.
 - `forward`: instance-to-instance traffic is dropped (layer 2 is blocked by
   isolated bridge ports as well); new connections towards instances are
-  dropped; traffic leaving an instance is dispatched by its source address
-  through the verdict map `egress` to the instance's own chain, where its network
-  policy lives. Unknown sources are dropped. Instances cannot spoof source
-  addresses: they have no CAP_NET_ADMIN/CAP_NET_RAW over their namespace.
+  dropped; traffic leaving an instance first passes `guard`, then is dispatched
+  by its source address through the verdict map `egress` to the instance's own
+  chain, where its network policy lives. Unknown sources are dropped. Instances
+  cannot spoof source addresses: they have no CAP_NET_ADMIN/CAP_NET_RAW over
+  their namespace.
+- `guard`: what no instance reaches, whatever its policy says (contract §18), on
+  every port and protocol: the instance subnet, the node's own addresses (`fib
+  daddr type local`: those are delivered to `input`, which drops them, so this
+  is a second lock), loopback, the unspecified range, link-local (metadata
+  included), multicast and broadcast; and, unless `allow_private`
+  (`CORRAL_ALLOW_PRIVATE_DESTINATIONS=1`), RFC 1918, CGNAT (100.64.0.0/10) and
+  IPv6 unique-local addresses. Exceptions before the private ranges: port 53 of
+  the resolvers instances are given when the node's DNS forwarder does not run
+  (the host's, often private), and the test-only `open_networks`. Refused
+  packets are answered (`reject`), so a blocked connection fails at once. The
+  chain is rewritten at every `ensure_table`, so a changed setting reaches
+  instances re-adopted after a restart too.
 - `services`: what instances may reach on the host itself, jumped to from `input`
   before its drop: the node's DNS forwarder on the bridge address (port 53).
 - `output`: only root on the host (the control plane) may open the agent port.
 - `postrouting`: outbound NAT for the instances' range.
 
 An instance's chain starts with a fixed head (replies of its connections pass, so a
-policy change applies to new connections only; link-local/metadata and other
-instances are dropped) followed by its network policy (`corral.net.policy`).
+policy change applies to new connections only) followed by its network policy
+(`corral.net.policy`); `guard` has already refused what no policy may open.
+
+The services on the node that instances do reach (the DNS forwarder, the egress
+proxy, the tenant's database proxy ports) all listen on the bridge address and
+are accepted in `input` (`services`, and the rules `corral.net.egress.redirect`
+and `corral.net.pgproxy.access` add); ports 80 and 443 of every other address are
+redirected to the egress proxy before `forward`, which refuses the same ranges
+(`corral.net.egress.destinations`).
 
 Rules are applied with `nft -f -`, one atomic transaction per change.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import trio
 
 from .errors import NetworkError
-from .policy import UNRESTRICTED, NetworkPolicy, chain_rules, set_name
+from .policy import REFUSE, UNRESTRICTED, NetworkPolicy, chain_rules, set_name
 
 CHAIN_PREFIX = "inst_"
+GUARD = "guard"
+
+ALWAYS_CLOSED_V4 = ("0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32")
+"""Unspecified, loopback, link-local (metadata 169.254.169.254 included), multicast, broadcast."""
+ALWAYS_CLOSED_V6 = ("::/128", "::1/128", "::ffff:0:0/96", "fe80::/10", "ff00::/8")
+"""Unspecified, loopback, IPv4-mapped, link-local, multicast."""
+PRIVATE_V4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+"""RFC 1918 and CGNAT: closed unless `allow_private`."""
+PRIVATE_V6 = ("fc00::/7", "fec0::/10")
+"""Unique-local and (deprecated) site-local: closed unless `allow_private`."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +77,10 @@ class FirewallConfig:
     agent_port: int
     gateway: str = ""
     """The bridge's address, where the DNS forwarder listens (empty: no DNS rule)."""
+    allow_private: bool = False
+    """Open RFC 1918 and CGNAT to instances (`CORRAL_ALLOW_PRIVATE_DESTINATIONS`); never the rest of `guard`."""
+    open_networks: tuple[str, ...] = ()
+    """Test-only (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`): private networks instances reach anyway."""
 
 
 async def nft(script: str, check: bool = True) -> str:
@@ -73,12 +109,15 @@ class Firewall:
     def _t(self) -> str:
         return f"inet {self.config.table}"
 
-    async def ensure_table(self) -> None:
-        """Create the table and base chains if absent (existing instance chains stay)."""
+    async def ensure_table(self, resolvers: Sequence[str] = ()) -> None:
+        """Create the table and base chains if absent (existing instance chains stay), and
+        (re)write `guard`; `resolvers` are the name servers instances are given besides
+        the node's DNS forwarder, whose port 53 stays open to them."""
         c = self.config
         existing = await nft_json("list", "table", "inet", c.table)
         if any("map" in item for item in existing):
             await self._ensure_services(existing)
+            await self._ensure_guard(existing, resolvers)
             return
         script = f"""
 table {self._t} {{
@@ -92,11 +131,14 @@ table {self._t} {{
   chain services {{
 {self._services_rules()}
   }}
+  chain {GUARD} {{
+  }}
   chain forward {{
     type filter hook forward priority 0; policy accept;
     iifname "{c.bridge}" oifname "{c.bridge}" drop
     oifname "{c.bridge}" ct state established,related accept
     oifname "{c.bridge}" drop
+    iifname "{c.bridge}" jump {GUARD}
     iifname "{c.bridge}" ip saddr vmap @egress
     iifname "{c.bridge}" drop
   }}
@@ -110,7 +152,7 @@ table {self._t} {{
   }}
 }}
 """
-        await nft(script)
+        await nft(script + self._guard_script(resolvers))
 
     def _services_rules(self) -> str:
         gateway = self.config.gateway
@@ -130,6 +172,40 @@ table {self._t} {{
         script += f'insert rule {self._t} input iifname "{self.config.bridge}" jump services\n'
         await nft(script)
 
+    def guard_rules(self, resolvers: Sequence[str] = ()) -> list[str]:
+        """The statements of `guard`, in order (see the module's docstring)."""
+        c = self.config
+        rules = [
+            f"ip daddr {c.subnet} {REFUSE}",
+            f"fib daddr type local {REFUSE}",
+            f"ip daddr {_set(ALWAYS_CLOSED_V4)} {REFUSE}",
+            f"ip6 daddr {_set(ALWAYS_CLOSED_V6)} {REFUSE}",
+        ]
+        if c.allow_private:
+            return rules
+        servers = [address for address in resolvers if _is_ipv4(address)]
+        if servers:
+            rules.append(f"ip daddr {_set(servers)} meta l4proto {{ tcp, udp }} th dport 53 return")
+        for version, networks in _by_version(c.open_networks).items():
+            rules.append(f"{'ip' if version == 4 else 'ip6'} daddr {_set(networks)} return")
+        rules += [f"ip daddr {_set(PRIVATE_V4)} {REFUSE}", f"ip6 daddr {_set(PRIVATE_V6)} {REFUSE}"]
+        return rules
+
+    def _guard_script(self, resolvers: Sequence[str]) -> str:
+        lines = [f"flush chain {self._t} {GUARD}"]
+        lines += [f"add rule {self._t} {GUARD} {rule}" for rule in self.guard_rules(resolvers)]
+        return "\n".join(lines) + "\n"
+
+    async def _ensure_guard(self, existing: list[dict[str, object]], resolvers: Sequence[str]) -> None:
+        """Rewrite `guard` (the settings may have changed since the table was made); a
+        table made before it existed gets it, jumped to at the head of `forward`."""
+        chains = [item.get("chain") for item in existing]
+        script = ""
+        if not any(isinstance(chain, dict) and chain.get("name") == GUARD for chain in chains):
+            script += f"add chain {self._t} {GUARD}\n"
+            script += f'insert rule {self._t} forward iifname "{self.config.bridge}" jump {GUARD}\n'
+        await nft(script + self._guard_script(resolvers))
+
     def _chain_script(self, chain: str, policy: NetworkPolicy, stale_sets: list[str]) -> str:
         t = self._t
         lines = [f"add chain {t} {chain}"]
@@ -138,8 +214,6 @@ table {self._t} {{
         lines += [
             f"flush chain {t} {chain}",
             f"add rule {t} {chain} ct state established,related accept",
-            f"add rule {t} {chain} ip daddr 169.254.0.0/16 drop",
-            f"add rule {t} {chain} ip daddr {self.config.subnet} drop",
         ]
         lines += [f"add rule {t} {chain} {statement}" for statement in chain_rules(policy, chain)]
         lines += [f"delete set {t} {name}" for name in stale_sets]
@@ -224,6 +298,25 @@ table {self._t} {{
 
     async def delete_table(self) -> None:
         await nft(f"delete table {self._t}\n", check=False)
+
+
+def _set(items: Iterable[str]) -> str:
+    return "{ " + ", ".join(items) + " }"
+
+
+def _is_ipv4(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).version == 4
+    except ValueError:
+        return False
+
+
+def _by_version(cidrs: Iterable[str]) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for cidr in cidrs:
+        network = ipaddress.ip_network(cidr, strict=False)
+        found.setdefault(network.version, []).append(str(network))
+    return found
 
 
 def run_nft_sync(script: str) -> None:

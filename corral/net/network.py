@@ -85,6 +85,11 @@ class NetworkConfig:
     dns_port: int = 53
     egress_port: int | None = None
     """The egress proxy's port on the gateway: instances' ports 80 and 443 are redirected to it (None: not)."""
+    allow_private_destinations: bool = False
+    """Open RFC 1918 and CGNAT addresses to instances on every port (`CORRAL_ALLOW_PRIVATE_DESTINATIONS`);
+    the instance subnet, the node's own addresses, loopback and link-local stay closed."""
+    open_destinations: tuple[str, ...] = ()
+    """Test-only private networks instances reach anyway (`CORRAL_EGRESS_ALLOWED_DESTINATIONS`)."""
 
     def __post_init__(self) -> None:
         if len(self.link_prefix) > 3:
@@ -129,6 +134,8 @@ class HostNetwork:
             FirewallConfig(
                 config.nft_table, config.bridge, config.subnet, config.agent_port,
                 gateway=self.gateway if config.dns_forwarder else "",
+                allow_private=config.allow_private_destinations,
+                open_networks=config.open_destinations,
             )
         )
         self.netlink = Netlink()
@@ -164,17 +171,18 @@ class HostNetwork:
     # -- lifecycle ------------------------------------------------------------
 
     async def setup(self) -> None:
-        """Bridge with the gateway address, IPv4 forwarding, the nftables table."""
+        """Bridge with the gateway address, IPv4 forwarding, the DNS forwarder, the nftables table."""
         await self.netlink.call(links.ensure_bridge, self.config.bridge, self.gateway, self.network.prefixlen)
         with open("/proc/sys/net/ipv4/ip_forward", "w") as f:
             f.write("1")
-        await self.firewall.ensure_table()
         if self.config.dns_forwarder and self._nursery is not None and not self._dns_running:
             try:
                 await self._nursery.start(self.dns.serve)
                 self._dns_running = True
             except OSError as exc:  # instances fall back to the upstream resolvers
                 log.error("the DNS forwarder could not listen on %s:%d: %s", self.gateway, self.config.dns_port, exc)
+        # Instances given other resolvers than the forwarder keep reaching their port 53.
+        await self.firewall.ensure_table(resolvers=[s for s in self.instance_dns if s != self.gateway])
         if self.redirect is not None:
             await self.redirect.install()
         self._ready = True
@@ -254,14 +262,15 @@ class HostNetwork:
         temporary.write_text(json.dumps(data))
         temporary.replace(self._policies_path)
 
-    async def attach(self, instance_id: str) -> Attachment:
-        """Everything the instance needs to be on the network; idempotent."""
+    async def plan(self, instance_id: str) -> Attachment:
+        """The attachment `attach` makes, its address allocated, before it is made (a
+        launch starts with it meanwhile); idempotent."""
         if not self._ready:
             await self.setup()
         address = str(self.addresses.allocate(instance_id))
         netns = self.netns_name(instance_id)
         host_link = self.host_link(instance_id)
-        attachment = Attachment(
+        return Attachment(
             instance_id=instance_id,
             address=address,
             prefixlen=self.network.prefixlen,
@@ -272,6 +281,11 @@ class HostNetwork:
             chain=chain_name(instance_key(instance_id)),
             dns_servers=self.instance_dns,
         )
+
+    async def attach(self, instance_id: str) -> Attachment:
+        """Everything the instance needs to be on the network; idempotent."""
+        attachment = await self.plan(instance_id)
+        netns, host_link, address = attachment.netns, attachment.host_link, attachment.address
         try:
             await self.netlink.call(lambda ipr: links.create_netns(netns))
             await self.netlink.call(

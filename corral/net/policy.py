@@ -106,8 +106,9 @@ class NetworkPolicy:
         Python: for the egress proxy, which receives the instance's port 80 and 443
         connections on the host and must refuse what the policy would block
         (contract §11). `names` are the hostnames the forwarder answered `address`
-        for (still within their TTL). The chain's fixed head (link-local and other
-        instances dropped) is the caller's: the proxy refuses those anyway."""
+        for (still within their TTL). What the firewall's `guard` closes before any
+        policy (other instances, the node, link-local, private ranges) is the caller's:
+        the proxy's destination check refuses the same (`corral.net.egress.destinations`)."""
         if self.mode == "unrestricted":
             return True
         if self.mode == "isolated":

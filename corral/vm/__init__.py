@@ -2,12 +2,22 @@
 
 from .cgroups import CgroupLimits, CgroupV1
 from .client import AgentClient, ExecEvent, ExecResult, FileContent, ProcessOutput
-from .driver import SIZES, InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
+from .disk import DiskStore, release_mounts
+from .driver import (
+    COMPUTER_DISK_GB,
+    SIZES,
+    InstanceInfo,
+    InstanceSpec,
+    InstanceState,
+    Limits,
+    RuntimeDriver,
+)
 from .egress import EgressTrust
 from .errors import (
     AgentError,
     AgentUnavailable,
     DestinationExists,
+    DiskReserveReached,
     FileNotFound,
     FileTooLarge,
     InstanceExists,
@@ -41,6 +51,7 @@ from .templates import (
 )
 
 __all__ = [
+    "COMPUTER_DISK_GB",
     "DESKTOP_GATEWAY",
     "SIZES",
     "VNC_SOCKET",
@@ -51,6 +62,8 @@ __all__ = [
     "CgroupLimits",
     "CgroupV1",
     "DestinationExists",
+    "DiskReserveReached",
+    "DiskStore",
     "EgressTrust",
     "ExecEvent",
     "ExecResult",
@@ -87,4 +100,5 @@ __all__ = [
     "TemplateStore",
     "build_template",
     "known_templates",
+    "release_mounts",
 ]

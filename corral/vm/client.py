@@ -1,7 +1,8 @@
 """The one module through which the control plane talks to a guest agent.
 
 Transport failures (refused, timed out, stream cut) raise `AgentUnavailable`
-(AGENT_UNAVAILABLE, 502); an instance without an address raises
+(AGENT_UNAVAILABLE, 502), whose message names no address (that is in its `detail`,
+for the log: contract §18); an instance without an address raises
 `RuntimeUnavailable` (SANDBOX_RUNTIME_UNAVAILABLE, 409); the agent's own error
 codes come back as the matching exceptions of `corral.vm.errors` (FORBIDDEN_PATH,
 FILE_NOT_FOUND, DESTINATION_EXISTS, PROCESS_START_FAILED, ...).
@@ -30,6 +31,8 @@ import trio
 from .driver import InstanceInfo, InstanceState
 from .errors import AGENT_ERRORS, AgentError, AgentUnavailable, RuntimeUnavailable
 
+NOT_ANSWERING = "the instance's agent does not answer"
+"""What a tenant reads when the agent cannot be reached; where it was tried goes in `detail`."""
 STREAM_READ_TIMEOUT = 45.0  # the agent sends a heartbeat at least every 15 s
 CONNECT_TIMEOUT = 3.0
 MAX_IDLE = 8
@@ -87,9 +90,9 @@ def _raise_for(status: int, body: bytes) -> None:
         error = json.loads(body)["error"]
         code, message = str(error["code"]), str(error["message"])
     except (ValueError, KeyError, TypeError):
-        raise AgentError(f"agent answered {status}", "AGENT_UNAVAILABLE", 502) from None
+        raise AgentError(f"the instance's agent answered {status}", "AGENT_UNAVAILABLE", 502) from None
     if status == 401:
-        raise AgentUnavailable(f"agent rejected the token: {message}")
+        raise AgentUnavailable("the instance's agent refused the control plane's token", detail=message)
     cls = AGENT_ERRORS.get(code)
     if cls is not None:
         raise cls(message)
@@ -171,7 +174,7 @@ class AgentClient:
             with trio.fail_after(CONNECT_TIMEOUT):
                 return _Connection(await trio.open_tcp_stream(self.address, self.port))
         except (OSError, trio.TooSlowError) as exc:
-            raise AgentUnavailable(f"agent at {self.base_url} does not answer: {exc!r}") from exc
+            raise AgentUnavailable(NOT_ANSWERING, detail=f"agent at {self.base_url}: {exc!r}") from exc
 
     def _release(self, conn: _Connection) -> None:
         if len(self._idle) < MAX_IDLE and conn.ready_for_next():
@@ -197,13 +200,13 @@ class AgentClient:
                 conn.close()
                 if reused:
                     continue  # the agent closed an idle connection (restart): try a fresh one
-                raise AgentUnavailable(f"agent at {self.base_url} does not answer: {exc!r}") from exc
+                raise AgentUnavailable(NOT_ANSWERING, detail=f"agent at {self.base_url}: {exc!r}") from exc
             except BaseException:
                 conn.close()
                 raise
             if not isinstance(event, h11.Response):
                 conn.close()
-                raise AgentUnavailable(f"unexpected answer from the agent: {event!r}")
+                raise AgentUnavailable("the instance's agent answered something unexpected", detail=repr(event))
             return conn, event
 
     async def _body_chunks(self, conn: _Connection, read_timeout: float) -> AsyncIterator[bytes]:
@@ -218,9 +221,13 @@ class AgentClient:
                     with trio.fail_after(read_timeout):
                         event = await conn.next_event()
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _TransportError, h11.ProtocolError) as exc:
-                    raise AgentUnavailable(f"agent stream from {self.base_url} broke: {exc!r}") from exc
+                    raise AgentUnavailable(
+                        "the connection to the instance's agent broke", detail=f"agent at {self.base_url}: {exc!r}"
+                    ) from exc
                 except trio.TooSlowError as exc:
-                    raise AgentUnavailable(f"agent at {self.base_url} stopped answering") from exc
+                    raise AgentUnavailable(
+                        "the instance's agent stopped answering", detail=f"agent at {self.base_url}"
+                    ) from exc
                 if isinstance(event, h11.Data):
                     yield bytes(event.data)
                 elif isinstance(event, h11.EndOfMessage):
@@ -249,7 +256,9 @@ class AgentClient:
                 conn, head = await self._start(method, path, params, body, content_type)
                 chunks = [chunk async for chunk in self._body_chunks(conn, limit)]
         except trio.TooSlowError as exc:
-            raise AgentUnavailable(f"agent at {self.base_url} did not answer within {limit} s") from exc
+            raise AgentUnavailable(
+                f"the instance's agent did not answer within {limit:g} s", detail=f"agent at {self.base_url}"
+            ) from exc
         data = b"".join(chunks)
         _raise_for(head.status_code, data)
         return head, data
@@ -259,7 +268,7 @@ class AgentClient:
         try:
             return dict(json.loads(data))
         except (ValueError, TypeError) as exc:
-            raise AgentUnavailable("agent answered something that is not JSON") from exc
+            raise AgentUnavailable("the instance's agent answered something that is not JSON") from exc
 
     async def _ndjson(
         self, method: str, path: str, params: dict[str, Any] | None = None, json_body: dict[str, Any] | None = None
@@ -270,7 +279,9 @@ class AgentClient:
             with trio.fail_after(self.timeout):
                 conn, head = await self._start(method, path, params, body, "application/json" if body else None)
         except trio.TooSlowError as exc:
-            raise AgentUnavailable(f"agent at {self.base_url} did not answer within {self.timeout} s") from exc
+            raise AgentUnavailable(
+                f"the instance's agent did not answer within {self.timeout:g} s", detail=f"agent at {self.base_url}"
+            ) from exc
         chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
         async with aclosing(chunks):  # type: ignore[type-var]
             if head.status_code >= 400:
@@ -299,7 +310,9 @@ class AgentClient:
                     return await self.health()
                 except AgentUnavailable:
                     await trio.sleep(0.05)
-        raise AgentUnavailable(f"agent at {self.base_url} not ready after {timeout} s")
+        raise AgentUnavailable(
+            f"the instance's agent was not ready after {timeout:g} s", detail=f"agent at {self.base_url}"
+        )
 
     # -- exec -----------------------------------------------------------------
 

@@ -13,18 +13,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+DEFAULT_DISK_MB = 10 * 1024
+"""A sandbox's disk unless the operator says otherwise (`CORRAL_SANDBOX_DISK_GB`, contract §18)."""
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Resources of an instance, from its size (small = 1 vCPU, 4096 MB)."""
+    """Resources of an instance, from its size (small = 1 vCPU, 4096 MB), and its disk."""
 
     vcpus: float = 1.0
     memory_mb: int = 4096
     pids_max: int = 1024
+    disk_mb: int = DEFAULT_DISK_MB
+    """The size of the instance's writable layer, in MiB: writing past it is ENOSPC
+    inside (`corral.vm.disk`). The caller sets it by kind (contract §18)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Limits:
-        return cls(float(data["vcpus"]), int(data["memory_mb"]), int(data["pids_max"]))
+        disk_mb = int(data.get("disk_mb") or DEFAULT_DISK_MB)  # states written before disks have none
+        return cls(float(data["vcpus"]), int(data["memory_mb"]), int(data["pids_max"]), disk_mb)
 
 
 #: The specification's sizes (computer create and resize).
@@ -33,6 +40,9 @@ SIZES: dict[str, Limits] = {
     "medium": Limits(vcpus=2, memory_mb=8192, pids_max=2048),
     "large": Limits(vcpus=4, memory_mb=16384, pids_max=4096),
 }
+
+#: The desktop sizing list's disk (GiB) of each size name: a computer's disk (contract §18).
+COMPUTER_DISK_GB: dict[str, int] = {"small": 20, "medium": 50, "large": 100}
 
 
 @dataclass(frozen=True)

@@ -4,13 +4,22 @@ They carry no API codes: which answer each becomes is the actor layer's one tabl
 (`corral.actors.runtime_errors`). The guest agent's own error codes (its protocol)
 are mapped to these classes by `corral.vm.client`; an agent error with no class of
 its own is an `AgentError` that keeps the agent's code and status.
+
+A message may reach a tenant (an API error, a resource's `error`, an event): it says
+what happened without the node's inside (no instance address, host path or
+interface name); what the operator needs goes in `detail`, which is only logged.
+The actor layer redacts what still slips through (contract §18).
 """
 
 from __future__ import annotations
 
 
 class RuntimeErrorBase(Exception):
-    """Base of every runtime error."""
+    """Base of every runtime error; `detail` is for the node's log only."""
+
+    def __init__(self, *args: object, detail: str = "") -> None:
+        super().__init__(*args)
+        self.detail = detail
 
 
 class TemplateNotFound(RuntimeErrorBase):
@@ -57,8 +66,8 @@ class AgentError(RuntimeErrorBase):
     """An error the agent answered that has no more specific class: its code and status
     are the agent's own words (the agent speaks the API's codes for what it checks)."""
 
-    def __init__(self, message: str, code: str = "INTERNAL_ERROR", status: int = 500) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, code: str = "INTERNAL_ERROR", status: int = 500, *, detail: str = "") -> None:
+        super().__init__(message, detail=detail)
         self.code = code
         self.status = status
 
@@ -101,6 +110,10 @@ class ProcessStartFailed(RuntimeErrorBase):
 
 class ProcessNotFound(RuntimeErrorBase):
     """The agent knows no process of that id."""
+
+
+class DiskReserveReached(RuntimeErrorBase):
+    """The node's file system has less free space than its reserve: no new instance disk."""
 
 
 #: Agent error codes -> the exception raised by the client.

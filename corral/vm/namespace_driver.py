@@ -5,16 +5,19 @@ On disk, per instance, under `<data_dir>/instances/<id>/`:
 - `state.json`: everything needed to find the instance again after the control
   plane restarts (status, init pid and its start time, address, agent token,
   limits, template); written atomically, mode 0600 (it holds the token).
-- `upper/`, `work/`: the overlayfs writable layer over the template's rootfs.
-  Stop/start keeps it; destroy deletes it. `merged/` is only a mount point, and
-  the overlay is mounted in the instance's private mount namespace.
+- `disk.img`, mounted on `disk/`: the instance's own file system, of the size of
+  its disk (`disk.py`), holding `disk/upper/` and `disk/work/`, the overlayfs
+  writable layer over the template's rootfs. Stop/start keeps it; destroy deletes
+  it. `merged/` is only a mount point, and the overlay is mounted in the
+  instance's private mount namespace. (An instance made before disks has
+  `upper/` and `work/` here, without a limit.)
 - `console.log`: the agent's and init's stderr.
 
 Snapshots (copies of `upper/`) live beside the instances, under
 `<data_dir>/snapshots/<snapshot id>/` (see `snapshots.py`). A restore copies the
-snapshot into `upper.restoring/`, then swaps it with `upper/` by two renames
-(`upper/` -> `upper.old/`, `upper.restoring/` -> `upper/`); `adopt()` finishes or
-undoes a swap a dead control plane left half-done.
+snapshot onto a new disk (`disk.next/upper/`), which then replaces the old one
+(`DiskStore.replacing`); `adopt()` finishes or undoes a swap a dead control plane
+left half-done.
 
 An instance is started by the zygote (see `agent/zygote.py` and `agent/launcher.py`)
 and is not a child of the control plane: it keeps running when the control plane is
@@ -41,6 +44,7 @@ from typing import Any
 import trio
 
 from .cgroups import CgroupLimits, CgroupV1
+from .disk import DiskStore
 from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from .egress import EgressTrust
 from .errors import (
@@ -90,6 +94,8 @@ class NamespaceDriver(RuntimeDriver):
         launch_timeout: float = 15.0,
         egress: EgressTrust | None = None,
         uid_ranges: UidRanges | None = None,
+        disk_mb: int | None = None,
+        disk_reserve_bytes: int = 0,
     ) -> None:
         self.data_dir = Path(data_dir)
         self.instances_dir = self.data_dir / "instances"
@@ -106,6 +112,12 @@ class NamespaceDriver(RuntimeDriver):
         self.seccomp_filter = instance_filter().hex()
         """The BPF program every instance process runs under (`seccomp_profile`)."""
         self.snapshots = SnapshotStore(self.data_dir / "snapshots")
+        self.disks = DiskStore(
+            self.data_dir / "disks", owner=self.cgroups.parent, size_mb=disk_mb, reserve_bytes=disk_reserve_bytes
+        )
+        """Every instance's writable layer is on a disk of its own (`disk.py`); `disk_mb`
+        is the size spares are made of ahead (the sandboxes' default), and no new disk is
+        made while the node has less than `disk_reserve_bytes` free."""
         self._locks: dict[str, trio.Lock] = {}
 
     # -- state files ----------------------------------------------------------
@@ -117,6 +129,10 @@ class NamespaceDriver(RuntimeDriver):
 
     def _lock(self, instance_id: str) -> trio.Lock:
         return self._locks.setdefault(instance_id, trio.Lock())
+
+    def layer_dir(self, instance_id: str) -> Path:
+        """The directory holding the instance's `upper/` and `work/` (its disk's root)."""
+        return self.disks.layer(self.instance_dir(instance_id))
 
     def _load(self, instance_id: str) -> dict[str, Any]:
         path = self.instance_dir(instance_id) / "state.json"
@@ -174,6 +190,7 @@ class NamespaceDriver(RuntimeDriver):
             state = self._new_state(spec, lower)
             self._make_dirs(state)
             try:
+                await self._make_layer(state)
                 await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
@@ -183,7 +200,7 @@ class NamespaceDriver(RuntimeDriver):
 
     async def clone(self, source_id: str, spec: InstanceSpec) -> InstanceInfo:
         source = self._load(source_id)
-        upper = self.instance_dir(source_id) / "upper"
+        upper = self.layer_dir(source_id) / "upper"
         return await self._create_with_files(spec, source["template"], Path(source["lower"]), upper, still=source)
 
     async def create_from_snapshot(self, snapshot_id: str, spec: InstanceSpec) -> InstanceInfo:
@@ -205,11 +222,12 @@ class NamespaceDriver(RuntimeDriver):
             state["template"] = template
             self._make_dirs(state)
             try:
+                layer = await self._make_layer(state)
                 if still is not None:
                     async with self._still(still):
-                        await copy_tree(files, directory / "upper")
+                        await copy_tree(files, layer / "upper")
                 else:
-                    await copy_tree(files, directory / "upper")
+                    await copy_tree(files, layer / "upper")
                 await self._boot(state, spec.boot_env)
             except BaseException:
                 with trio.CancelScope(shield=True):
@@ -263,13 +281,14 @@ class NamespaceDriver(RuntimeDriver):
             state = self._load(instance_id)
             if state.get("status") == "running" and self._alive(state):
                 raise InvalidInstanceState("an instance can be resized only while stopped")
+            await self.disks.resize(self.instance_dir(instance_id), limits.disk_mb)
             state["limits"] = asdict(limits)
             self._save(state)
             return self._info(state)
 
     async def archive(self, instance_id: str, dest: Path) -> Path:
         state = self._load(instance_id)
-        upper = self.instance_dir(instance_id) / "upper"
+        upper = self.layer_dir(instance_id) / "upper"
         dest = Path(dest)
         dest.parent.mkdir(parents=True, exist_ok=True)
         async with self._still(state):
@@ -290,7 +309,8 @@ class NamespaceDriver(RuntimeDriver):
     async def snapshot(self, instance_id: str, snapshot_id: str) -> int:
         async with self._lock(instance_id), self._snapshot_lock(snapshot_id):
             state = self._load(instance_id)
-            upper = self.instance_dir(instance_id) / "upper"
+            upper = self.layer_dir(instance_id) / "upper"
+            self.disks.check_reserve(self.disks.used_bytes(self.instance_dir(instance_id)))  # the copy goes on the node's disk
             about = {"instance_id": instance_id, "template": state["template"], "lower": state["lower"]}
             async with self._still(state):
                 return await self.snapshots.take(snapshot_id, upper, about)
@@ -324,21 +344,12 @@ class NamespaceDriver(RuntimeDriver):
             if manifest["lower"] != state["lower"]:
                 raise InvalidInstanceState("the snapshot was taken over another template")
             directory = self.instance_dir(instance_id)
-            staging, old = directory / "upper.restoring", directory / "upper.old"
-            for leftover in (staging, old):
-                await trio.to_thread.run_sync(shutil.rmtree, leftover, True)
-            try:
-                await self.snapshots.copy_files(snapshot_id, staging)
-            except BaseException:
-                with trio.CancelScope(shield=True):
-                    await trio.to_thread.run_sync(shutil.rmtree, staging, True)
-                raise
-            os.replace(directory / "upper", old)
-            os.replace(staging, directory / "upper")
-            # The overlay's work directory belongs to the layer it served.
-            await trio.to_thread.run_sync(shutil.rmtree, directory / "work", True)
-            (directory / "work").mkdir()
-            await trio.to_thread.run_sync(shutil.rmtree, old, True)
+            # A new disk with the snapshot's files replaces the old one: no room is
+            # needed on the old one, and a restore cut short leaves it as it was.
+            async with self.disks.replacing(directory, Limits.from_json(state["limits"]).disk_mb) as layer:
+                await self.snapshots.copy_files(snapshot_id, layer / "upper")
+            for legacy in ("upper", "work"):  # the layer of an instance made before disks
+                await trio.to_thread.run_sync(shutil.rmtree, directory / legacy, True)
             return self._info(state)
 
     async def delete_snapshot(self, snapshot_id: str) -> None:
@@ -362,7 +373,7 @@ class NamespaceDriver(RuntimeDriver):
             state = self._load(instance_id)
             if state.get("status") == "running" and self._alive(state):
                 raise InvalidInstanceState("a template layer is kept only from a stopped instance")
-            upper = self.instance_dir(instance_id) / "upper"
+            upper = self.layer_dir(instance_id) / "upper"
             return await trio.to_thread.run_sync(self.templates.add_layer_sync, template, state["template"], layer_id, upper)
 
     async def remove_template(self, template: str) -> None:
@@ -409,6 +420,7 @@ class NamespaceDriver(RuntimeDriver):
                 await self._remove(state)
                 continue
             await trio.to_thread.run_sync(self._settle_restore, directory)
+            await self.disks.settle(directory)
             if state.get("status") == "running" and not self._alive(state):
                 await self._halt(state)
             keep.add(state["id"])
@@ -418,6 +430,7 @@ class NamespaceDriver(RuntimeDriver):
         for stale in self.cgroups.instance_ids() - keep:
             await trio.to_thread.run_sync(self.cgroups.kill_all, stale)
             await trio.to_thread.run_sync(self.cgroups.remove, stale)
+        self.disks.warm()
         return adopted
 
     def host_root(self, info: InstanceInfo) -> Path | None:
@@ -429,6 +442,7 @@ class NamespaceDriver(RuntimeDriver):
 
     async def aclose(self) -> None:
         await self.zygote.aclose()
+        await self.disks.aclose()
 
     # -- internals ------------------------------------------------------------
 
@@ -451,11 +465,15 @@ class NamespaceDriver(RuntimeDriver):
     def _make_dirs(self, state: dict[str, Any]) -> None:
         directory = self.instance_dir(state["id"])
         directory.mkdir(parents=True, mode=0o700)
-        for name in ("upper", "work", "merged"):
-            (directory / name).mkdir()
-        os.chown(directory / "upper", self.uid_base, self.uid_base)
-        (directory / "upper").chmod(0o755)
+        (directory / "merged").mkdir()
         self._save(state)
+
+    async def _make_layer(self, state: dict[str, Any]) -> Path:
+        """The instance's disk, of the size in its limits, with an empty writable layer."""
+        layer = await self.disks.create(self.instance_dir(state["id"]), Limits.from_json(state["limits"]).disk_mb)
+        os.chown(layer / "upper", self.uid_base, self.uid_base)
+        (layer / "upper").chmod(0o755)
+        return layer
 
     def _launch_request(
         self, state: dict[str, Any], attachment: NetworkAttachment, procs: list[str], boot_env: dict[str, str] | None = None
@@ -469,11 +487,11 @@ class NamespaceDriver(RuntimeDriver):
             "timeout": self.launch_timeout,
             "instance_id": state["id"],
             "lower": state["lower"],
-            "upper": str(directory / "upper"),
-            "work": str(directory / "work"),
+            "upper": str(self.layer_dir(state["id"]) / "upper"),
+            "work": str(self.layer_dir(state["id"]) / "work"),
             "merged": str(directory / "merged"),
             "log_path": str(directory / "console.log"),
-            "netns": attachment.netns_path,
+            "netns": None,  # handed over once made (`_boot`)
             "cgroup_procs": procs,
             "hostname": hostname,
             "uid_base": self.uid_base,
@@ -490,10 +508,18 @@ class NamespaceDriver(RuntimeDriver):
         }
 
     async def _boot(self, state: dict[str, Any], boot_env: dict[str, str] | None = None) -> None:
-        """Network, cgroups (with the limits in the state, so a resize applies here), launch."""
+        """Cgroups (with the limits in the state, so a resize applies here), launch, and
+        the network, made while the launch starts (it waits for the namespace only once
+        it has joined its cgroups, the slowest step of its own)."""
         instance_id = state["id"]
-        attachment = await self.network.attach(instance_id)
+        await self.disks.ensure(self.instance_dir(instance_id), verify=False)  # mounted again after a reboot
+        attachment = await self.network.plan(instance_id)
         state["network"] = attachment.to_json()
+
+        async def join_network() -> int:
+            await self.network.attach(instance_id)
+            return os.open(attachment.netns_path, os.O_RDONLY | os.O_CLOEXEC)
+
         limits = Limits.from_json(state["limits"])
         try:
             procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
@@ -502,7 +528,7 @@ class NamespaceDriver(RuntimeDriver):
         self._release_uids(state)
         state["host_uid_base"] = self.uid_ranges.claim(instance_id)
         try:
-            reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env))
+            reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env), join_network)
         except BaseException:
             # Cancelled, or the zygote failed: the launch may still be on its way in.
             with trio.CancelScope(shield=True):
@@ -563,4 +589,5 @@ class NamespaceDriver(RuntimeDriver):
         await self.network.detach(instance_id)
         directory = self.instance_dir(instance_id)
         if directory.exists():
+            await self.disks.remove(directory)
             await trio.to_thread.run_sync(shutil.rmtree, directory)

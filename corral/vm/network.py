@@ -3,7 +3,7 @@
 `vm` does not import `net` (DESIGN.md: the layers beside each other stay
 independent). A driver is handed an `InstanceNetwork` by the composition root, which
 plugs in `corral.net.HostNetwork`; a microVM driver could be handed a tap-device
-network behind the same two methods, and tests can hand in anything shaped alike.
+network behind the same methods, and tests can hand in anything shaped alike.
 """
 
 from __future__ import annotations
@@ -34,6 +34,11 @@ class InstanceNetwork(Protocol):
 
     @property
     def agent_port(self) -> int: ...
+
+    async def plan(self, instance_id: str) -> NetworkAttachment:
+        """The attachment `attach` will make (its address allocated), before it is made,
+        so that a launch can start meanwhile; idempotent."""
+        ...
 
     async def attach(self, instance_id: str) -> NetworkAttachment:
         """Everything the instance needs on the network; idempotent."""

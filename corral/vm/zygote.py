@@ -20,9 +20,11 @@ import array
 import contextlib
 import errno
 import json
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -93,9 +95,15 @@ class Zygote:
             self._control = trio.socket.from_stdlib_socket(ours)
             return self._control
 
-    async def request(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def request(
+        self, request: dict[str, Any], handoff: Callable[[], Awaitable[int]] | None = None
+    ) -> dict[str, Any]:
         """Send `request`, wait for its own reply. Raises `LaunchFailed` if the zygote
-        cannot take it or died before answering."""
+        cannot take it or died before answering.
+
+        `handoff`, awaited once the request is on its way, gives a descriptor the launch
+        waits for (the network namespace, made while the launch starts): it follows on
+        the request's own channel. If it raises, the launch is abandoned."""
         request = {**request, "id": next(self._ids)}
         payload = json.dumps(request).encode()
         for attempt in (1, 2):
@@ -116,6 +124,14 @@ class Zygote:
                     continue
                 finally:
                     theirs.close()
+                if handoff is not None:
+                    fd = await handoff()
+                    try:
+                        await reply_channel.sendmsg(
+                            [b"handoff"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+                        )
+                    finally:
+                        os.close(fd)
                 data = await reply_channel.recv(MAX_REPLY)
             finally:
                 reply_channel.close()

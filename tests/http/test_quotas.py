@@ -90,9 +90,9 @@ async def test_quotas_belong_to_one_tenant(api: Api, tenant: Tenant, other_tenan
 
 
 async def test_storage_and_credit_caps_refuse_before_anything_runs(api: Api, tenant: Tenant) -> None:
-    await put(api, tenant.key, "tiny", {"max_storage_gb": 10})
+    await put(api, tenant.key, "tiny", {"max_storage_gb": 9})  # a sandbox's disk is 10 GiB
     response = await api.request("POST", f"{API}/sandboxes", key=tenant.key, json={"external_user_id": "tiny"})
-    assert_error(response, 409, "QUOTA_MAX_STORAGE_EXCEEDED")
+    assert_error(response, 409, "QUOTA_MAX_STORAGE_GB_EXCEEDED")
     await put(api, tenant.key, "tiny", {"max_credit_cents": 5})
     response = await api.request("POST", f"{API}/sandboxes", key=tenant.key, json={"external_user_id": "tiny", "size": "medium"})
     assert_error(response, 409, "QUOTA_MAX_CREDITS_EXCEEDED")
@@ -118,7 +118,7 @@ async def test_quota_hit_on_create_and_start_with_real_sandboxes(runtime_api: Ap
     first = await sandbox(api, tenant, "carol", name="c1")
     assert first.status_code == 201, first.text
     first_id = first.json()["data"]["id"]
-    assert await usage(api, tenant, "carol") == {"total_sandboxes": 1, "concurrent": 1, "storage_gb": 20, "credits_spent_cents": 0}
+    assert await usage(api, tenant, "carol") == {"total_sandboxes": 1, "concurrent": 1, "storage_gb": 10, "credits_spent_cents": 0}
 
     error = assert_error(await sandbox(api, tenant, "carol", name="c2"), 409, "QUOTA_MAX_CONCURRENT_EXCEEDED")
     assert "carol" in error["message"]
@@ -127,10 +127,10 @@ async def test_quota_hit_on_create_and_start_with_real_sandboxes(runtime_api: Ap
 
     stopped = await api.request("POST", f"{API}/sandboxes/{first_id}/stop", key=tenant.key)
     assert stopped.status_code == 200, stopped.text
-    assert await usage(api, tenant, "carol") == {"total_sandboxes": 1, "concurrent": 0, "storage_gb": 20, "credits_spent_cents": 0}
+    assert await usage(api, tenant, "carol") == {"total_sandboxes": 1, "concurrent": 0, "storage_gb": 10, "credits_spent_cents": 0}
     second = await sandbox(api, tenant, "carol", name="c2")
     assert second.status_code == 201, second.text
-    assert await usage(api, tenant, "carol") == {"total_sandboxes": 2, "concurrent": 1, "storage_gb": 40, "credits_spent_cents": 0}
+    assert await usage(api, tenant, "carol") == {"total_sandboxes": 2, "concurrent": 1, "storage_gb": 20, "credits_spent_cents": 0}
 
     # Starting the stopped one would make two at once.
     assert_error(await api.request("POST", f"{API}/sandboxes/{first_id}/start", key=tenant.key), 409, "QUOTA_MAX_CONCURRENT_EXCEEDED")
@@ -139,7 +139,7 @@ async def test_quota_hit_on_create_and_start_with_real_sandboxes(runtime_api: Ap
     assert_error(await sandbox(api, tenant, "carol", name="c3"), 409, "QUOTA_MAX_SANDBOXES_EXCEEDED")
     started = await api.request("POST", f"{API}/sandboxes/{first_id}/start", key=tenant.key)
     assert started.status_code == 200, started.text
-    assert await usage(api, tenant, "carol") == {"total_sandboxes": 2, "concurrent": 2, "storage_gb": 40, "credits_spent_cents": 0}
+    assert await usage(api, tenant, "carol") == {"total_sandboxes": 2, "concurrent": 2, "storage_gb": 20, "credits_spent_cents": 0}
 
     # Destroyed sandboxes no longer count; without a quota only the tenant plan governs.
     deleted = await api.request("DELETE", f"{API}/sandboxes/{first_id}", key=tenant.key)

@@ -26,7 +26,7 @@ from corral.actors.instances import MAX_VARS
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import store as tenancy_store
 from corral.errors import ApiError, conflict, not_found, validation_error
-from corral.ids import is_uuid, new_uuid
+from corral.ids import new_uuid
 from corral.models import UNSET, Rule, Unset, model
 from corral.storage import Transaction, associated_data, utc_now_iso
 
@@ -40,33 +40,18 @@ MAX_VALUE = 32_768
 MAX_SECRETS = 50
 
 
-def _env_problem(env: dict[str, str]) -> str | None:
-    if len(env) > MAX_VARS:
-        return f"must have at most {MAX_VARS} variables"
-    if not all(KEY_PATTERN.fullmatch(key) for key in env):
-        return "keys must match [A-Z][A-Z0-9_]*"
-    if any(len(value) > MAX_VALUE for value in env.values()):
-        return f"values must be at most {MAX_VALUE} characters"
-    return None
-
-
-def _kinds_problem(kinds: list[str]) -> str | None:
-    if not kinds:
-        return "must name at least one of sandbox, computer"
-    return None if all(kind in KINDS for kind in kinds) else "each entry must be sandbox or computer"
-
-
-def _ids_problem(ids: list[str]) -> str | None:
-    return None if all(is_uuid(value) for value in ids) else "each entry must be a secret id (UUID)"
-
-
 _NAME = Rule(max_length=100, message="must be a non-empty string of at most 100 characters")
-_PROVIDER = Rule(check=lambda v: None if v in PROVIDERS else f"must be one of {', '.join(PROVIDERS)}")
+_PROVIDER = Rule(choices=PROVIDERS)
 _MODEL = Rule(max_length=200)
 _COMMAND = Rule(max_length=10_000, strip=False, description="run under /bin/sh -c in the target")
-_APPLIES_TO = Rule(check=_kinds_problem, max_length=10, description="sandbox, computer (default both)")
-_ENV = Rule(check=_env_problem, description="sealed; values are never returned")
-_SECRET_IDS = Rule(check=_ids_problem, max_length=MAX_SECRETS, description="vault secrets bound as svc-tok- placeholders")
+_APPLIES_TO = Rule(min_length=1, max_length=10, items=Rule(choices=KINDS), description="sandbox, computer (default both)")
+_ENV = Rule(
+    keys=KEY_PATTERN.pattern,
+    max_length=MAX_VARS,
+    items=Rule(strip=False, allow_empty=True, max_length=MAX_VALUE),
+    description="sealed; values are never returned",
+)
+_SECRET_IDS = Rule(max_length=MAX_SECRETS, items=Rule(format="uuid"), description="vault secrets bound as svc-tok- placeholders")
 
 
 @model
@@ -81,7 +66,7 @@ class NewProfile:
     env: Annotated[dict[str, str] | None, _ENV] = None
     secret_ids: Annotated[list[str] | None, _SECRET_IDS] = None
     is_default: bool = False
-    workspace_id: Annotated[str | None, Rule(check=lambda v: None if is_uuid(v) else "must be a UUID")] = None
+    workspace_id: Annotated[str | None, Rule(format="uuid")] = None
 
 
 @model

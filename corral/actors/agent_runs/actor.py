@@ -30,7 +30,7 @@ import trio
 from corral.actors.actor import handles
 from corral.actors.messages import Message
 from corral.actors.record import RecordActor
-from corral.actors.runtime_errors import answer_for
+from corral.actors.runtime_errors import answer_for, public_text
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.ids import new_ulid
@@ -161,7 +161,7 @@ class AgentRunActor(RecordActor):
                 stdin=run.prompt, capture=OUTPUT_CAP,
             )
         except (ApiError, RuntimeErrorBase) as exc:
-            await self._fail(None, f"the command could not be started: {getattr(exc, 'message', None) or exc}")
+            await self._fail(None, f"the command could not be started: {public_text(exc, f'agent run {self.id}')}")
             return self.record
         process = {
             "target_kind": run.target_kind,

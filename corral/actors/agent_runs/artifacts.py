@@ -12,6 +12,7 @@ import mimetypes
 import posixpath
 from typing import Any
 
+from corral.actors.runtime_errors import public_text
 from corral.ids import new_uuid
 from corral.storage import BlobStore, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
@@ -70,7 +71,7 @@ async def _capture_one(agent: AgentClient, blobs: BlobStore, run_id: str, tenant
     try:
         content = await agent.read_file(path)
     except RuntimeErrorBase as exc:
-        return _failed(base, f"could not be read: {exc}", size)
+        return _failed(base, f"could not be read: {public_text(exc, 'artifact')}", size)
     blob = await blobs.put_bytes(content.data)
     return ArtifactRecord(
         **{

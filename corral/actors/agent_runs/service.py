@@ -11,7 +11,7 @@ import trio
 from corral.actors import billing, sandboxes
 from corral.errors import ApiError, missing_param, not_found, unauthorized, validation_error
 from corral.ids import is_uuid, new_uuid
-from corral.models import Rule, model
+from corral.models import ABSOLUTE_PATH, Rule, model
 from corral.net import gateway_address
 from corral.storage import utc_now_iso
 
@@ -59,32 +59,33 @@ def _text_problem(value: str) -> str | None:
     return None if len(value.encode()) <= MAX_TEXT_BYTES else f"must be at most {MAX_TEXT_BYTES} bytes"
 
 
-def _env_problem(env: dict[str, str]) -> str | None:
-    for key in env:
-        if not key or "=" in key or "\x00" in key:
-            return f"invalid variable name {key[:50]!r}"
-    return None
+VARIABLE_NAME = r"[^=\x00]+"
+"""An environment variable's name as the target's process sees it: not empty, no `=` or NUL."""
 
 
 def _metadata_problem(metadata: dict[str, Any]) -> str | None:
     return paths_problem(metadata.get("artifact_paths"))
 
 
-@model
+_TARGET = Rule(format="uuid", error=lambda _: ApiError(400, "INVALID_ID", "invalid target id"))
+_TARGETS = ("target_id", "sandbox_id", "computer_id")
+
+
+@model(schema={"anyOf": [{"required": [name], "properties": {name: {"type": "string"}}} for name in _TARGETS]})
 class NewAgentRun:
     """An agent run (contract §14): `prompt` for the agent, `command` (or a provider's) run in the target."""
 
     prompt: Annotated[str, Rule(strip=False, check=_text_problem)]
-    target_id: str | None = None
+    target_id: Annotated[str | None, _TARGET] = None
     target_kind: Literal["sandbox", "computer"] | None = None
-    sandbox_id: str | None = None
-    computer_id: str | None = None
+    sandbox_id: Annotated[str | None, _TARGET] = None
+    computer_id: Annotated[str | None, _TARGET] = None
     provider: Literal[PROVIDERS] | None = None  # type: ignore[valid-type]
     command: Annotated[str | None, Rule(strip=False, check=_text_problem)] = None
     model: Annotated[str | None, Rule(max_length=MAX_LABEL)] = None
-    cwd: Annotated[str | None, Rule(check=lambda path: None if path.startswith("/") else "must be an absolute path")] = None
+    cwd: Annotated[str | None, Rule(pattern=ABSOLUTE_PATH, message="must be an absolute path")] = None
     timeout: Annotated[int | None, Rule(minimum=1, maximum=MAX_TIMEOUT, message=f"must be an integer from 1 to {MAX_TIMEOUT} seconds", schema={"default": DEFAULT_TIMEOUT})] = None
-    env: Annotated[dict[str, str] | None, Rule(check=_env_problem, max_length=200, description="after the profile's")] = None
+    env: Annotated[dict[str, str] | None, Rule(keys=VARIABLE_NAME, max_length=200, description="after the profile's")] = None
     agent_runtime_profile_id: str | None = None
     agent_profile_id: str | None = None
     agent_run_group_id: Annotated[str | None, Rule(max_length=MAX_LABEL)] = None

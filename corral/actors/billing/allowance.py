@@ -1,7 +1,9 @@
-"""The gate before an instance is created or started: credits first, then quotas."""
+"""The gate before an instance is created or started: the node's disk reserve (a
+create), credits, then quotas."""
 
 from __future__ import annotations
 
+from corral.actors.runtime import require_disk_reserve
 from corral.errors import ApiError
 
 from .credits import available_credits
@@ -22,7 +24,11 @@ async def require_run_allowance(
     """402 INSUFFICIENT_CREDITS unless the balance covers one hour of `size`
     (contract §9); 409 `QUOTA_*_EXCEEDED` past the end user's quota.
 
-    `resource_id` is None for a create and the instance's id for a start."""
+    `resource_id` is None for a create and the instance's id for a start; a create is
+    refused first with `503 SERVICE_UNAVAILABLE` while the node's data directory is
+    below its disk reserve (contract §18)."""
+    if resource_id is None:
+        require_disk_reserve(platform.settings)
     need = hourly_credits(size)
     available = await available_credits(platform, tenant_id)
     if available < need:
@@ -34,7 +40,7 @@ async def require_run_allowance(
     if external_user_id:
         await check_quota(
             platform.db,
-            platform.billing_hooks.inventories().values(),
+            platform.billing_hooks.inventories(),
             tenant_id=tenant_id,
             external_user_id=external_user_id,
             size=size,

@@ -22,12 +22,14 @@ Stopper = Callable[[str], Awaitable[None]]
 @dataclass(frozen=True)
 class Inventory:
     """Where one kind of instance lives: a table with `tenant_id`, `external_user_id`,
-    `status` and `size` columns, the statuses that count as running, and those of
-    instances that no longer exist."""
+    `status` and `size` columns, the statuses that count as running, those of
+    instances that no longer exist, and the disk (GiB) an instance of a size holds
+    (counted against `max_storage_gb`)."""
 
     table: str
     active_states: tuple[str, ...]
     gone_states: tuple[str, ...]
+    disk_gb: Callable[[str], float]
 
 
 class BillingHooks:
@@ -40,10 +42,17 @@ class BillingHooks:
         self._stoppers[resource_type] = stop
 
     def register_inventory(
-        self, resource_type: str, *, table: str, active_states: Iterable[str], gone_states: Iterable[str]
+        self,
+        resource_type: str,
+        *,
+        table: str,
+        active_states: Iterable[str],
+        gone_states: Iterable[str],
+        disk_gb: Callable[[str], float],
     ) -> None:
-        """Count instances of `resource_type` (in `table`) against end-user quotas."""
-        self._inventories[resource_type] = Inventory(sql_identifier(table), tuple(active_states), tuple(gone_states))
+        """Count instances of `resource_type` (in `table`) against end-user quotas; one of
+        size `size` holds `disk_gb(size)` GiB of disk."""
+        self._inventories[resource_type] = Inventory(sql_identifier(table), tuple(active_states), tuple(gone_states), disk_gb)
 
     def stopper(self, resource_type: str) -> Stopper | None:
         return self._stoppers.get(resource_type)

@@ -37,11 +37,6 @@ CREDIT_VALUE_USD_MICROS = 10_000
 """Nominal value of one credit, one US cent: the unit of `max_credit_cents` and of
 `cost_usd_micros` when a caller does not report the provider's own price."""
 
-DISK_GB_PER_SIZE: dict[str, int] = {"small": 20, "medium": 50, "large": 100}
-"""Disk an instance of each size is allotted (spec's desktop sizing list), counted
-against `max_storage_gb`."""
-
-
 def hourly_credits(size: str) -> int:
     """Credits one hour of `size` costs; unknown sizes are priced as `large`."""
     return COMPUTE_CREDITS_PER_HOUR.get(size, COMPUTE_CREDITS_PER_HOUR["large"])

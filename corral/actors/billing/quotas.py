@@ -8,16 +8,17 @@ spent are the `spend` rows attributed to them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from corral.actors.runtime import disk_mb
 from corral.errors import ApiError
 from corral.storage import Database, utc_now_iso
 
 from . import store
 from .hooks import Inventory
-from .pricing import DISK_GB_PER_SIZE, hourly_credits
+from .pricing import hourly_credits
 from .store import QUOTA_LIMITS, QuotaRecord, credits_spent
 
 LIMITS = QUOTA_LIMITS
@@ -28,8 +29,18 @@ LIMITS = QUOTA_LIMITS
 class Usage:
     total: int = 0
     concurrent: int = 0
-    storage_gb: int = 0
+    storage_mb: int = 0
+    """MiB of disk the live instances hold (their kinds' `disk_gb` of their sizes)."""
     active_ids: frozenset[str] = frozenset()
+
+    @property
+    def storage_gb(self) -> int | float:
+        return gb(self.storage_mb)
+
+
+def gb(mb: int) -> int | float:
+    """GiB of `mb` MiB: a whole number when it is one (sizes may be fractions of a GiB)."""
+    return mb // 1024 if mb % 1024 == 0 else round(mb / 1024, 3)
 
 
 async def instance_usage(db: Database, inventories: Iterable[Inventory], tenant_id: str, external_user_id: str) -> Usage:
@@ -38,7 +49,7 @@ async def instance_usage(db: Database, inventories: Iterable[Inventory], tenant_
     for inventory in inventories:
         for instance in await store.live_instances(db, inventory.table, tenant_id, external_user_id, inventory.gone_states):
             usage.total += 1
-            usage.storage_gb += DISK_GB_PER_SIZE.get(instance.size, max(DISK_GB_PER_SIZE.values()))
+            usage.storage_mb += disk_mb(inventory.disk_gb(instance.size))
             if instance.status in inventory.active_states:
                 active.add(instance.id)
     usage.concurrent = len(active)
@@ -84,14 +95,15 @@ def quota_exceeded(code: str, message: str) -> ApiError:
 
 
 async def check_quota(
-    db: Database, inventories: Iterable[Inventory], *, tenant_id: str, external_user_id: str, size: str, resource_type: str, resource_id: str | None
+    db: Database, inventories: Mapping[str, Inventory], *, tenant_id: str, external_user_id: str, size: str, resource_type: str, resource_id: str | None
 ) -> None:
     """Raise 409 with a `QUOTA_*_EXCEEDED` code when creating (`resource_id` None) or
-    starting this instance would go past the end user's quota."""
+    starting this instance would go past the end user's quota (`inventories` by
+    resource type)."""
     quota = await get_quota(db, tenant_id, external_user_id)
     if quota is None:
         return
-    usage = await instance_usage(db, inventories, tenant_id, external_user_id)
+    usage = await instance_usage(db, inventories.values(), tenant_id, external_user_id)
     who = f"end user {external_user_id!r}"
     creating = resource_id is None
     if creating and quota.max_sandboxes is not None and usage.total >= quota.max_sandboxes:
@@ -103,10 +115,13 @@ async def check_quota(
         raise quota_exceeded(
             "QUOTA_MAX_CONCURRENT_EXCEEDED", f"{who} already runs {concurrent} of at most {quota.max_concurrent} instances at once"
         )
-    storage = usage.storage_gb + (DISK_GB_PER_SIZE.get(size, max(DISK_GB_PER_SIZE.values())) if creating else 0)
-    if quota.max_storage_gb is not None and storage > quota.max_storage_gb:
+    kind = inventories.get(resource_type)
+    new_mb = disk_mb(kind.disk_gb(size)) if creating and kind is not None else 0
+    storage_mb = usage.storage_mb + new_mb
+    if quota.max_storage_gb is not None and storage_mb > quota.max_storage_gb * 1024:
         raise quota_exceeded(
-            "QUOTA_MAX_STORAGE_EXCEEDED", f"a {size} {resource_type} would bring {who} to {storage} GB of at most {quota.max_storage_gb} GB"
+            "QUOTA_MAX_STORAGE_GB_EXCEEDED",
+            f"a {resource_type} of {gb(new_mb)} GB of disk would bring {who} to {gb(storage_mb)} GB of at most {quota.max_storage_gb} GB",
         )
     if quota.max_credit_cents is not None:
         spent = await credits_spent(db, tenant_id, external_user_id)

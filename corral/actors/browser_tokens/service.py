@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from corral.actors.sandboxes import SandboxRecord
 from corral.actors.tenancy import api_keys
-from corral.errors import ApiError, unauthorized
+from corral.errors import ApiError, invalid_id, unauthorized
 from corral.ids import new_uuid, random_token
 from corral.models import Rule, model
 from corral.storage import Database, iso_in, utc_now_iso
@@ -35,7 +35,7 @@ MAX_TOKEN_LENGTH = 128
 class NewBrowserToken:
     """A token for `sandbox_id`, valid `expires_in` seconds (1-86400, default 3600)."""
 
-    sandbox_id: Annotated[str, Rule(max_length=64, message="must be a sandbox id")]
+    sandbox_id: Annotated[str, Rule(max_length=64, format="uuid", error=lambda _: invalid_id("sandbox id"), message="must be a sandbox id")]
     expires_in: Annotated[
         int | None,
         Rule(minimum=1, maximum=MAX_TTL, message=f"must be an integer number of seconds from 1 to {MAX_TTL}",

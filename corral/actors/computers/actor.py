@@ -26,10 +26,13 @@ to everything.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor, Refusals
+from corral.actors.runtime import computer_disk_gb, disk_mb
+from corral.actors.runtime_errors import public_text
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.storage import utc_now_iso
@@ -135,6 +138,9 @@ class ComputerActor(SnapshotHandlers, InstanceActor):
         template = get_template(self.record.template_type)
         return template.runtime_template if template else "default"
 
+    def disk_gb(self) -> float:
+        return computer_disk_gb(self.services.settings, self.record.size)
+
     def instance_env(self) -> dict[str, str]:
         template = get_template(self.record.template_type)
         return desktop_env(self.record.resolution) if template and template.desktop else {}
@@ -159,7 +165,7 @@ class ComputerActor(SnapshotHandlers, InstanceActor):
         try:
             return await install_apps(agent, apps, self.services.settings.computer_app_install_timeout)
         except RuntimeErrorBase as exc:
-            return f"installing apps failed: {exc}"
+            return f"installing apps failed: {public_text(exc, f'computer {self.id} apps')}"
 
     def running_fields(self) -> dict[str, Any]:
         return {"vm_id": self.instance_id, "last_activity_at": utc_now_iso()}
@@ -244,7 +250,8 @@ class ComputerActor(SnapshotHandlers, InstanceActor):
     async def resize(self, message: Resize) -> ComputerRecord:
         next_state = self.transition(message)
         with self.refused():
-            await (await self.driver()).resize(self.instance_id, SIZES[message.size])
+            disk = disk_mb(computer_disk_gb(self.services.settings, message.size))
+            await (await self.driver()).resize(self.instance_id, replace(SIZES[message.size], disk_mb=disk))
         await self.persist(state=next_state, size=message.size)
         return self.record
 

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from corral.actors import billing
+from corral.actors.runtime import computer_disk_gb
 from corral.errors import ApiError
 
 from .actor import ComputerActor
@@ -39,5 +40,6 @@ def register_with_billing(services: ComputerServices) -> None:
     hooks = services.billing_hooks
     hooks.register_stopper(RESOURCE_TYPE, lambda computer_id: halt_for_credits(services, computer_id))
     hooks.register_inventory(
-        RESOURCE_TYPE, table="computers", active_states=("provisioning", "running"), gone_states=("deleted",)
+        RESOURCE_TYPE, table="computers", active_states=("provisioning", "running"), gone_states=("deleted",),
+        disk_gb=lambda size: computer_disk_gb(services.settings, size),
     )

@@ -56,7 +56,7 @@ class SetEnvVar:
     """One variable, sealed at rest; the instance gets it at boot and in every exec."""
 
     name: Annotated[
-        str, Rule(strip=False, max_length=MAX_NAME_LENGTH, check=lambda name: None if NAME_PATTERN.fullmatch(name) else _NAME, message=_NAME)
+        str, Rule(strip=False, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN.pattern, message=_NAME)
     ]
     value: Annotated[str, Rule(strip=False, allow_empty=True, check=_value_problem)]
 

@@ -21,7 +21,14 @@ _PROFILE_ID = "must be a non-empty string (a UUID or a profile name) of at most 
 ProfileId = Annotated[str | None, Rule(max_length=255, message=_PROFILE_ID)]
 
 
-@model
+@model(
+    schema={
+        "not": {
+            "required": ["agent_runtime_profile_id", "agent_profile_id"],
+            "properties": {"agent_runtime_profile_id": {"type": "string"}, "agent_profile_id": {"type": "string"}},
+        }
+    }
+)
 class ProfileRequest:
     """`agent_runtime_profile_id` (alias `agent_profile_id`) and `skip_agent_runtime_profile`."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.config import Settings
+from corral.models import integer_range_pattern
 from corral.vm import SIZES
 
 from .store import ComputerRecord
@@ -28,18 +29,11 @@ def parse_resolution(text: str) -> tuple[int, int]:
     return int(width), int(height)
 
 
-def resolution_problem(value: str) -> str | None:
-    """Why `value` is not a resolution a desktop can have, or None."""
-    problem = (
-        f"must be WIDTHxHEIGHT from {MIN_RESOLUTION[0]}x{MIN_RESOLUTION[1]} to {MAX_RESOLUTION[0]}x{MAX_RESOLUTION[1]}"
-    )
-    try:
-        width, height = parse_resolution(value)
-    except ValueError:
-        return problem
-    if not (MIN_RESOLUTION[0] <= width <= MAX_RESOLUTION[0] and MIN_RESOLUTION[1] <= height <= MAX_RESOLUTION[1]):
-        return problem
-    return None
+RESOLUTION = (
+    f"{integer_range_pattern(MIN_RESOLUTION[0], MAX_RESOLUTION[0])}x{integer_range_pattern(MIN_RESOLUTION[1], MAX_RESOLUTION[1])}"
+)
+"""The resolutions a desktop can have, as a `Rule.pattern`."""
+RESOLUTION_PROBLEM = f"must be WIDTHxHEIGHT from {MIN_RESOLUTION[0]}x{MIN_RESOLUTION[1]} to {MAX_RESOLUTION[0]}x{MAX_RESOLUTION[1]}"
 
 
 def vcpus_of(size: str) -> int:

@@ -33,7 +33,7 @@ from .messages import (
     Update,
 )
 from .profiles import ProfileRequest, default_profile, explicit_profile
-from .records import SIZE_NAMES, resolution_problem
+from .records import RESOLUTION, RESOLUTION_PROBLEM, SIZE_NAMES
 from .snapshots import source_snapshot, still_ready
 from .store import ComputerDraft, ComputerRecord
 from .templates import get_template, template_types
@@ -70,11 +70,11 @@ class NewComputer(Placement, ProfileRequest):
     """A new computer of a template, with apps from its catalog."""
 
     name: Annotated[str, Rule(max_length=MAX_NAME, message=f"must be a non-empty string of at most {MAX_NAME} characters")]
-    template_type: Annotated[str, Rule(description="one of GET /computer-templates")]
+    template_type: Annotated[str, Rule(description="one of GET /computer-templates", schema={"enum": template_types()})]
     size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
     selected_apps: Annotated[list[str] | None, Rule(message="must be an array of app names")] = None
     resolution: Annotated[
-        str | None, Rule(check=resolution_problem, description="the desktop's size, WIDTHxHEIGHT (default 1280x800)")
+        str | None, Rule(pattern=RESOLUTION, message=RESOLUTION_PROBLEM, description="the desktop's size, WIDTHxHEIGHT (default 1280x800)")
     ] = None
     snapshot_id: Annotated[
         str | None, Rule(format="uuid", description="a ready snapshot of the tenant's: the new computer starts with its files")

@@ -16,6 +16,7 @@ import logging
 import secrets
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import trio
 from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor, failure_summary
 from corral.actors.instances.refusals import Refusals
+from corral.actors.runtime import database_disk_gb, disk_mb
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
 from corral.net import NetworkError
@@ -154,6 +156,9 @@ class DatabaseActor(InstanceActor):
     def runtime_template(self) -> str:
         return "postgresql-15"
 
+    def disk_gb(self) -> float:
+        return database_disk_gb(self.services.settings, self.record.size)
+
     def spec(self, boot_env: dict[str, str], instance_id: str | None = None) -> InstanceSpec:
         env = {
             "role": self.record.pg_user,
@@ -166,7 +171,7 @@ class DatabaseActor(InstanceActor):
         return InstanceSpec(
             instance_id=instance_id or self.id,
             template=self.runtime_template(),
-            limits=SIZES[self.record.size],
+            limits=replace(SIZES[self.record.size], disk_mb=disk_mb(self.disk_gb())),
             env=env,
             hostname=self.id,
             boot_env=boot_env,

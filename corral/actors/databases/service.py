@@ -9,6 +9,7 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from corral.actors.ref import ActorRef
+from corral.actors.runtime import require_disk_reserve
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, forbidden, not_found, validation_error
 from corral.ids import new_uuid
@@ -157,6 +158,7 @@ async def _create(
     role: str = "primary", parent_id: str | None = None, primary_id: str | None = None, auto_suspend: int,
     pg_user: str | None = None, pg_database: str | None = None, password: str | None = None,
 ) -> tuple[DatabaseRecord, ActorRef[DatabaseActor]]:
+    require_disk_reserve(platform.settings)  # 503 below the node's disk reserve (contract §18)
     database_id = new_uuid()
     database = pg_database or pg_identifier(name, "db")
     draft = DatabaseDraft(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.actors.runtime import sandbox_disk_gb
 from corral.errors import ApiError
 
 from .messages import Halt
@@ -30,5 +31,6 @@ def register_with_billing(services: DeploymentServices) -> None:
     hooks = services.billing_hooks
     hooks.register_stopper(RESOURCE_TYPE, lambda service_id: stop_for_credits(services, service_id))
     hooks.register_inventory(
-        RESOURCE_TYPE, table="deployment_services", active_states=("starting", "running"), gone_states=("destroyed",)
+        RESOURCE_TYPE, table="deployment_services", active_states=("starting", "running"), gone_states=("destroyed",),
+        disk_gb=lambda size: sandbox_disk_gb(services.settings),
     )

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Literal
 
 import trio
 
+from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes import Connect as SandboxConnect
 from corral.actors.sandboxes import SandboxActor, SandboxRecord, agent_for
 from corral.actors.sandboxes import store as sandbox_store
@@ -67,16 +68,9 @@ LOG_TAIL = 4000
 SERVICE_SIZE = "small"
 
 
-def _absolute(path: str) -> str | None:
-    if not path.startswith("/"):
-        return "must be an absolute path"
-    if ".." in path.split("/"):
-        return "must not contain '..'"
-    return None
-
-
-def _health_path(path: str) -> str | None:
-    return None if path.startswith("/") and " " not in path else "must be a path starting with /"
+OUTPUT_PATH = r"(?![\s\S]*/\.\.(?:/|$))/[\s\S]*"
+"""An absolute path without a `..` segment."""
+HEALTH_CHECK_PATH = "/[^ ]*"
 
 
 @model
@@ -86,11 +80,11 @@ class PublishRequest:
     source_sandbox_id: Annotated[str, Rule(format="uuid", max_length=64, message="must be a sandbox id")]
     kind: Literal["auto", "static", "service"] = "auto"
     environment: Annotated[str, Rule(max_length=63, message="must be a non-empty string of at most 63 characters")] = "production"
-    output_path: Annotated[str | None, Rule(max_length=1024, check=_absolute)] = None
+    output_path: Annotated[str | None, Rule(max_length=1024, pattern=OUTPUT_PATH, message="must be an absolute path without '..'")] = None
     build_command: Annotated[str | None, Rule(max_length=10_000, strip=False)] = None
     run_command: Annotated[str | None, Rule(max_length=10_000, strip=False)] = None
     port: Annotated[int | None, Rule(minimum=1, maximum=65535, message="must be an integer from 1 to 65535")] = None
-    health_check_path: Annotated[str, Rule(max_length=1024, check=_health_path)] = "/"
+    health_check_path: Annotated[str, Rule(max_length=1024, pattern=HEALTH_CHECK_PATH, message="must be a path starting with /, without spaces")] = "/"
     workspace_id: Annotated[str | None, Rule(max_length=255)] = None
     project_id: Annotated[str | None, Rule(max_length=255)] = None
     external_workspace_id: Annotated[str | None, Rule(max_length=255)] = None
@@ -186,7 +180,8 @@ async def publish(
         raise ApiError(exc.status, exc.code, exc.message, details={**(exc.details or {}), "version_id": version.id}) from exc
     except BaseException as exc:
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
-            await ref.ask(VersionFailed(version.id, "INTERNAL_ERROR", f"the publish stopped: {type(exc).__name__}: {exc}"))
+            public = public_text(exc, f"deployment {deployment.id} publish")
+            await ref.ask(VersionFailed(version.id, "INTERNAL_ERROR", f"the publish stopped: {type(exc).__name__}: {public}"))
         raise
     promote = request.environment == "production"
     result: tuple[VersionRecord, bool] = await ref.ask(VersionDone(version.id, done, promote=promote))
@@ -219,7 +214,7 @@ async def _build_and_store(
             try:
                 blob = await platform.blobs.put_file(packed.tar_path)
             except OSError as exc:  # the blob store's disk is full or gone
-                raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {exc}") from exc
+                raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {public_text(exc)}") from exc
         finally:
             packed.tar_path.unlink(missing_ok=True)
         if staging is not None:

@@ -24,6 +24,7 @@ import trio
 
 from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor
+from corral.actors.runtime_errors import PublicError, public_message, public_text
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.ids import prefixed
@@ -43,8 +44,8 @@ ARTIFACT_PATH = "/tmp/.corral-artifact.tar"
 INSTALLED_MARK = "/var/lib/corral-artifact"
 
 
-class HealthCheckFailed(Exception):
-    pass
+class HealthCheckFailed(PublicError):
+    """The service did not answer its health check (its own words and log lines)."""
 
 
 class DeploymentServiceActor(InstanceActor):
@@ -202,7 +203,8 @@ class DeploymentServiceActor(InstanceActor):
             try:
                 result: dict[str, Any] = await self.services.agents.client(info).logs(self.record.process_id, tail=message.tail)
             except Exception as exc:
-                raise ApiError(502, "RUNTIME_LOGS_UNAVAILABLE", f"the service's logs cannot be read: {exc}") from exc
+                public = public_text(exc, f"service {self.id} logs")
+                raise ApiError(502, "RUNTIME_LOGS_UNAVAILABLE", f"the service's logs cannot be read: {public}") from exc
         return result
 
     @handles(Halt)
@@ -222,7 +224,8 @@ class DeploymentServiceActor(InstanceActor):
             log.warning("service %s did not start again: %s", self.id, exc)
             with contextlib.suppress(Exception):
                 await self.halt_instance()
-            raise ApiError(503, "SERVICE_UNAVAILABLE", f"the deployment service did not start again: {exc}") from exc
+            public = public_message(exc)  # logged above
+            raise ApiError(503, "SERVICE_UNAVAILABLE", f"the deployment service did not start again: {public}") from exc
         await self.persist(state=next_state, process_id=self.record.process_id)
         self.spawn(self._watch)
         return self.record

@@ -13,7 +13,7 @@ import trio
 from .actor import CustomDomainActor, domain_not_found
 from .edge_hosts import EdgeHosts
 from .messages import DomainDraft, MarkIssued, Remove, Verify
-from .names import MAX_LENGTH, normalize_fqdn
+from .names import FQDN, MAX_LENGTH, normalize_fqdn
 from .router_plug import CustomDomainRoutes, plug_custom_domains
 from .routing_map import DomainMap, DomainRoute
 from .service import (
@@ -54,6 +54,7 @@ __all__ = [
     "ACTORS",
     "COMPUTER",
     "DEPLOYMENT",
+    "FQDN",
     "MAX_LENGTH",
     "CustomDomainActor",
     "CustomDomainRecord",

@@ -15,7 +15,11 @@ from typing import Any
 from corral.errors import ApiError, missing_param, validation_error
 
 MAX_LENGTH = 253
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+LABEL = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_LABEL = re.compile(LABEL)
+FQDN = f"(?:{LABEL}\\.)+(?![0-9]+$){LABEL}"
+"""What `normalize_fqdn` accepts, lowercased and without the final dot (but for the
+service's own domain), as a `pattern`."""
 
 
 def invalid(reason: str) -> ApiError:

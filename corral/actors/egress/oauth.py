@@ -69,13 +69,11 @@ REFRESH_RETRY_SECONDS = 60.0
 """After a refused refresh, the flow is not tried again for this long (per process)."""
 _failed_at: dict[str, float] = {}
 PROVIDER_KEY = re.compile(r"[a-z0-9][a-z0-9_-]*")
+START_SCOPES = ("tenant", "user")
+"""The scopes of a secret an OAuth flow makes."""
 
 
-def _key_problem(value: str) -> str | None:
-    return None if PROVIDER_KEY.fullmatch(value) else "must match [a-z0-9][a-z0-9_-]*"
-
-
-PROVIDER_KEY_RULE = Rule(max_length=64, check=_key_problem, description="lowercase provider key")
+PROVIDER_KEY_RULE = Rule(max_length=64, pattern=PROVIDER_KEY.pattern, description="lowercase provider key")
 
 
 def _url_problem(value: str) -> str | None:
@@ -85,7 +83,7 @@ def _url_problem(value: str) -> str | None:
     return None
 
 
-Url = Annotated[str, Rule(check=_url_problem, format="uri")]
+Url = Annotated[str, Rule(check=_url_problem, max_length=2048, format="uri", schema={"pattern": "^[hH][tT][tT][pP][sS]?://[^/?#]"})]
 
 
 @model
@@ -102,15 +100,25 @@ class NewProvider:
     allowed_hosts: Hosts | None = None
 
 
-@model
+@model(
+    schema={
+        "if": {"required": ["scope"], "properties": {"scope": {"const": "tenant"}}},
+        "then": {"properties": {"owner_user_id": {"type": "null"}}},
+    }
+)
 class OAuthStart:
     """Begin connecting: the provider, and the secret's env name, scope and owner."""
 
     provider: Annotated[str, Rule(max_length=64)]
     expose_as_env: EnvName | None = None
-    scope: (
-        Annotated[str, Rule(max_length=32, description="tenant or user (default user)")] | None
-    ) = None
+    scope: Annotated[
+        str | None,
+        Rule(
+            choices=START_SCOPES,
+            error=lambda _: ApiError(400, "INVALID_PARAM", "invalid scope", details={"scope": "must be tenant or user"}),
+            description="tenant or user (default user)",
+        ),
+    ] = None
     owner_user_id: str | None = None
 
 
@@ -316,7 +324,7 @@ async def start(
     if provider is None:
         raise not_found("OAuth provider not found")
     scope = fields.scope or "user"
-    if scope not in ("tenant", "user"):
+    if scope not in START_SCOPES:
         raise ApiError(
             400, "INVALID_PARAM", "invalid scope", details={"scope": "must be tenant or user"}
         )

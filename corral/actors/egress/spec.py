@@ -14,7 +14,7 @@ from corral.errors import ApiError
 from corral.models import UNSET, Rule, Unset, model
 from corral.storage import parse_iso
 
-from .store import SECRET_SCOPES
+from .store import IDENTITY_COLUMNS, SCOPE_COLUMN, SECRET_SCOPES
 
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 HOST_PATTERN = re.compile(r"(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -28,18 +28,6 @@ def invalid_param(field: str, message: str) -> ApiError:
     return ApiError(400, "INVALID_PARAM", f"invalid {field}", details={field: message})
 
 
-def _scope(value: str) -> str:
-    if value not in SECRET_SCOPES:
-        raise invalid_param("scope", f"must be one of {', '.join(SECRET_SCOPES)}")
-    return value
-
-
-def _env_name(value: str) -> str:
-    if not ENV_NAME.fullmatch(value) or len(value) > 256:
-        raise invalid_param("expose_as_env", "must match [A-Z][A-Z0-9_]*")
-    return value
-
-
 def host_problem(pattern: str) -> str | None:
     """Why an `allowed_hosts` entry is not an exact host or a `*.` wildcard, or None."""
     if pattern.lower() != pattern or not HOST_PATTERN.fullmatch(pattern) or len(pattern) > 253:
@@ -47,18 +35,13 @@ def host_problem(pattern: str) -> str | None:
     return None
 
 
-def _hosts(hosts: list[str]) -> str | None:
-    for host in hosts:
-        problem = host_problem(host)
-        if problem:
-            return problem
-    return None
-
-
 def _value(value: str) -> str | None:
-    if len(value.encode()) > MAX_VALUE_BYTES or "\x00" in value:
+    if len(value.encode()) > MAX_VALUE_BYTES:
         return f"must be at most {MAX_VALUE_BYTES} bytes without NUL characters"
     return None
+
+
+NO_NUL = "[^\\x00]*"
 
 
 def _timestamp(value: str) -> str | None:
@@ -69,18 +52,45 @@ def _timestamp(value: str) -> str | None:
     return None
 
 
-EnvName = Annotated[str, Rule(parse=_env_name, description="shell-safe UPPER_SNAKE_CASE")]
-Hosts = Annotated[list[str], Rule(check=_hosts, max_length=MAX_ALLOWED_HOSTS, description="exact or *. hosts")]
+EnvName = Annotated[
+    str,
+    Rule(
+        pattern=ENV_NAME.pattern,
+        max_length=256,
+        error=lambda _: invalid_param("expose_as_env", "must match [A-Z][A-Z0-9_]*"),
+        description="shell-safe UPPER_SNAKE_CASE",
+    ),
+]
+Hosts = Annotated[
+    list[str],
+    Rule(
+        max_length=MAX_ALLOWED_HOSTS,
+        items=Rule(pattern=HOST_PATTERN.pattern, max_length=253, message="must be lowercase host names or *.domain wildcards"),
+        description="exact or *. hosts",
+    ),
+]
 
 
-@model
+def _scope_identities() -> dict[str, object]:
+    """Each scope with the identity column it requires, and the tenant scope with none."""
+    branches: list[dict[str, object]] = []
+    for scope, column in SCOPE_COLUMN.items():
+        if column is None:
+            identities = {name: {"type": "null"} for name in IDENTITY_COLUMNS}
+            branches.append({"properties": {"scope": {"const": scope}, **identities}})
+        else:
+            branches.append({"properties": {"scope": {"const": scope}, column: {"type": "string"}}, "required": [column]})
+    return {"oneOf": branches}
+
+
+@model(schema=_scope_identities())
 class NewSecret:
     """A vault secret; the value is encrypted at rest and never returned."""
 
     name: Annotated[str, Rule(max_length=200)]
-    value: Annotated[str, Rule(strip=False, check=_value)]
+    value: Annotated[str, Rule(strip=False, pattern=NO_NUL, check=_value, message=f"must be at most {MAX_VALUE_BYTES} bytes without NUL characters")]
     type: Literal["api_key", "oauth_connect", "oauth_machine"]
-    scope: Annotated[str, Rule(parse=_scope, description="tenant, workspace, user, external_user or external_workspace")]
+    scope: Annotated[str, Rule(choices=SECRET_SCOPES, error=lambda problem: invalid_param("scope", problem))]
     expose_as_env: EnvName | None = None
     workspace_id: str | None = None
     owner_user_id: str | None = None
@@ -94,7 +104,9 @@ class NewSecret:
 class SecretChange:
     """A new value (the placeholders stay) and/or expiry."""
 
-    value: Annotated[str | Unset, Rule(strip=False, check=_value)] = UNSET
+    value: Annotated[
+        str | Unset, Rule(strip=False, pattern=NO_NUL, check=_value, message=f"must be at most {MAX_VALUE_BYTES} bytes without NUL characters")
+    ] = UNSET
     expires_at: Annotated[str | Unset | None, Rule(check=_timestamp, format="date-time")] = UNSET
     allowed_hosts: Hosts | Unset = UNSET
 
@@ -110,7 +122,12 @@ class NewBinding:
     exposure: Literal["env_var"] = "env_var"
 
 
-@model
+@model(
+    schema={
+        "if": {"required": ["resource_id"], "properties": {"resource_id": {"type": "string"}}},
+        "then": {"required": ["resource_type"], "properties": {"resource_type": {"type": "string"}}},
+    }
+)
 class NewPolicy:
     """A resource's policy, or (without resource_id) the tenant default."""
 

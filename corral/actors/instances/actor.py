@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import trio
 
 from corral.actors.actor import handles
 from corral.actors.record import RecordActor
+from corral.actors.runtime import disk_mb, sandbox_disk_gb
+from corral.actors.runtime_errors import public_text
 from corral.errors import ApiError
 from corral.net import UNRESTRICTED
 from corral.storage import utc_now_iso
@@ -53,8 +56,10 @@ log = logging.getLogger("corral.instances")
 
 
 def failure_summary(exc: BaseException) -> str:
-    """The first line of an error, with its type, short enough for the error column."""
-    text = str(exc).strip()
+    """The first line of what a tenant may read about an error (`public_message`: no
+    internal address, no host path), with its type, short enough for the error column;
+    the rest goes to the log."""
+    text = public_text(exc)
     summary = text.splitlines()[0] if text else "no detail"
     return f"{type(exc).__name__}: {summary}"[:500]
 
@@ -73,7 +78,7 @@ class InstanceActor(RecordActor):
       resource still `booting_state` (True for kinds whose boot has no further steps);
     - `gone_states`: states whose row stays but records no more activity.
 
-    Hooks a kind may override: `instance_id`, `runtime_template`, `instance_env`,
+    Hooks a kind may override: `instance_id`, `runtime_template`, `disk_gb`, `instance_env`,
     `boot_env`, `make_instance` (how a new instance is made), `on_instance_up` (wait for what the instance runs, e.g. a desktop),
     `after_create` (more provisioning in the boot child, e.g. apps), `running_fields`,
     `on_running` (events and metering once running), `before_halt` (a last word
@@ -106,6 +111,10 @@ class InstanceActor(RecordActor):
     def runtime_template(self) -> str:
         """The runtime template the instance is made from."""
         return str(getattr(self.record, "template_id", None) or "default")
+
+    def disk_gb(self) -> float:
+        """GiB of the instance's writable layer (contract §18): a sandbox's by default."""
+        return sandbox_disk_gb(self.services.settings)
 
     def instance_env(self) -> dict[str, str]:
         """Environment the instance keeps for every boot (nothing secret: it is on disk)."""
@@ -147,7 +156,7 @@ class InstanceActor(RecordActor):
         return InstanceSpec(
             instance_id=instance_id or self.instance_id,
             template=self.runtime_template(),
-            limits=SIZES[self.record.size],
+            limits=replace(SIZES[self.record.size], disk_mb=disk_mb(self.disk_gb())),
             env=self.instance_env(),
             hostname=self.record.slug,
             boot_env=boot_env,

@@ -7,6 +7,8 @@ from .access import COOKIE, PreviewAccess, access_for, forget_all, forget_sandbo
 from .access_cache import AccessCache
 from .desktops import COMPUTER_HOST_PATTERN, DesktopAccess, desktop_urls, mint_stream_token
 from .domains import (
+    DOMAIN,
+    MAX_DOMAIN,
     SCOPES,
     Scope,
     delete_domain,
@@ -31,6 +33,8 @@ from .urls import SANDBOX_HOST_PATTERN, router_host, sandbox_url, service_domain
 __all__ = [
     "COMPUTER_HOST_PATTERN",
     "COOKIE",
+    "DOMAIN",
+    "MAX_DOMAIN",
     "SANDBOX_HOST_PATTERN",
     "SCOPES",
     "AccessCache",

@@ -16,6 +16,7 @@ to the router; a timeout changes nothing but `dns_error`.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
@@ -38,6 +39,10 @@ from .urls import router_host, service_domain
 log = logging.getLogger("corral.previews")
 
 SCOPES = ("tenant", "workspace", "project")
+LABEL = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+DOMAIN = f"(?:{LABEL}\\.)+{LABEL}"
+"""A domain name of two or more labels, lowercase (`normalize_domain` lowercases it first)."""
+MAX_DOMAIN = 253
 PENDING, CONFIGURED, NOT_CONFIGURED, REMOVED = "pending_dns", "configured", "not_configured", "removed"
 ROUTABLE = (PENDING, CONFIGURED)
 CONFIGURED_RECHECK = timedelta(hours=1)
@@ -73,14 +78,7 @@ def normalize_domain(value: Any, settings: Settings) -> str:
     if ":" in domain:
         raise invalid_domain("must not include a port")
     domain = domain[:-1] if domain.endswith(".") else domain
-    labels = domain.split(".")
-    if (
-        len(domain) > 253
-        or len(labels) < 2
-        or not all(label and len(label) <= 63 and label.isascii() for label in labels)
-        or not all(c.isalnum() or c == "-" for label in labels for c in label)
-        or any(label.startswith("-") or label.endswith("-") for label in labels)
-    ):
+    if len(domain) > MAX_DOMAIN or not re.fullmatch(DOMAIN, domain):
         raise invalid_domain("must be a domain name such as example.com")
     own = service_domain(settings)
     if domain == own or domain.endswith("." + own) or own.endswith("." + domain):

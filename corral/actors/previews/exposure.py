@@ -47,6 +47,8 @@ def parse_port(value: Any, *, required_message: str | None = None, template_id: 
         if required_message:
             raise ApiError(400, "MISSING_PARAM", required_message)
         return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON Schema's integers include 8080.0
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise invalid_port()
     if value == DEFAULT_AGENT_PORT:

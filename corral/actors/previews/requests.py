@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from corral.models import Rule, model
+from corral.net.network import DEFAULT_AGENT_PORT
 
 from .exposure import parse_port
 
@@ -12,7 +13,9 @@ PREVIEW_TOKEN_DEFAULT_TTL = 3600
 PREVIEW_TOKEN_MAX_TTL = 86400
 
 # `Any` checked by `parse_port`: a bad port is the section's own `422 INVALID_PORT`.
-Port = Annotated[Any, Rule(parse=parse_port, schema={"type": "integer", "minimum": 1, "maximum": 65535})]
+Port = Annotated[
+    Any, Rule(parse=parse_port, schema={"type": "integer", "minimum": 1, "maximum": 65535, "not": {"const": DEFAULT_AGENT_PORT}})
+]
 
 
 @model

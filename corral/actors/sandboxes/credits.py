@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from corral.actors.runtime import sandbox_disk_gb
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
 
@@ -25,5 +26,6 @@ def register_with_billing(services: SandboxServices) -> None:
     hooks = services.billing_hooks
     hooks.register_stopper(RESOURCE_TYPE, lambda sandbox_id: stop_for_credits(services, sandbox_id))
     hooks.register_inventory(
-        RESOURCE_TYPE, table="sandboxes", active_states=("creating", "running"), gone_states=("destroyed",)
+        RESOURCE_TYPE, table="sandboxes", active_states=("creating", "running"), gone_states=("destroyed",),
+        disk_gb=lambda size: sandbox_disk_gb(services.settings),
     )

@@ -68,13 +68,14 @@ class PutVars:
         Any,
         Rule(parse=parse_vars, schema={
             "type": "array",
+            "minItems": 1,
             "maxItems": MAX_VARS,
             "items": {
                 "type": "object",
                 "required": ["key", "value"],
                 "properties": {
-                    "key": {"type": "string", "pattern": "^[A-Z][A-Z0-9_]*$", "maxLength": MAX_KEY_LENGTH},
-                    "value": {"type": "string"},
+                    "key": {"type": "string", "pattern": f"^{KEY_PATTERN.pattern}$", "maxLength": MAX_KEY_LENGTH},
+                    "value": {"type": "string", "pattern": "^[^\\x00]*$"},
                     "encrypted": {"type": "boolean", "default": True},
                 },
             },

@@ -26,7 +26,7 @@ import trio
 from corral.actors.actor import handles
 from corral.actors.messages import Message
 from corral.actors.record import RecordActor
-from corral.actors.runtime_errors import answer_for
+from corral.actors.runtime_errors import answer_for, public_text
 from corral.actors.sandboxes.services import SandboxServices
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
@@ -122,7 +122,7 @@ class ProcessActor(RecordActor):
             logs = (await agent.logs(self.id, tail=FINAL_LOG_LINES))["lines"]
         except RuntimeErrorBase as exc:
             status, code = answer_for(exc)
-            raise ApiError(status, code, str(exc)) from exc
+            raise ApiError(status, code, public_text(exc, f"process {self.id}")) from exc
         # The agent answers once the process is gone; whatever way it ended, it was killed.
         await self._finish("killed", final.get("exit_code"), final.get("exited_at"), logs)
         return self.record

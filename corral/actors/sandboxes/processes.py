@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from corral.actors.runtime_errors import answer_for
+from corral.actors.runtime_errors import answer_for, public_text
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
 from corral.ids import prefixed
-from corral.models import Rule, model
+from corral.models import ABSOLUTE_PATH, Rule, model
 from corral.storage import Event, utc_now_iso
 from corral.vm import AgentClient, RuntimeErrorBase
 
@@ -43,16 +43,12 @@ def process_public(process: ProcessRecord) -> dict[str, Any]:
     return {"pid": process.id, **{name: getattr(process, name) for name in PUBLIC_FIELDS[1:]}}
 
 
-def _absolute(path: str) -> str | None:
-    return None if not path or path.startswith("/") else "must be an absolute path"  # blank: the default
-
-
 @model
 class NewProcess:
     """A background process, run as `/bin/sh -c cmd` with the sandbox env, then `env`."""
 
     cmd: Annotated[str, Rule(strip=False, description="run as /bin/sh -c")]
-    cwd: Annotated[str | None, Rule(check=_absolute, allow_empty=True, schema={"default": DEFAULT_CWD})] = None
+    cwd: Annotated[str | None, Rule(pattern=f"(?:{ABSOLUTE_PATH})?", allow_empty=True, message="must be an absolute path", schema={"default": DEFAULT_CWD})] = None
     env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
     name: Annotated[str | None, Rule(max_length=MAX_NAME, message=f"must be a non-empty string of at most {MAX_NAME} characters")] = None
 
@@ -86,12 +82,13 @@ async def start_process(
             new.cmd, cwd=new.directory, env=env, name=new.label, process_id=process_id, stdin=stdin, capture=capture
         )
     except RuntimeErrorBase as exc:
-        failed = dataclasses.replace(draft, status="error", error=str(exc)[:1000], exited_at=utc_now_iso())
+        public = public_text(exc, f"sandbox {sandbox.id} process {process_id}")
+        failed = dataclasses.replace(draft, status="error", error=public[:1000], exited_at=utc_now_iso())
         await platform.system.create(ProcessActor, process_id, failed)
         status, code = answer_for(exc)
         if code == "PROCESS_START_FAILED" or (status >= 500 and status != 502):
-            raise ApiError(500, "PROCESS_START_FAILED", f"the process could not be started: {exc}") from exc
-        raise ApiError(status, code, str(exc)) from exc
+            raise ApiError(500, "PROCESS_START_FAILED", f"the process could not be started: {public}") from exc
+        raise ApiError(status, code, public) from exc
     draft = dataclasses.replace(draft, started_at=started.get("started_at") or now)
     await platform.bus.publish(
         Event(

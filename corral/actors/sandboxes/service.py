@@ -6,11 +6,12 @@ import time
 from typing import Annotated, Any, Literal
 
 from corral.actors.instances import ExecTimeout, clamp_timeout
+from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
-from corral.models import Rule, model
+from corral.models import ABSOLUTE_PATH, Rule, model
 from corral.storage import Event
 from corral.vm import SIZES, ExecEvent, InstanceInfo
 
@@ -40,10 +41,6 @@ def sandbox_public(sandbox: SandboxRecord) -> dict[str, Any]:
     return public
 
 
-def _env_keys_problem(env: dict[str, str]) -> str | None:
-    return None if all(KEY_PATTERN.fullmatch(key) for key in env) else "keys must match [A-Z][A-Z0-9_]*"
-
-
 @model
 class NewSandbox(Placement):
     """A new sandbox; the template must exist (else `400 INVALID_TEMPLATE`)."""
@@ -51,7 +48,7 @@ class NewSandbox(Placement):
     template_id: Annotated[str, Rule(message="must be a template name")] = "default"
     name: Annotated[str | None, Rule(max_length=100, message="must be a non-empty string of at most 100 characters")] = None
     size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
-    env: Annotated[dict[str, str] | None, Rule(check=_env_keys_problem, description="sealed; every exec and process sees it")] = None
+    env: Annotated[dict[str, str] | None, Rule(keys=KEY_PATTERN.pattern, description="sealed; every exec and process sees it")] = None
     auto_stop: Annotated[
         int | None, Rule(minimum=0, message="must be a non-negative integer number of seconds (0 disables)", description="idle seconds; 0 disables")
     ] = None
@@ -110,7 +107,7 @@ async def fork_sandbox(
     try:
         info: InstanceInfo = await source_ref.ask(Fork(record.id))
     except Exception as exc:
-        await target_ref.ask(Booted(None, f"fork failed: {exc}"))
+        await target_ref.ask(Booted(None, f"fork failed: {public_text(exc, f'sandbox {source.id} fork')}"))
         raise
     await target_ref.ask(Booted(info))
     result: SandboxRecord = await target_ref.ask(Get())
@@ -196,7 +193,7 @@ class ExecRequest:
 
     command: Annotated[str, Rule(strip=False)]
     timeout: ExecTimeout = None
-    cwd: Annotated[str | None, Rule(check=lambda path: None if path.startswith("/") else "must be an absolute path")] = None
+    cwd: Annotated[str | None, Rule(pattern=ABSOLUTE_PATH, message="must be an absolute path")] = None
     env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
 
 

@@ -20,6 +20,7 @@ import trio
 
 from corral.actors.actor import handles
 from corral.actors.instances import Boot, Booted, InstanceActor
+from corral.actors.runtime_errors import PublicError
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.storage import utc_now_iso
@@ -36,7 +37,7 @@ log = logging.getLogger("corral.templates")
 KIND = "template_build"
 
 
-class BuildFailed(Exception):
+class BuildFailed(PublicError):
     """A step exited non-zero, or the template went away."""
 
 

@@ -26,7 +26,7 @@ from corral.actors.instances import MAX_VARS, Boot, Booted, Get
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import Placement, resolve_attribution
 from corral.errors import ApiError, conflict, not_found
-from corral.ids import is_uuid, new_uuid
+from corral.ids import UUID_PATTERN, is_uuid, new_uuid
 from corral.models import Rule, model
 from corral.storage import Transaction, utc_now_iso
 
@@ -40,7 +40,9 @@ from .store import BuildRecord, LogLine, TemplateRecord
 
 BUILTINS = ("default", "svc-desktop")
 BASES = BUILTINS
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+TEMPLATE_NAME = f"(?!{UUID_PATTERN}$)[a-z0-9][a-z0-9._-]{{0,62}}"
+"""A template's own name: never a UUID, which names a build."""
+NAME = re.compile(f"^{TEMPLATE_NAME}$")
 MAX_PACKAGES = 200
 MAX_SETUP = 50
 BUILD_SIZE = "small"
@@ -53,40 +55,26 @@ def _build_limit_reached() -> ApiError:
     return conflict("BUILD_LIMIT_REACHED", f"at most {MAX_ACTIVE_BUILDS} builds of a tenant may run at once")
 
 
-def _name_problem(name: str) -> str | None:
-    if not NAME.match(name) or is_uuid(name):
-        return "must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit (not a UUID)"
-    return None
-
-
-def _packages_problem(packages: list[str]) -> str | None:
-    bad = [p for p in packages if not PACKAGE.match(p)]
-    return f"not Debian package names: {', '.join(bad[:5])}" if bad else None
-
-
-def _setup_problem(commands: list[str]) -> str | None:
-    if any(not command.strip() or len(command) > 10_000 for command in commands):
-        return "each command must be a non-empty string of at most 10000 characters"
-    return None
-
-
-def _env_problem(env: dict[str, str]) -> str | None:
-    if len(env) > MAX_VARS:
-        return f"must have at most {MAX_VARS} variables"
-    return None if all(KEY_PATTERN.fullmatch(key) for key in env) else "keys must match [A-Z][A-Z0-9_]*"
-
-
 @model
 class NewTemplate:
     """A template built from `base` with `packages` and `setup`; its first build starts at once."""
 
-    name: Annotated[str, Rule(check=_name_problem)]
+    name: Annotated[
+        str,
+        Rule(pattern=TEMPLATE_NAME, message="must be 1-63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit (not a UUID)"),
+    ]
     base: Annotated[str, Rule(description="a built-in template: default or svc-desktop")] = "default"
-    packages: Annotated[list[str] | None, Rule(check=_packages_problem, max_length=MAX_PACKAGES, description="Debian package names")] = None
-    setup: Annotated[list[str] | None, Rule(check=_setup_problem, max_length=MAX_SETUP, strip=False, description="shell commands run as root")] = None
-    env: Annotated[dict[str, str] | None, Rule(check=_env_problem, description="sealed; builds and sandboxes made from it see it")] = None
+    packages: Annotated[
+        list[str] | None, Rule(max_length=MAX_PACKAGES, items=Rule(pattern=PACKAGE.pattern.strip("^$")), description="Debian package names")
+    ] = None
+    setup: Annotated[
+        list[str] | None, Rule(max_length=MAX_SETUP, items=Rule(strip=False, max_length=10_000), description="shell commands run as root")
+    ] = None
+    env: Annotated[
+        dict[str, str] | None, Rule(keys=KEY_PATTERN.pattern, max_length=MAX_VARS, description="sealed; builds and sandboxes made from it see it")
+    ] = None
     default_preview_port: Annotated[int | None, Rule(minimum=1, maximum=65535, message="must be a port from 1 to 65535")] = None
-    workspace_id: Annotated[str | None, Rule(check=lambda v: None if is_uuid(v) else "must be a UUID")] = None
+    workspace_id: Annotated[str | None, Rule(format="uuid")] = None
 
 
 @dataclass(frozen=True)

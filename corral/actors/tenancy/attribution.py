@@ -17,7 +17,7 @@ from corral.models import Rule, model
 from corral.storage import Database, Transaction
 
 from . import store
-from .slugs import is_slug
+from .slugs import SLUG
 from .store import ProjectRecord, WorkspaceRecord
 from .workspaces import free_project_slug, free_workspace_slug, open_workspace
 
@@ -46,14 +46,10 @@ class Attribution:
         return cls(**{name: getattr(resource, name) for name in cls.__dataclass_fields__})
 
 
-def _slug_problem(value: str) -> str | None:
-    return None if is_slug(value) else "must be a DNS label (lowercase letters, digits, hyphens)"
-
-
 _TEXT = "must be a non-empty string of at most 255 characters"
 Text = Annotated[str | None, Rule(max_length=255, message=_TEXT)]
 Id = Annotated[str | None, Rule(max_length=255, format="uuid", message="must be a UUID")]
-Slug = Annotated[str | None, Rule(max_length=255, check=_slug_problem)]
+Slug = Annotated[str | None, Rule(pattern=SLUG, message="must be a DNS label (lowercase letters, digits, hyphens)")]
 
 
 @model

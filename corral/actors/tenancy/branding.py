@@ -11,36 +11,25 @@ operator sets with `PUT /admin/tenants/{id}/custom-domain`.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from corral.errors import conflict, not_found
-from corral.models import UNSET, Rule, Unset, model
+from corral.models import UNSET, Rule, Unset, anchored, model
 from corral.storage import Database, Transaction, utc_now_iso
 
 from . import store
 from .store.branding import BrandingRecord
-from .white_label import normalise_domain
+from .white_label import HOST, normalise_domain
 
-_COLOR = re.compile(r"^#[0-9a-fA-F]{6}$")
-_EMAIL = re.compile(r"^[^@\s<>\"']{1,64}@[^@\s<>\"']{1,253}\.[^@\s<>\"']{2,}$")
+COLOR = "#[0-9a-fA-F]{6}"
+_PLAIN = "[^@\\s\\x1c-\\x1f\\x85<>\"']"
+"""Neither `@`, white space nor a quote or angle bracket."""
+EMAIL = f"{_PLAIN}{{1,64}}@{_PLAIN}{{1,253}}\\.{_PLAIN}{{2,}}"
+_URL_CHAR = "[^\\s\\x1c-\\x1f\\x85<>\"']"
+URL = f"(?:https://{_URL_CHAR}+|http://{_URL_CHAR}{{2,}})"
+"""An http(s) URL without white space, quotes or angle brackets."""
 MAX_URL = 2048
-
-
-def _color_problem(value: str) -> str | None:
-    return None if _COLOR.match(value) else "must be a colour as #rrggbb"
-
-
-def _url_problem(value: str) -> str | None:
-    ok = value.startswith("https://") or value.startswith("http://")
-    if not ok or any(c.isspace() or c in "<>\"'" for c in value) or len(value) <= len("https://"):
-        return "must be an http(s) URL"
-    return None
-
-
-def _email_problem(value: str) -> str | None:
-    return None if _EMAIL.match(value) else "must be an e-mail address"
 
 
 @model
@@ -48,10 +37,12 @@ class BrandingChange:
     """Fields to change; absent ones stay as they are, null clears one."""
 
     display_name: Annotated[str | Unset | None, Rule(max_length=100, message="must be a string of at most 100 characters or null")] = UNSET
-    logo_url: Annotated[str | Unset | None, Rule(max_length=MAX_URL, check=_url_problem)] = UNSET
-    primary_color: Annotated[str | Unset | None, Rule(check=_color_problem, description="#rrggbb")] = UNSET
-    support_email: Annotated[str | Unset | None, Rule(max_length=320, check=_email_problem)] = UNSET
-    custom_domain: Annotated[str | Unset | None, Rule(max_length=253, description="host of invite URLs; null clears it")] = UNSET
+    logo_url: Annotated[str | Unset | None, Rule(max_length=MAX_URL, pattern=URL, message="must be an http(s) URL")] = UNSET
+    primary_color: Annotated[str | Unset | None, Rule(pattern=COLOR, message="must be a colour as #rrggbb", description="#rrggbb")] = UNSET
+    support_email: Annotated[str | Unset | None, Rule(max_length=320, pattern=EMAIL, message="must be an e-mail address")] = UNSET
+    custom_domain: Annotated[
+        str | Unset | None, Rule(max_length=253, description="host of invite URLs; null clears it", schema={"pattern": anchored(f"{HOST}\\.?")})
+    ] = UNSET
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ import secrets
 from collections.abc import Callable
 
 _NON_LABEL = re.compile(r"[^a-z0-9]+")
-SLUG_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+SLUG = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+"""A DNS label: what `is_slug` accepts, and the request schemas' `pattern`."""
+SLUG_PATTERN = re.compile(f"^{SLUG}$")
 
 
 def slugify(name: str, fallback: str = "item") -> str:

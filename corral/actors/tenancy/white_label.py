@@ -17,7 +17,10 @@ from corral.storage import Database, Transaction
 from . import store
 from .store import TenantRecord
 
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+LABEL = "[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_LABEL = re.compile(f"^{LABEL}$")
+HOST = f"(?:{LABEL}\\.)+(?![0-9]+$){LABEL}"
+"""What `normalise_domain` accepts (lowercased, without the final dot), as a `pattern`."""
 MAX_DOMAIN_LENGTH = 253
 
 

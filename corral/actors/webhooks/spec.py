@@ -23,7 +23,10 @@ MAX_HEADER_NAME = 100
 MAX_HEADER_VALUE = 2048
 MAX_METADATA_BYTES = 16 * 1024
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+"""A header name (RFC 9110 token)."""
+HEADER_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]*"
+"""A header value: no control character but tab."""
 
 RESERVED_HEADERS = frozenset(
     {
@@ -48,8 +51,24 @@ RESERVED_HEADERS = frozenset(
 """Headers the platform sets itself; `X-Service-*` is reserved as a whole."""
 
 
+def _any_case(text: str) -> str:
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in text)
+
+
+HEADERS_SCHEMA = {
+    "maxProperties": MAX_HEADERS,
+    "propertyNames": {
+        "pattern": f"^{TOKEN}$",
+        "maxLength": MAX_HEADER_NAME,
+        "not": {"pattern": f"^(?:{'|'.join(_any_case(name) for name in sorted(RESERVED_HEADERS))}|{_any_case('x-service-')}.*)$"},
+    },
+    "additionalProperties": {"type": "string", "maxLength": MAX_HEADER_VALUE, "pattern": f"^{HEADER_VALUE}$"},
+}
+"""What `header_problem` allows, said in the request schema (but for one name given twice in two cases)."""
+
+
 def header_problem(name: Any, value: Any) -> str | None:
-    if not isinstance(name, str) or not _TOKEN.match(name) or len(name) > MAX_HEADER_NAME:
+    if not isinstance(name, str) or not re.fullmatch(TOKEN, name) or len(name) > MAX_HEADER_NAME:
         return f"{str(name)[:40]!r} is not a valid header name"
     lowered = name.lower()
     if lowered in RESERVED_HEADERS or lowered.startswith("x-service-"):
@@ -58,7 +77,7 @@ def header_problem(name: Any, value: Any) -> str | None:
         return f"the value of {name} must be a string"
     if len(value) > MAX_HEADER_VALUE:
         return f"the value of {name} must be at most {MAX_HEADER_VALUE} characters"
-    if any((ord(ch) < 0x20 and ch != "\t") or ord(ch) == 0x7F for ch in value):
+    if not re.fullmatch(HEADER_VALUE, value):
         return f"the value of {name} must not contain control characters"
     return None
 
@@ -110,7 +129,7 @@ class WebhookFields:
         Rule(check=_events_problem, parse=lambda events: list(dict.fromkeys(events)), schema={"items": {"enum": list(EVENT_TYPES)}},
              description="event types; none: every event"),
     ] = None
-    headers: Annotated[dict[str, Any] | None, Rule(check=_headers_problem, message=None, schema={"additionalProperties": {"type": "string"}})] = None
+    headers: Annotated[dict[str, Any] | None, Rule(check=_headers_problem, message=None, schema=HEADERS_SCHEMA)] = None
     retry_count: Annotated[
         int | None, Rule(minimum=0, maximum=MAX_RETRY_COUNT, message=f"must be between 0 and {MAX_RETRY_COUNT}", schema={"default": DEFAULT_RETRY_COUNT})
     ] = None

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 
 from corral.actors import billing, tenancy
 from corral.actors.tenancy import api_keys, store
+from corral.actors.tenancy.scopes import PRODUCT_SCOPES
 from corral.errors import not_found, validation_error
 from corral.models import Rule, model
 
@@ -20,12 +21,8 @@ def _email_problem(value: str) -> str | None:
     return None if "@" in value and not value.startswith("@") and not value.endswith("@") else "must be an email address"
 
 
-def _password_problem(value: str) -> str | None:
-    return None if len(value) >= 8 else "must be a string of at least 8 characters"
-
-
 Email = Annotated[str, Rule(max_length=254, check=_email_problem, format="email")]
-Password = Annotated[str, Rule(strip=False, max_length=1024, check=_password_problem)]
+Password = Annotated[str, Rule(strip=False, min_length=8, max_length=1024)]
 Uuid = Annotated[str, Rule(format="uuid")]
 
 
@@ -55,8 +52,10 @@ class CreateKey:
     key_type: Literal["user", "platform", "admin"]
     user_id: Uuid | None = None
     workspace_id: Uuid | None = None
-    scopes: list[str] | None = None
-    allowed_ips: list[str] | None = None
+    scopes: Annotated[list[str] | None, Rule(schema={"items": {"enum": list(PRODUCT_SCOPES)}})] = None
+    allowed_ips: Annotated[
+        list[str] | None, Rule(schema={"items": {"anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}}, description="addresses or CIDR blocks")
+    ] = None
 
 
 @router.post(

@@ -18,6 +18,7 @@ from corral.errors import ApiError, not_found, unauthorized
 from corral.storage import BlobCorrupted, BlobNotFound, Event
 
 from ..context import RequestContext, require_uuid
+from ..params import Integer
 from ..replies import Reply, data
 from ..routing import Router
 from ..sse import CONNECTED, HEARTBEAT, frame, last_event_id, receive_or_heartbeat, sse_response
@@ -65,13 +66,13 @@ async def create(ctx: RequestContext) -> Reply:
     scope=READ,
     query={
         **{name: f"only runs with this {name}" for name in agent_runs.FILTERS},
-        "limit": f"page size, default 20, max {agent_runs.MAX_LIMIT}",
+        "limit": Integer("page size", 20, maximum=agent_runs.MAX_LIMIT),
         "cursor": "next_cursor of the previous page",
     },
 )
 async def list_(ctx: RequestContext) -> Reply:
     filters = {name: value for name in agent_runs.FILTERS if (value := ctx.query(name))}
-    limit = ctx.query_int("limit", 20, maximum=agent_runs.MAX_LIMIT)
+    limit = ctx.query_int("limit")
     rows, next_cursor = await agent_runs.list_runs(ctx.platform, ctx.tenant_id, filters, limit, ctx.query("cursor"))
     return data([agent_runs.run_public(row) for row in rows], next_cursor=next_cursor)
 

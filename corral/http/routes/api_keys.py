@@ -6,6 +6,7 @@ from typing import Annotated
 
 from corral.actors import tenancy
 from corral.actors.tenancy import api_keys, store
+from corral.actors.tenancy.scopes import PRODUCT_SCOPES
 from corral.errors import forbidden, validation_error
 from corral.models import Rule, model
 
@@ -16,11 +17,24 @@ from ..routing import Router
 router = Router("api-keys")
 
 
-@model(missing="details")
+def _limits_by_type() -> dict[str, object]:
+    """A key's rate limit is at most its type's default; only a platform key names a workspace."""
+    rules: list[dict[str, object]] = [
+        {"if": {"properties": {"key_type": {"const": kind}}}, "then": {"properties": {"rate_limit_rpm": {"maximum": api_keys.DEFAULT_RPM[kind]}}}}
+        for kind in api_keys.PUBLIC_KEY_TYPES
+    ]
+    rules.append(
+        {"if": {"not": {"required": ["key_type"], "properties": {"key_type": {"const": "platform"}}}},
+         "then": {"properties": {"workspace_id": {"type": "null"}}}}
+    )
+    return {"allOf": rules}
+
+
+@model(missing="details", schema=_limits_by_type())
 class CreateKey:
     name: Annotated[str, Rule(max_length=100)]
-    key_type: Annotated[str, Rule(message="must be user or platform", schema={"enum": ["user", "platform"]})] = "user"
-    scopes: list[str] | None = None
+    key_type: Annotated[str, Rule(message="must be user or platform", schema={"enum": list(api_keys.PUBLIC_KEY_TYPES)})] = "user"
+    scopes: Annotated[list[str] | None, Rule(schema={"items": {"enum": list(PRODUCT_SCOPES)}})] = None
     rate_limit_rpm: Annotated[int | None, Rule(minimum=1)] = None
     # Checked after the key type (an id that is not a UUID is `400 INVALID_ID`).
     workspace_id: Annotated[str | None, Rule(description="restricts a platform key to one workspace", schema={"format": "uuid"})] = None

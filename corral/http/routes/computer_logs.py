@@ -18,6 +18,7 @@ from corral.actors.runtime_errors import RUNTIME_ERRORS
 from corral.errors import ApiError
 
 from ..context import RequestContext
+from ..params import Integer, Param
 from ..replies import Reply, data
 from ..routing import Router
 from ..sse import CONNECTED, HEARTBEAT, frame, last_event_id, receive_or_heartbeat, sse_response
@@ -25,11 +26,11 @@ from .computers import READ, computer_row
 
 router = Router("computers")
 
-TAIL_QUERY = {"tail": f"how many of the last lines, default {logs.DEFAULT_TAIL}, 0 to {logs.MAX_TAIL}"}
+TAIL_QUERY: dict[str, Param | str] = {"tail": Integer("how many of the last lines", logs.DEFAULT_TAIL, minimum=0, maximum=logs.MAX_TAIL)}
 
 
 def _tail(ctx: RequestContext) -> int:
-    return ctx.query_int("tail", logs.DEFAULT_TAIL, minimum=0, maximum=logs.MAX_TAIL)
+    return ctx.query_int("tail")
 
 
 @router.get(

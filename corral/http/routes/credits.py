@@ -12,6 +12,7 @@ from corral.models import Rule, model
 from corral.storage import parse_iso, to_iso, utc_now
 
 from ..context import RequestContext, require_uuid
+from ..params import Integer, Moment
 from ..replies import Reply, data, raw
 from ..routing import Router
 
@@ -40,20 +41,6 @@ def parse_rfc3339(text: str) -> datetime | None:
         return None
 
 
-def _page_size(ctx: RequestContext) -> int:
-    """`page_size`: default 20; above 100 it is clamped to 100; below 1 it is refused."""
-    raw_value = ctx.query("page_size")
-    if raw_value is None or raw_value == "":
-        return PAGE_SIZE_DEFAULT
-    try:
-        value = int(raw_value)
-    except ValueError as exc:
-        raise ApiError(400, "INVALID_PARAM", "page_size must be an integer") from exc
-    if value < 1:
-        raise ApiError(400, "INVALID_PARAM", "page_size must be at least 1")
-    return min(value, PAGE_SIZE_MAX)
-
-
 @router.get("/credits/balance", summary="The tenant's credit balance (zeros and nulls before any credit)", scope="billing:read")
 async def balance(ctx: RequestContext) -> Reply:
     return raw(await billing.get_balance(ctx.platform, ctx.tenant_id))
@@ -63,11 +50,14 @@ async def balance(ctx: RequestContext) -> Reply:
     "/credits/transactions",
     summary="Ledger rows, newest first",
     scope="billing:read",
-    query={"page": "1-based page (default 1)", "page_size": "rows per page (default 20, at most 100)"},
+    query={
+        "page": Integer("1-based page", 1),
+        "page_size": Integer(f"rows per page; above {PAGE_SIZE_MAX} it is {PAGE_SIZE_MAX}", PAGE_SIZE_DEFAULT),
+    },
 )
 async def transactions(ctx: RequestContext) -> Reply:
-    page = ctx.query_int("page", 1, minimum=1)
-    page_size = _page_size(ctx)
+    page = ctx.query_int("page")
+    page_size = min(ctx.query_int("page_size"), PAGE_SIZE_MAX)
     rows, total = await billing.list_transactions(ctx.platform, ctx.tenant_id, page, page_size)
     return raw(
         {"transactions": [billing.transaction_public(row) for row in rows], "total": total, "page": page, "page_size": page_size}
@@ -78,7 +68,10 @@ async def transactions(ctx: RequestContext) -> Reply:
     "/credits/usage",
     summary="Credits spent, tokens and calls by UTC day, provider and model",
     scope="billing:read",
-    query={"from": "RFC 3339 (default 30 days ago)", "to": "RFC 3339 (default now)"},
+    query={
+        "from": Moment("default 30 days ago", parse_rfc3339, lambda name: ApiError(400, "INVALID_PARAM", f"invalid '{name}' timestamp")),
+        "to": Moment("default now", parse_rfc3339, lambda name: ApiError(400, "INVALID_PARAM", f"invalid '{name}' timestamp")),
+    },
 )
 async def usage(ctx: RequestContext) -> Reply:
     now = utc_now()
@@ -95,11 +88,24 @@ async def usage(ctx: RequestContext) -> Reply:
     return raw({"usage": entries, "from": to_iso(start), "to": to_iso(end)})
 
 
+MAX_GRANT = 10**12
+"""Credits one grant may add or take: far above any real grant, and a balance of many of
+them still fits the ledger's 64-bit integers."""
+
+
 @model(missing="details")
 class Grant:
     """Positive: an earn row expiring in 180 days; negative: an adjust row."""
 
-    amount_credits: Annotated[int, Rule(check=lambda amount: "must not be zero" if amount == 0 else None, schema={"not": {"const": 0}})]
+    amount_credits: Annotated[
+        int,
+        Rule(
+            minimum=-MAX_GRANT,
+            maximum=MAX_GRANT,
+            check=lambda amount: "must not be zero" if amount == 0 else None,
+            schema={"not": {"const": 0}},
+        ),
+    ]
     description: Annotated[str, Rule(max_length=500)]
 
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 
 from corral.actors import domains
 from corral.actors.tenancy import scope_allows
-from corral.errors import missing_param, validation_error
-from corral.models import Rule, model
+from corral.errors import invalid_id, missing_param, validation_error
+from corral.models import Rule, anchored, model
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
@@ -29,20 +29,27 @@ WRITE = "domains:write"
 READ_SCOPE = {domains.COMPUTER: "computers:read", domains.DEPLOYMENT: "deployments:read"}
 DOMAIN_RULE = Rule(
     description=f"the FQDN, e.g. app.example.com (RFC 1123, at most {domains.MAX_LENGTH} characters)",
-    schema={"type": "string", "maxLength": domains.MAX_LENGTH},
+    schema={"type": "string", "maxLength": domains.MAX_LENGTH, "pattern": anchored(f"{domains.FQDN}\\.?")},
 )
 
 
-@model
+@model(schema={"required": ["domain"]})  # absent, it is the `MISSING_PARAM` of `normalize_fqdn`
 class NewDomain:
     # `Any`: the name's own checks (`domains.normalize_fqdn`) word every problem.
     domain: Annotated[Any, DOMAIN_RULE] = None
 
 
-@model
+@model(
+    schema={
+        "required": ["domain"],  # absent, it is the `MISSING_PARAM` of `normalize_fqdn`
+        "oneOf": [{"required": [name], "properties": {name: {"type": "string"}}} for name in ("computer_id", "deployment_id")],
+    }
+)
 class NewFlatDomain:
     domain: Annotated[Any, DOMAIN_RULE] = None
-    computer_id: Annotated[str | None, Rule(description="the computer to serve (or give deployment_id)")] = None
+    computer_id: Annotated[
+        str | None, Rule(format="uuid", error=lambda _: invalid_id("computer id"), description="the computer to serve (or give deployment_id)")
+    ] = None
     deployment_id: Annotated[str | None, Rule(description="the deployment to serve (or give computer_id)")] = None
 
 

@@ -10,6 +10,7 @@ from corral.actors import databases
 from corral.actors.databases import logs
 
 from ..context import RequestContext, require_uuid
+from ..params import Integer, Param
 from ..replies import Reply, data
 from ..routing import Router
 from ..sse import CONNECTED, HEARTBEAT, frame, sse_response
@@ -17,7 +18,7 @@ from .databases import READ, WRITE, database_row
 
 router = Router("databases")
 
-TAIL_QUERY = {"tail": f"how many of the last lines, default {logs.DEFAULT_TAIL}, 0 to {logs.MAX_TAIL}"}
+TAIL_QUERY: dict[str, Param | str] = {"tail": Integer("how many of the last lines", logs.DEFAULT_TAIL, minimum=0, maximum=logs.MAX_TAIL)}
 
 
 @router.post(
@@ -68,7 +69,7 @@ async def list_restores(ctx: RequestContext, id: str) -> Reply:
 
 
 def _tail(ctx: RequestContext) -> int:
-    return ctx.query_int("tail", logs.DEFAULT_TAIL, minimum=0, maximum=logs.MAX_TAIL)
+    return ctx.query_int("tail")
 
 
 @router.get("/databases/{id}/logs", summary="The server's last log lines: {lines: [{line, ts}]}", scope=READ, query=TAIL_QUERY)

@@ -9,9 +9,10 @@ from typing import Any
 
 from corral.actors import deployments
 from corral.actors.deployments import DeploymentRecord, VersionRecord
-from corral.errors import ApiError, not_found
+from corral.errors import ApiError
 
 from ..context import RequestContext, require_uuid
+from ..params import Integer
 from ..replies import Reply, data
 from ..routing import Router
 
@@ -32,8 +33,6 @@ def _audit(ctx: RequestContext, deployment: DeploymentRecord) -> None:
 
 async def deployment_of(ctx: RequestContext, id: str) -> DeploymentRecord:
     """The tenant's live deployment `id`, else 404 DEPLOYMENT_NOT_FOUND (another tenant's too)."""
-    if not id.startswith("dep_") or len(id) > 64:
-        raise deployments.deployment_not_found()
     record = await deployments.find_deployment(ctx.platform, ctx.tenant_id, id, key_workspace_id=ctx.principal.workspace_id)
     _audit(ctx, record)
     return record
@@ -161,19 +160,19 @@ async def rollback(ctx: RequestContext, id: str) -> Reply:
     "/deployments/{id}/versions", summary="Versions, newest first (limit 1-100, default 20; cursor)",
     scope="deployments:read",
     query={**{name: f"only versions with this {name}" for name in deployments.VERSION_FILTERS},
-           "limit": "1-100, default 20", "cursor": "next_cursor of the previous page"},
+           "limit": Integer("page size", deployments.VERSIONS_DEFAULT_LIMIT, maximum=deployments.VERSIONS_MAX_LIMIT),
+           "cursor": "next_cursor of the previous page"},
 )
 async def versions(ctx: RequestContext, id: str) -> Reply:
     record = await deployment_of(ctx, id)
-    limit = ctx.query_int("limit", deployments.VERSIONS_DEFAULT_LIMIT, minimum=1, maximum=deployments.VERSIONS_MAX_LIMIT)
+    limit = ctx.query_int("limit")
     filters = {name: value for name in deployments.VERSION_FILTERS if (value := ctx.query(name))}
     rows, next_cursor = await deployments.list_versions(ctx.platform, record, filters, limit, ctx.query("cursor"))
     return data([await deployments.version_public(ctx.platform, record, row, full=False) for row in rows], next_cursor=next_cursor)
 
 
 async def _version(ctx: RequestContext, record: DeploymentRecord, version_id: str) -> VersionRecord:
-    if not version_id.startswith("ver_") or len(version_id) > 64:
-        raise not_found("version not found", "VERSION_NOT_FOUND")
+    ctx.checked_id("version_id", version_id)
     return await deployments.find_version(ctx.platform, record, version_id)
 
 
@@ -207,13 +206,11 @@ async def _switch_reply(ctx: RequestContext, record: DeploymentRecord, version: 
 @router.get(
     "/deployments/{id}/services/{service_id}/logs",
     summary="The last output lines of a deployment service's run_command (tail 1-1000, default 200)",
-    scope="deployments:read", query={"tail": "lines, 1-1000, default 200"},
+    scope="deployments:read", query={"tail": Integer("lines", 200, maximum=1000)},
 )
 async def service_logs(ctx: RequestContext, id: str, service_id: str) -> Reply:
     record = await deployment_of(ctx, id)
-    if not service_id.startswith("svc_") or len(service_id) > 64:
-        raise not_found("deployment service not found")
-    tail = ctx.query_int("tail", 200, minimum=1, maximum=1000)
-    logs = await deployments.service_logs(ctx.platform, record, service_id, tail)
+    ctx.checked_id("service_id", service_id)
+    logs = await deployments.service_logs(ctx.platform, record, service_id, ctx.query_int("tail"))
     lines = [{"ts": line.get("ts"), "stream": line.get("stream"), "line": line.get("line")} for line in logs.get("lines", [])]
     return data({"service_id": service_id, "lines": lines})

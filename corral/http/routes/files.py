@@ -13,6 +13,7 @@ import base64
 import binascii
 import mimetypes
 import posixpath
+import re
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
@@ -22,7 +23,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from corral.actors.instances import InstanceFiles
 from corral.errors import ApiError, invalid_body
-from corral.models import Rule, model
+from corral.models import Rule, anchored, model
 
 from ..context import RequestContext
 from ..replies import Reply, raw
@@ -38,6 +39,12 @@ def missing_path() -> ApiError:
     return ApiError(400, "MISSING_PATH", "path is required")
 
 
+PATH = r"[/~][^\x00]*"
+"""A path from the root or the home directory, without NUL: what `require_path` takes."""
+MODE = "[0-7]{1,4}"
+"""A file mode: up to four octal digits."""
+
+
 def require_path(value: Any, name: str = "path") -> str:
     if value is None or (isinstance(value, str) and not value.strip()):
         if name == "path":
@@ -45,10 +52,9 @@ def require_path(value: Any, name: str = "path") -> str:
         raise ApiError(400, "MISSING_PARAM", f"{name} is required")
     if not isinstance(value, str):
         raise ApiError(400, "INVALID_PATH", f"{name} must be a string")
-    if not value.startswith(("/", "~")):
-        raise ApiError(400, "INVALID_PATH", f"{name} must be an absolute path")
-    if "\x00" in value:
-        raise ApiError(400, "INVALID_PATH", f"{name} must not contain NUL bytes")
+    if not re.fullmatch(PATH, value):
+        problem = "must not contain NUL bytes" if value.startswith(("/", "~")) else "must be an absolute path"
+        raise ApiError(400, "INVALID_PATH", f"{name} {problem}")
     return value
 
 
@@ -64,7 +70,7 @@ def missing_file_field(names: list[str]) -> ApiError:
 
 def _path(name: str = "path") -> Rule:
     """A path field: absolute, no NUL; anything else is `400 INVALID_PATH` (`require_path`)."""
-    return Rule(strip=False, parse=lambda value: require_path(value, name), schema={"type": "string"})
+    return Rule(strip=False, parse=lambda value: require_path(value, name), schema={"type": "string", "pattern": anchored(PATH)})
 
 
 Path = Annotated[Any, _path()]
@@ -104,7 +110,7 @@ class TwoPaths:
 @model(missing=missing_file_field)
 class ChangeMode:
     path: Path
-    mode: Annotated[Any, Rule(schema={"type": "string", "description": "octal, such as 755 or 0644"})]
+    mode: Annotated[Any, Rule(schema={"type": "string", "pattern": anchored(MODE), "description": "octal, such as 755 or 0644"})]
 
 
 def too_large() -> ApiError:
@@ -303,7 +309,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
         path, mode = body.path, body.mode
         if isinstance(mode, int) and not isinstance(mode, bool):
             mode = f"{mode:o}" if mode > 0o777 else str(mode)
-        if not isinstance(mode, str) or not mode.isdigit() or any(c not in "01234567" for c in mode) or len(mode) > 4:
+        if not isinstance(mode, str) or not re.fullmatch(MODE, mode):
             raise ApiError(400, "INVALID_MODE", "mode must be an octal string such as 755 or 0644")
         result = await files.chmod(path, mode)
         return raw({"success": True, "path": result.get("path", path), "mode": result.get("mode", mode)})

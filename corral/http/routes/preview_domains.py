@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from corral.actors import previews, tenancy
 from corral.actors.tenancy import workspaces as ws
 from corral.errors import ApiError, forbidden, not_found
-from corral.models import Rule, model
+from corral.models import Rule, anchored, model
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, raw
@@ -25,7 +25,13 @@ router = Router("preview-domains")
 @model
 class SetPreviewDomain:
     # `Any`: the domain's own checks in `previews.put_domain` word every other problem.
-    preview_domain: Annotated[Any, Rule(description="apex domain, e.g. example.com", schema={"type": "string"})]
+    preview_domain: Annotated[
+        Any,
+        Rule(
+            description="apex domain, e.g. example.com (not a public suffix, nor a subdomain of one's own domain)",
+            schema={"type": "string", "pattern": anchored(f"{previews.DOMAIN}\\.?"), "maxLength": previews.MAX_DOMAIN + 1},
+        ),
+    ]
 
 
 async def _tenant_scope(ctx: RequestContext, *, write: bool) -> previews.Scope:

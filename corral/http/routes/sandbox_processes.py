@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 from quart import Response
 
 from corral.actors.sandboxes import SandboxRecord, processes
-from corral.errors import not_found
 
 from ..context import RequestContext
+from ..params import Integer
 from ..replies import Reply, data, no_content
 from ..routing import Router
 from ..sse import CONNECTED, HEARTBEAT, frame, last_event_id, sse_response
@@ -18,13 +17,10 @@ from .sandboxes import _sandbox
 
 router = Router("sandbox processes")
 
-PROCESS_ID = re.compile(r"proc_[0-9a-z]{26}")
 
 async def _process(ctx: RequestContext, id: str, pid: str) -> tuple[SandboxRecord, processes.ProcessRecord]:
     sandbox = await _sandbox(ctx, id)
-    if not PROCESS_ID.fullmatch(pid):
-        raise not_found("process not found")
-    return sandbox, await processes.find_process(ctx.platform, sandbox.id, pid)
+    return sandbox, await processes.find_process(ctx.platform, sandbox.id, ctx.checked_id("pid", pid))
 
 
 @router.post(
@@ -71,11 +67,11 @@ async def kill(ctx: RequestContext, id: str, pid: str) -> Reply:
     "/sandboxes/{id}/processes/{pid}/logs",
     summary="The last lines of a process's stdout and stderr",
     scope="sandboxes:read",
-    query={"tail": "how many lines, default 200, max 10000"},
+    query={"tail": Integer("how many of the last lines", processes.DEFAULT_TAIL, minimum=0, maximum=processes.MAX_TAIL)},
 )
 async def logs(ctx: RequestContext, id: str, pid: str) -> Reply:
     sandbox, row = await _process(ctx, id, pid)
-    tail = ctx.query_int("tail", processes.DEFAULT_TAIL, minimum=0, maximum=processes.MAX_TAIL)
+    tail = ctx.query_int("tail")
     return data({"lines": await processes.process_logs(ctx.platform, sandbox.id, row.id, tail)})
 
 

@@ -11,6 +11,7 @@ from corral.actors.templates import BuildRecord, TemplateRecord
 from corral.errors import ApiError
 
 from ..context import RequestContext, require_uuid
+from ..params import Id
 from ..replies import Reply, data
 from ..routing import Router
 from ..sse import CONNECTED, HEARTBEAT, frame, last_event_id, sse_response
@@ -76,7 +77,7 @@ async def create(ctx: RequestContext) -> Reply:
     "/sandbox-templates",
     summary="The built-in templates and the tenant's",
     scope="sandboxes:read",
-    query={"workspace_id": "only this workspace's templates (built-ins are always listed)"},
+    query={"workspace_id": Id("workspace_id", description="only this workspace's templates (built-ins are always listed)")},
 )
 async def list_(ctx: RequestContext) -> Reply:
     workspace_id = ctx.query("workspace_id")

@@ -7,6 +7,7 @@ from corral.actors.tenancy import audit
 from corral.errors import forbidden, not_found
 
 from ..context import RequestContext, require_uuid
+from ..params import Id, Integer
 from ..replies import Reply, data
 from ..routing import Router
 
@@ -25,9 +26,9 @@ async def current_tenant(ctx: RequestContext) -> Reply:
     summary="Audit events of key-authenticated mutations, newest first (tenant owners and admins)",
     scope="audit:read",
     query={
-        "api_key_id": "only this key's actions",
-        "workspace_id": "only actions in this workspace",
-        "limit": "page size, default 100, max 1000",
+        "api_key_id": Id("api_key_id", description="only this key's actions"),
+        "workspace_id": Id("workspace_id", description="only actions in this workspace"),
+        "limit": Integer("page size", 100, maximum=1000),
         "cursor": "next_cursor of the previous page",
     },
 )
@@ -39,14 +40,14 @@ async def audit_log(ctx: RequestContext) -> Reply:
     api_key_id = ctx.query("api_key_id")
     workspace_id = ctx.query("workspace_id")
     if api_key_id is not None:
-        api_key_id = require_uuid(api_key_id, "api_key_id")
+        api_key_id = require_uuid(api_key_id, "api_key_id")  # "" is refused here; a value is checked by its declaration
     if workspace_id is not None:
         workspace_id = require_uuid(workspace_id, "workspace_id")
     if principal.workspace_id is not None:  # a key restricted to a workspace sees only that workspace's rows
         if workspace_id not in (None, principal.workspace_id):
             raise not_found("workspace not found")
         workspace_id = principal.workspace_id
-    limit = ctx.query_int("limit", 100, maximum=1000)
+    limit = ctx.query_int("limit")
     events = await audit.list_entries(
         ctx.db, tenant_id, api_key_id=api_key_id, workspace_id=workspace_id, before=ctx.query("cursor"), limit=limit + 1
     )

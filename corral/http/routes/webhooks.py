@@ -11,6 +11,7 @@ from corral.actors import webhooks
 from corral.errors import forbidden
 
 from ..context import RequestContext
+from ..params import Integer
 from ..replies import Reply, data, no_content, raw
 from ..routing import Router
 
@@ -100,14 +101,14 @@ async def test(ctx: RequestContext, id: str) -> Reply:
     summary="Delivery attempts, newest first",
     scope="webhooks:read",
     query={
-        "limit": f"page size (default {webhooks.DELIVERIES_DEFAULT_LIMIT}, max {webhooks.DELIVERIES_MAX_LIMIT})",
+        "limit": Integer("page size", webhooks.DELIVERIES_DEFAULT_LIMIT, maximum=webhooks.DELIVERIES_MAX_LIMIT),
         "cursor": "next_cursor of the previous page",
         "status": "only `delivered` or only `failed` attempts",
     },
 )
 async def deliveries(ctx: RequestContext, id: str) -> Reply:
     webhook = await _webhook(ctx, id)
-    limit = ctx.query_int("limit", webhooks.DELIVERIES_DEFAULT_LIMIT, maximum=webhooks.DELIVERIES_MAX_LIMIT)
+    limit = ctx.query_int("limit")
     attempts, next_cursor = await webhooks.list_deliveries(
         ctx.platform, webhook, limit=limit, cursor=ctx.query("cursor") or None, status=ctx.query("status") or None
     )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from corral.actors.tenancy import white_label
 from corral.errors import validation_error
-from corral.models import Rule, model
+from corral.models import Rule, anchored, model
 
 from ..context import RequestContext, require_uuid
 from ..replies import Reply, data
@@ -17,7 +17,14 @@ router = Router("admin")
 
 @model(missing=lambda names: validation_error({"custom_domain": "is required (null clears it)"}))
 class CustomDomain:
-    custom_domain: Annotated[str | None, Rule(message="must be a string or null", description="a host name; null clears it")]
+    custom_domain: Annotated[
+        str | None,
+        Rule(
+            message="must be a string or null",
+            description="a host name; null clears it",
+            schema={"pattern": anchored(f"{white_label.HOST}\\.?"), "maxLength": white_label.MAX_DOMAIN_LENGTH + 1},
+        ),
+    ]
 
 
 @router.put(

@@ -7,21 +7,18 @@ from typing import Annotated
 from corral.actors import tenancy
 from corral.actors.tenancy import ProjectRecord, WorkspaceRecord, store
 from corral.actors.tenancy import workspaces as ws
-from corral.actors.tenancy.slugs import is_slug
+from corral.actors.tenancy.slugs import SLUG
 from corral.models import Rule, model
 
 from ..context import RequestContext, require_uuid
+from ..params import Id
 from ..replies import Reply, data
 from ..routing import Router
 
 router = Router("workspaces")
 
-def _slug_problem(slug: str) -> str | None:
-    return None if is_slug(slug) else "must be a DNS label (lowercase letters, digits, hyphens)"
-
-
 Name = Annotated[str, Rule(max_length=100)]
-Slug = Annotated[str | None, Rule(max_length=63, check=_slug_problem, schema={"pattern": "^[a-z0-9][a-z0-9-]{0,62}$"})]
+Slug = Annotated[str | None, Rule(pattern=SLUG, message="must be a DNS label (lowercase letters, digits, hyphens)")]
 
 
 @model(missing="details")
@@ -127,7 +124,7 @@ async def list_workspace_projects(ctx: RequestContext, id: str) -> Reply:
     "/projects",
     summary="Projects in every workspace the caller can see",
     scope="org:read",
-    query={"workspace_id": "only this workspace's projects"},
+    query={"workspace_id": Id("workspace id", description="only this workspace's projects")},
 )
 async def list_projects(ctx: RequestContext) -> Reply:
     principal = ctx.principal

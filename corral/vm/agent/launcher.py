@@ -53,8 +53,11 @@ MOUNT_POINTS = ("proc", "sys", "dev", "workspace", "etc", "tmp")
 MASKED = (
     "/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
     "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+    "/sys/devices/virtual/block",
 )  # fmt: skip
-"""Docker's masked paths: an empty directory or an empty file in their place."""
+"""Docker's masked paths: an empty directory or an empty file in their place; and the
+node's loop devices (`/sys/block/loop*` lead there), whose `loop/backing_file` names
+the host path of every instance's disk image (`corral.vm.disk`)."""
 READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 """Docker's read-only paths."""
 CAPABILITIES = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31}
@@ -80,37 +83,49 @@ def write_file(path: str, text: str, uid: int, mode: int = 0o644) -> None:
         os.close(fd)
 
 
-def launch(req: dict[str, Any], report_fd: int) -> None:
-    """Runs in the detached grandchild of the zygote; never returns."""
+def launch(req: dict[str, Any], report_fd: int, channel: int | None = None) -> None:
+    """Runs in the detached grandchild of the zygote; never returns. `channel` brings,
+    in this order, what is made while the launch starts: the id-mapping namespace
+    (`needs_idmap`, made by the zygote's waiter, see `send_idmap`), and the network
+    namespace when the request names none (made by the control plane meanwhile)."""
     try:
-        _outer(req, report_fd)
+        _outer(req, report_fd, channel)
     except BaseException as exc:
         report(report_fd, {"error": f"launch failed: {exc!r}", "traceback": traceback.format_exc(limit=4)})
     os._exit(1)
 
 
-def _outer(req: dict[str, Any], report_fd: int) -> None:
+def _outer(req: dict[str, Any], report_fd: int, channel: int | None) -> None:
     log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
     null_fd = os.open("/dev/null", os.O_RDWR)
     os.dup2(null_fd, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    os.closerange(3, report_fd)
-    os.closerange(report_fd + 1, 65536)
+    kept = sorted(fd for fd in (report_fd, channel) if fd is not None)
+    for low, high in zip([3] + [fd + 1 for fd in kept], [*kept, 65536], strict=True):
+        os.closerange(low, high)
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"})
     # Nothing of the control plane's signal dispositions reaches the instance (a server
     # started in the background ignores SIGINT and SIGQUIT, which its commands would
     # inherit through fork and exec).
     for signum in signal.valid_signals():
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(signum, signal.SIG_DFL)
+        if signal.getsignal(signum) == signal.SIG_IGN:  # a handler does not survive exec; this does
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
 
     for procs in req["cgroup_procs"]:
         with open(procs, "w") as f:
             f.write(str(os.getpid()))
-    netns_fd = os.open(req["netns"], os.O_RDONLY)
+    # What the zygote's waiter and the control plane made meanwhile, in this order.
+    idmap = receive_fd(channel, "id-mapping namespace") if needs_idmap(req) else None
+    if req.get("netns"):
+        netns_fd = os.open(req["netns"], os.O_RDONLY | os.O_CLOEXEC)
+    else:
+        netns_fd = receive_fd(channel, "network namespace")
+    if channel is not None:
+        os.close(channel)
     sc.setns(netns_fd, sc.CLONE_NEWNET)
     os.close(netns_fd)
     for key, value in (
@@ -128,10 +143,6 @@ def _outer(req: dict[str, Any], report_fd: int) -> None:
             pass
     # The mount namespace is unshared by PID 1 itself: pivot_root moves the root of
     # every process in the namespace, and this process must keep the host's /proc.
-    # Made here, in the host's PID namespace, where its maps can be written; PID 1
-    # inherits the descriptor.
-    disk_base, host_base, count = int(req["uid_base"]), host_uid_base(req), int(req["uid_count"])
-    idmap = _idmap_namespace(disk_base, host_base, count) if host_base != disk_base else None
     sc.unshare(sc.CLONE_NEWUTS | sc.CLONE_NEWIPC | sc.CLONE_NEWPID | sc.CLONE_NEWCGROUP)
     report(report_fd, {"namespaces": True})
 
@@ -231,6 +242,38 @@ def host_uid_base(req: dict[str, Any]) -> int:
     """The first host uid of this instance's own range (its root), which no other live
     instance shares; the files' owners on disk stay in the shared range `uid_base`."""
     return int(req.get("host_uid_base") or req["uid_base"])
+
+
+def needs_idmap(req: dict[str, Any]) -> bool:
+    return "uid_base" in req and host_uid_base(req) != int(req["uid_base"])
+
+
+def send_idmap(req: dict[str, Any], channel: int) -> None:
+    """In the zygote's waiter, while the launcher joins its cgroups (which waits on the
+    kernel for milliseconds): make the id-mapping namespace (a fork, itself a few
+    milliseconds) and hand it over; or the reason it could not be made."""
+    try:
+        fd = _idmap_namespace(int(req["uid_base"]), host_uid_base(req), int(req["uid_count"]))
+    except Exception as exc:
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(channel)) as sender:
+            socket.send_fds(sender, [f"error: {exc!r}".encode()], [])
+        return
+    try:
+        with socket.socket(fileno=os.dup(channel)) as sender:
+            socket.send_fds(sender, [b"idmap"], [fd])
+    finally:
+        os.close(fd)
+
+
+def receive_fd(channel: int | None, what: str) -> int:
+    """The next descriptor on the launch's channel (see `launch`)."""
+    if channel is None:
+        raise RuntimeError(f"no {what} can come: the launch has no channel")
+    with socket.socket(fileno=os.dup(channel)) as receiver:
+        message, fds, _, _ = socket.recv_fds(receiver, 4096, 1)
+    if not fds:
+        raise RuntimeError(f"no {what} came: {message.decode(errors='replace') or 'its sender left'}")
+    return fds[0]
 
 
 def _idmap_namespace(disk_base: int, host_base: int, count: int) -> int:

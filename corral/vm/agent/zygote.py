@@ -20,7 +20,10 @@ read the one before's.)
 
 A launch is handed to a waiter process at once, so one slow launch does not hold up
 the others: the zygote forks the waiter, the waiter forks the launcher (see
-`launcher`) and relays its progress. The deadline is one of progress, not of the
+`launcher`) and relays its progress. While the launcher joins its cgroups (which
+waits on the kernel for milliseconds), the waiter makes its id-mapping namespace,
+and the control plane its network namespace, which follows on the request's channel
+(a request with no `netns`) and which the waiter passes on. The deadline is one of progress, not of the
 whole launch: each stage (`namespaces` joined, `root` file system mounted and
 entered, `init_pid` with its user namespace mapped, `ready`: the agent listens) has `timeout` seconds from
 the one before, so an agent that hangs is caught while a launch slowed by a busy
@@ -133,12 +136,21 @@ def _wait_for_launch(req: dict[str, Any], reply_fd: int) -> None:
     try:
         os.setsid()
         read_fd, write_fd = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if os.fork() == 0:
             os.close(read_fd)
             os.close(reply_fd)
-            launcher.launch(req, write_fd)  # never returns
+            ours.close()
+            launcher.launch(req, write_fd, theirs.detach())  # never returns
         os.close(write_fd)
-        reply = collect(read_fd, reply_fd, float(req.get("timeout", LAUNCH_TIMEOUT)))
+        theirs.close()
+        timeout = float(req.get("timeout", LAUNCH_TIMEOUT))
+        if launcher.needs_idmap(req):  # made beside the launcher, not in its way
+            launcher.send_idmap(req, ours.fileno())
+        if not req.get("netns") and not _forward_handoff(reply_fd, ours, timeout):
+            return  # the caller left (or sent nothing): the launcher finds its channel closed
+        ours.close()
+        reply = collect(read_fd, reply_fd, timeout)
         if reply is not None:
             reply["id"] = req.get("id")
             _send(reply_fd, reply)
@@ -146,6 +158,24 @@ def _wait_for_launch(req: dict[str, Any], reply_fd: int) -> None:
         _send(reply_fd, {"id": req.get("id"), "error": f"zygote waiter: {exc!r}"})
     finally:
         os._exit(0)
+
+
+def _forward_handoff(reply_fd: int, launcher_channel: socket.socket, timeout: float) -> bool:
+    """The network namespace the control plane sends on the request's channel once it
+    has made it, passed on to the launcher; False if none came in time."""
+    ready, _, _ = select.select([reply_fd], [], [], timeout)
+    if not ready:
+        return False
+    with socket.socket(fileno=os.dup(reply_fd)) as channel:
+        _message, fds, _, _ = socket.recv_fds(channel, 64, 1)
+    if not fds:
+        return False
+    try:
+        socket.send_fds(launcher_channel, [b"netns"], fds[:1])
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return True
 
 
 def _reap() -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import trio
 
 from ..cgroups import CgroupLimits, CgroupV1
+from ..disk import DiskStore
 from ..driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from ..errors import InstanceNotFound, InvalidInstanceState, LaunchFailed
 from . import admin, files
@@ -58,13 +59,26 @@ def _now() -> str:
 
 
 class PostgresDriver(RuntimeDriver):
-    def __init__(self, root: Path, cgroup_parent: str | None = "corral-db") -> None:
+    def __init__(self, root: Path, cgroup_parent: str | None = "corral-db", disk_reserve_bytes: int = 0) -> None:
         self.layout = Layout(root)
         self.cgroups = CgroupV1(parent=cgroup_parent) if cgroup_parent else None
         if self.cgroups is not None and not self.cgroups.available():
             self.cgroups = None
+        self._disks: DiskStore | None = None
+        self._disk_owner = cgroup_parent or "corral-db"
+        self.disk_reserve_bytes = disk_reserve_bytes
         self._template_lock = trio.Lock()
         self._locks: dict[str, trio.Lock] = {}
+
+    @property
+    def disks(self) -> DiskStore:
+        """Each server's cluster is on a disk of its own (made on first use: a node
+        without databases makes nothing under the root)."""
+        if self._disks is None:
+            self._disks = DiskStore(
+                self.layout.root / "disks", owner=self._disk_owner, reserve_bytes=self.disk_reserve_bytes, spares=0, layer_dirs=False
+            )
+        return self._disks
 
     # -- files ----------------------------------------------------------------------------
 
@@ -242,6 +256,10 @@ class PostgresDriver(RuntimeDriver):
             data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo, state.port, state.listen, slot
         )
         files.chown_tree(self.layout.server_dir(state.id), state.uid)
+        image = self.layout.server_dir(state.id) / "disk.img"
+        if image.exists():  # the disk's image is root's alone: its server must not grow it
+            os.chown(image, 0, 0)
+            os.chmod(image, 0o600)
         os.chmod(self.layout.server_dir(state.id), 0o711)
         os.chmod(self.layout.run(state.id), 0o711)
         os.chmod(data, 0o700)
@@ -254,6 +272,12 @@ class PostgresDriver(RuntimeDriver):
         await self.prepare_template()
         state = self._new_state(spec)
         await trio.to_thread.run_sync(self._make_dirs, state)
+        try:
+            await self.disks.create(self.layout.server_dir(state.id), spec.limits.disk_mb)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(files.remove_tree, self.layout.server_dir(state.id))
+            raise
         return state
 
     async def create(self, spec: InstanceSpec) -> InstanceInfo:
@@ -272,6 +296,7 @@ class PostgresDriver(RuntimeDriver):
     async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
         state = self._state(instance_id)
         async with self._lock(instance_id):
+            await self.disks.ensure(self.layout.server_dir(instance_id), verify=False)  # mounted again after a reboot
             if files.postmaster_pid(self.layout.data(instance_id)) is None:
                 if self.cgroups is not None:  # backends a crashed postmaster left would hold its shared memory
                     await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
@@ -306,6 +331,7 @@ class PostgresDriver(RuntimeDriver):
                 await self._drop_slot(state.replica_of, files.replica_slot(instance_id))
         if self.cgroups is not None:
             await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
+        await self.disks.remove(self.layout.server_dir(instance_id))
         await trio.to_thread.run_sync(files.remove_tree, self.layout.server_dir(instance_id))
         self.layout.state_file(instance_id).unlink(missing_ok=True)
         self._locks.pop(instance_id, None)
@@ -500,6 +526,8 @@ class PostgresDriver(RuntimeDriver):
         return [self._info(state) for server_id in self.layout.server_ids() if (state := self.layout.load(server_id))]
 
     async def adopt(self) -> list[InstanceInfo]:
+        for server_id in self.layout.server_ids():
+            await self.disks.settle(self.layout.server_dir(server_id))
         return [info for info in await self.instances() if info.state is InstanceState.RUNNING]
 
     async def metrics(self, instance_id: str) -> dict[str, int]:
@@ -509,7 +537,9 @@ class PostgresDriver(RuntimeDriver):
         return await trio.to_thread.run_sync(self.cgroups.usage, instance_id)
 
     async def aclose(self) -> None:
-        """Servers keep running: the next start re-adopts them."""
+        """Servers keep running (on their disks): the next start re-adopts them."""
+        if self._disks is not None:
+            await self._disks.aclose()
 
     # -- what a server has not -------------------------------------------------------------------
 

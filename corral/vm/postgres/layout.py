@@ -1,9 +1,12 @@
 """Where one database server's files live, and who owns them.
 
 `<root>/` (root, 0711) holds the prepared template cluster `template-15/` and one
-directory per server, `<root>/<id>/` (the server's own uid, 0711): `data/` (0700,
-the cluster), `run/` (0711, its Unix socket: the server listens on no TCP address;
-the connection proxy and replicas reach it there) and `server.log`. What the driver
+directory per server, `<root>/<id>/` (the server's own uid, 0711): `disk.img`, the
+server's disk (`corral.vm.disk`, of its size), mounted on `disk/` and holding
+`disk/data/` (0700, the cluster: a server filling its disk gets `ENOSPC`, the node
+does not fill), `run/` (0711, its Unix socket: the server listens on no TCP address;
+the connection proxy and replicas reach it there) and `server.log`. (A server made
+before disks has `data/` beside them, without a limit.) What the driver
 keeps about a server (its uid, limits and identity) is in `<root>/<id>.json`,
 root's alone, because the server's own user must not change its limits.
 """
@@ -70,7 +73,10 @@ class Layout:
         return self.root / server_id
 
     def data(self, server_id: str) -> Path:
-        return self.server_dir(server_id) / "data"
+        server_dir = self.server_dir(server_id)
+        if (server_dir / "disk.img").exists():
+            return server_dir / "disk" / "data"
+        return server_dir / "data"
 
     def run(self, server_id: str) -> Path:
         return self.server_dir(server_id) / "run"

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 import trio
 
-from corral.vm import InstanceSpec, InstanceState, Limits
+from corral.vm import InstanceSpec, InstanceState, Limits, release_mounts
 from corral.vm.postgres import BackupFailed, PostgresDriver
 from tests.support import TEST_SLOT
 
@@ -23,6 +23,7 @@ async def servers() -> AsyncIterator[PostgresDriver]:
     if os.geteuid() != 0:
         pytest.skip("database servers need root (they run as users of their own)")
     root = Path(f"/var/lib/corral/test-servers-{TEST_SLOT}")
+    release_mounts(f"corral-test-db{TEST_SLOT}")  # servers' disks a crashed run left mounted
     shutil.rmtree(root, ignore_errors=True)
     driver = PostgresDriver(root, f"corral-test-db{TEST_SLOT}")
     try:
