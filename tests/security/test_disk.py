@@ -27,6 +27,7 @@ from tests.http.computer_support import run as computer_run
 from tests.http.database_support import DATABASE_SETTINGS, credentials, running_db, sql
 from tests.http.preview_support import new_sandbox
 from tests.http.test_computers_snapshots import restore, take_ready
+from tests.security.support import run as run_in
 from tests.support import (
     API,
     RUNTIME_SETTINGS,
@@ -45,12 +46,7 @@ SMALL = {"sandbox_disk_gb": 0.25, "computer_disk_gb": 0.3}
 
 
 async def run(api: Api, tenant: Tenant, sandbox_id: str, command: str, timeout: int = 120) -> dict[str, Any]:
-    response = await api.request(
-        "POST", f"{API}/sandboxes/{sandbox_id}/exec", key=tenant.key, json={"command": command, "timeout": timeout}, timeout=180
-    )
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
+    return await run_in(api, tenant, sandbox_id, command, timeout)
 
 
 async def disk_size(api: Api, tenant: Tenant, sandbox_id: str) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from corral.vm import CgroupV1
+from tests.security.support import create, run
 from tests.support import API, RUNTIME_SETTINGS, Api, Tenant
 
 from .lan import GATEWAY, OWN_ADDRESS
@@ -24,18 +25,8 @@ from .lan import GATEWAY, OWN_ADDRESS
 IPV4 = re.compile(r"(?<![\w.])\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}(?![\w.])")
 
 
-async def create(api: Api, tenant: Tenant) -> str:
-    response = await api.request("POST", f"{API}/sandboxes", key=tenant.key, json={})
-    assert response.status_code == 201, response.text
-    sandbox_id: str = response.json()["data"]["id"]
-    return sandbox_id
 
 
-async def run(api: Api, tenant: Tenant, sandbox_id: str, command: str) -> dict[str, Any]:
-    response = await api.request("POST", f"{API}/sandboxes/{sandbox_id}/exec", key=tenant.key, json={"command": command})
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def action(api: Api, tenant: Tenant, sandbox_id: str, name: str) -> httpx.Response:

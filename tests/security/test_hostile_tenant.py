@@ -16,16 +16,8 @@ from tests.http.computer_support import create_running
 from tests.http.computer_support import run as computer_run
 from tests.http.preview_support import new_sandbox
 from tests.http.test_computers_snapshots import snapshot, wait_ready
+from tests.security.support import run
 from tests.support import API, Api, Tenant
-
-
-async def run(api: Api, tenant: Tenant, sandbox_id: str, command: str, timeout: int = 60) -> dict[str, Any]:
-    response = await api.request(
-        "POST", f"{API}/sandboxes/{sandbox_id}/exec", key=tenant.key, json={"command": command, "timeout": timeout}
-    )
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def sandbox_action(api: Api, tenant: Tenant, sandbox_id: str, action: str) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from tests.dns_server import DnsServer, dns_server
 from tests.http.database_support import DATABASE_SETTINGS, credentials, running_db
 from tests.http.pg_wire_client import SOURCE as PG_CLIENT
 from tests.net.egress_support import INTERNET, internet
+from tests.security.support import create, run
 from tests.support import (
     API,
     RUNTIME_SETTINGS,
@@ -95,20 +96,8 @@ async def open_api(runtime_host: None, tmp_path_factory: pytest.TempPathFactory,
             await destroy_instances_and_databases(api.platform)
 
 
-async def create(api: Api, tenant: Tenant) -> str:
-    response = await api.request("POST", f"{API}/sandboxes", key=tenant.key, json={})
-    assert response.status_code == 201, response.text
-    sandbox_id: str = response.json()["data"]["id"]
-    return sandbox_id
 
 
-async def run(api: Api, tenant: Tenant, sandbox_id: str, command: str) -> dict[str, Any]:
-    response = await api.request(
-        "POST", f"{API}/sandboxes/{sandbox_id}/exec", key=tenant.key, json={"command": command, "timeout": 60}
-    )
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    return result
 
 
 async def put_file(api: Api, tenant: Tenant, sandbox_id: str, path: str, content: str) -> None:
