@@ -50,7 +50,7 @@ HEAVY = {
 
 NETWORK = host_names(
     bridge="corralz0",
-    subnet_prefix="10.219",
+    subnet_prefix="10.211",
     nft_table="corral_fuzz",
     link_letter="z",
     netns_prefix="corralz",
