@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from corral.storage import Database, migrate, open_database
+from tests.dns_server import DnsServer, dns_server
 from tests.pg_server import create_database, postgres_server
 from tests.support import (
     RUNTIME_SETTINGS,
@@ -113,3 +114,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ones (a five-minute exec timeout) early instead of ending the run with them."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: order kept within each group
+
+
+@pytest.fixture
+async def dns() -> AsyncIterator[DnsServer]:
+    """A name server on loopback whose answers the test sets (`tests/dns_server.py`)."""
+    async with dns_server() as server:
+        yield server

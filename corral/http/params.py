@@ -14,6 +14,7 @@ resource is a 404 whatever id follows it.
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,17 +24,17 @@ from corral.ids import UUID_PATTERN
 from corral.models import anchored
 
 
-class Param:
+class Param(ABC):
     """A parameter the pipeline checks; `schema` is what the OpenAPI document states."""
 
     description: str
 
-    def schema(self) -> dict[str, Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def schema(self) -> dict[str, Any]: ...
 
+    @abstractmethod
     def check(self, name: str, raw: str) -> None:
         """Raise the route's error for a value it refuses."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)

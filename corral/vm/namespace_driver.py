@@ -54,6 +54,7 @@ from .errors import (
     LaunchFailed,
 )
 from .network import InstanceNetwork, NetworkAttachment
+from .proc import process_start_time
 from .seccomp_profile import instance_filter
 from .snapshots import SnapshotStore, copy_tree
 from .templates import UID_COUNT, TemplateStore
@@ -68,19 +69,6 @@ STOP_GRACE = 3.0
 
 def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def process_start_time(pid: int) -> int | None:
-    """The start time of `pid` (clock ticks since boot), None if it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    fields = text.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
 
 
 class NamespaceDriver(RuntimeDriver):
@@ -223,10 +211,7 @@ class NamespaceDriver(RuntimeDriver):
             self._make_dirs(state)
             try:
                 layer = await self._make_layer(state)
-                if still is not None:
-                    async with self._still(still):
-                        await copy_tree(files, layer / "upper")
-                else:
+                async with self._still(still):
                     await copy_tree(files, layer / "upper")
                 await self._boot(state, spec.boot_env)
             except BaseException:
@@ -316,11 +301,14 @@ class NamespaceDriver(RuntimeDriver):
                 return await self.snapshots.take(snapshot_id, upper, about)
 
     @contextlib.asynccontextmanager
-    async def _still(self, state: dict[str, Any]) -> AsyncIterator[None]:
+    async def _still(self, state: dict[str, Any] | None) -> AsyncIterator[None]:
         """Nothing of the instance moves inside: a running instance is frozen (and thawed
         after), a stopped or paused one is left as it is. The host copies a tenant's
         writable layer only like this: a copy of a tree that changes under it could be
-        led out of it by a directory swapped for a link mid-copy."""
+        led out of it by a directory swapped for a link mid-copy. None: no instance."""
+        if state is None:
+            yield
+            return
         instance_id = state["id"]
         running = state.get("status") == "running" and self._alive(state)
         if not running or self.cgroups.frozen(instance_id):  # stopped, or paused: nothing moves
@@ -548,7 +536,7 @@ class NamespaceDriver(RuntimeDriver):
             logger.warning("instance %s took %.1f s to start (stages: %s)", instance_id, stages["ready"], stages)
         state["init_pid"] = int(reply["init_pid"])
         state["init_start_time"] = process_start_time(state["init_pid"])
-        self.uid_ranges.running(state["host_uid_base"], instance_id, state["init_pid"])
+        self.uid_ranges.running(state["host_uid_base"], instance_id, state["init_pid"], state["init_start_time"])
         state["status"] = "running"
         state["started_at"] = now_iso()
         self._save(state)

@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .proc import process_start_time
+
 RANGE_SIZE = 65536
 FIRST_BASE = 1 << 28
 """268435456: far above the ids of users, system services and subordinate ranges
@@ -37,14 +39,6 @@ REGISTRY = Path("/run/corral/uid-ranges")
 
 class UidRangesExhausted(RuntimeError):
     pass
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 class UidRanges:
@@ -95,17 +89,17 @@ class UidRanges:
         except OSError:
             return True
         if len(fields) >= 3:
-            return _start_time(int(fields[1])) != fields[2]
+            return str(process_start_time(int(fields[1]))) != fields[2]
         return age > LAUNCH_GRACE
 
-    def running(self, base: int, instance_id: str, init_pid: int) -> None:
-        """The instance runs: its claim now lasts as long as its init."""
-        started = _start_time(init_pid) or "0"
+    def running(self, base: int, instance_id: str, init_pid: int, started: int | None) -> None:
+        """The instance runs (its init's pid and start time, `proc.process_start_time`):
+        its claim now lasts as long as that init."""
         with self._locked():
             path = self._path(base)
             if self._owner(path) == instance_id:
                 tmp = path.with_name(f".{base}.tmp")
-                tmp.write_text(f"{instance_id} {init_pid} {started}\n")
+                tmp.write_text(f"{instance_id} {init_pid} {started or 0}\n")
                 os.replace(tmp, path)
 
     def release(self, base: int, instance_id: str) -> None:

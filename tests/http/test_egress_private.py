@@ -23,17 +23,17 @@ import trio
 from trio_websocket import open_websocket_url
 
 from corral.net.dns_forwarder import MIN_TTL
-from tests.dns_server import DnsServer, dns_server
+from tests.dns_server import DnsServer
 from tests.net.egress_support import INTERNET, INTERNET_HOST, internet
 from tests.support import (
     API,
     RUNTIME_SETTINGS,
     Api,
-    Tenant,
     destroy_instances_and_databases,
     running_server,
 )
 
+from .test_egress_node import audit_rows, egress
 from .test_sandbox_processes import start
 from .test_sandboxes import create, run
 
@@ -42,12 +42,6 @@ OWN_ADDRESS = (
     "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM);"
     " s.connect(('192.0.2.1', 9)); print(s.getsockname()[0])\""
 )
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsServer]:
-    async with dns_server() as server:
-        yield server
 
 
 @pytest.fixture
@@ -64,20 +58,6 @@ async def lan_api(
                 yield api
             finally:
                 await destroy_instances_and_databases(api.platform)
-
-
-async def egress(api: Api, tenant: Tenant, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-    response = await api.request(method, f"{API}/egress{path}", key=tenant.key, json=body)
-    assert response.status_code in (200, 201), response.text
-    found: dict[str, Any] = response.json()
-    return found
-
-
-async def audit_rows(api: Api, tenant: Tenant, count: int) -> list[dict[str, Any]]:
-    with trio.fail_after(10):
-        while len(rows := (await egress(api, tenant, "GET", "/audit"))["data"]) < count:
-            await trio.sleep(0.05)
-    return list(rows)
 
 
 def denied(result: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.dns_server import DnsServer, dns_server
+from tests.dns_server import DnsServer
 from tests.http import computer_support
 from tests.net.internet import PROBE, Internet, internet
 from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, running_server
@@ -19,12 +19,6 @@ from tests.support import API, RUNTIME_SETTINGS, Api, Tenant, assert_error, runn
 from .test_sandboxes import create, run
 
 RESOLVE = "import socket, sys\ntry: print(socket.gethostbyname(sys.argv[1]))\nexcept OSError as exc: print('failed', exc)\n"
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsServer]:
-    async with dns_server() as server:
-        yield server
 
 
 @pytest.fixture

@@ -8,17 +8,11 @@ from typing import Any
 import pytest
 import trio
 
-from tests.dns_server import DnsServer, dns_server
+from tests.dns_server import DnsServer
 from tests.support import Api, Tenant, assert_error, member_key, running_server
 
 API = "/api/v1"
 ROUTER_HOST = "preview.corral.localhost"
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsServer]:
-    async with dns_server() as server:
-        yield server
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from corral.net import (
     PolicyRule,
     parse_rules,
 )
-from tests.dns_server import DnsServer, dns_server
+from tests.dns_server import DnsServer
 from tests.net.internet import PORTS, Internet, internet, probe
 from tests.support import host_names
 
@@ -45,12 +45,6 @@ RESOLVE = (
     "try: print(socket.gethostbyname(sys.argv[1]))\n"
     "except OSError as exc: print('failed', exc)\n"
 )
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsServer]:
-    async with dns_server() as server:
-        yield server
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.dns_server import DnsServer, dns_server
+from tests.dns_server import DnsServer
 from tests.http.database_support import DATABASE_SETTINGS, credentials, running_db
 from tests.http.pg_wire_client import SOURCE as PG_CLIENT
 from tests.net.egress_support import INTERNET, internet
@@ -51,12 +51,6 @@ from .lan import (
 
 METADATA = "169.254.169.254"
 CURL = "curl -sS --max-time 10"
-
-
-@pytest.fixture
-async def dns() -> AsyncIterator[DnsServer]:
-    async with dns_server() as server:
-        yield server
 
 
 @pytest.fixture

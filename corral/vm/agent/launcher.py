@@ -165,10 +165,7 @@ def _outer(req: dict[str, Any], report_fd: int, channel: int | None) -> None:
     if os.read(userns_r, 16) != b"userns":
         os.waitpid(pid, 0)
         os._exit(1)
-    base, count = host_uid_base(req), int(req["uid_count"])
-    for name in ("uid_map", "gid_map"):
-        with open(f"/proc/{pid}/{name}", "w") as f:
-            f.write(f"0 {base} {count}\n")
+    map_ids(pid, f"0 {host_uid_base(req)} {int(req['uid_count'])}\n")
     report(report_fd, {"init_pid": pid})  # before "go": the agent must not report first
     os.write(go_w, b"go")
     os._exit(0)
@@ -244,6 +241,13 @@ def host_uid_base(req: dict[str, Any]) -> int:
     return int(req.get("host_uid_base") or req["uid_base"])
 
 
+def map_ids(pid: int, mapping: str) -> None:
+    """The same uid and gid maps for the user namespace of `pid` (written from outside it)."""
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as f:
+            f.write(mapping)
+
+
 def needs_idmap(req: dict[str, Any]) -> bool:
     return "uid_base" in req and host_uid_base(req) != int(req["uid_base"])
 
@@ -297,10 +301,7 @@ def _idmap_namespace(disk_base: int, host_base: int, count: int) -> int:
     try:
         if os.read(ready_r, 1) != b"1":
             raise RuntimeError("the id-mapping namespace was not made")
-        mapping = f"0 0 1\n{disk_base} {host_base} {count}\n"
-        for name in ("uid_map", "gid_map"):
-            with open(f"/proc/{pid}/{name}", "w") as f:
-                f.write(mapping)
+        map_ids(pid, f"0 0 1\n{disk_base} {host_base} {count}\n")
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
