@@ -145,15 +145,23 @@ async def test_restart_in_the_middle_of_a_retry_sequence_delivers_once(tmp_path:
 
 async def test_restart_mid_queue_loses_and_repeats_nothing(tmp_path: Path, database_url: str, receiver: Receiver) -> None:
     data_dir = tmp_path / "data"
-    # Each attempt takes 3 s, so the close below comes while the first 16 are in flight
-    # and the rest queued, however slow the machine (0.3 s let a loaded one deliver all
-    # before the close); in-flight attempts end within the shutdown grace (10 s).
+    # Each attempt takes 3 s and the events are published all at once, so the close
+    # below comes while the first 16 are in flight and the rest queued, however slow the
+    # machine (0.3 s, with the events published one after another, let a loaded one
+    # deliver all before the close); in-flight attempts end within the shutdown grace (10 s).
     receiver.delays["/hook"] = 3.0
     count = 24  # more than one node sends at once (16), so some wait in the queue
     async with hooks_server(data_dir, database_url, receiver) as api:
         tenant = await api.create_tenant()
         hook_id, _ = await create_hook(api, tenant, receiver.url())
-        events = [await publish(api, tenant) for _ in range(count)]
+        events: list[Event] = []
+
+        async def publish_one() -> None:
+            events.append(await publish(api, tenant))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(count):
+                nursery.start_soon(publish_one)
         await receiver.wait_for(lambda: len(receiver.requests) >= 1)
         # close while attempts are in flight and others are queued
     before_restart = len(receiver.requests)
