@@ -247,14 +247,23 @@ class AgentClient:
         json_body: dict[str, Any] | None = None,
         content: bytes | None = None,
         timeout: float | None = None,
+        max_bytes: int | None = None,
     ) -> tuple[h11.Response, bytes]:
+        """One request and its whole response; a body over `max_bytes` is AgentUnavailable."""
         body = content if content is not None else (json.dumps(json_body).encode() if json_body is not None else b"")
         content_type = "application/json" if json_body is not None else ("application/octet-stream" if content else None)
         limit = timeout if timeout is not None else self.timeout
         try:
             with trio.fail_after(limit):
                 conn, head = await self._start(method, path, params, body, content_type)
-                chunks = [chunk async for chunk in self._body_chunks(conn, limit)]
+                chunks: list[bytes] = []
+                size = 0
+                async with aclosing(self._body_chunks(conn, limit)) as received:  # type: ignore[type-var]
+                    async for chunk in received:
+                        size += len(chunk)
+                        if max_bytes is not None and size > max_bytes:
+                            raise AgentUnavailable("the instance's agent answered more than was asked for")
+                        chunks.append(chunk)
         except trio.TooSlowError as exc:
             raise AgentUnavailable(
                 f"the instance's agent did not answer within {limit:g} s", detail=f"agent at {self.base_url}"
@@ -486,6 +495,28 @@ class AgentClient:
 
     async def close_terminal(self, session_id: str) -> dict[str, Any]:
         return await self._json("DELETE", f"/terminals/{session_id}")
+
+    # -- desktop (the agent's persistent X connection: corral.vm.agent.xdisplay) ----
+
+    async def desktop_input(self, display: str, steps: list[dict[str, Any]], timeout: float = 15.0) -> dict[str, Any]:
+        """Run input steps on the display; the agent answers where the pointer is afterwards."""
+        body = {"display": display, "steps": steps}
+        _, data = await self._call("POST", "/desktop/input", json_body=body, timeout=timeout, max_bytes=1 << 16)
+        try:
+            return dict(json.loads(data))
+        except (ValueError, TypeError) as exc:
+            raise AgentUnavailable("the instance's agent answered something that is not JSON") from exc
+
+    async def desktop_screen(
+        self, display: str, box: tuple[int, int, int, int] | None, max_bytes: int, timeout: float = 15.0
+    ) -> bytes:
+        """The agent's PNG of the screen (or of `box` = x, y, width, height); a body over
+        `max_bytes` is AgentUnavailable."""
+        params: dict[str, Any] = {"display": display}
+        if box is not None:
+            params.update(zip(("x", "y", "width", "height"), box, strict=True))
+        _, data = await self._call("GET", "/desktop/screen", params=params, timeout=timeout, max_bytes=max_bytes)
+        return data
 
     async def stream_logs(self, process_id: str, after: int = 0) -> AsyncGenerator[dict[str, Any], None]:
         """`{"type": "log", id, ts, stream, line}` events, then `{"type": "end", process}`."""

@@ -1,9 +1,15 @@
 """Desktop control (contract §10): screenshots, the mouse, the keyboard and windows.
 
-Every action runs the X tools made for it inside the computer, on its display
-(`xdotool` for input, `wmctrl` and `xprop` for windows, `xwd` for the screen),
-through the guest agent like exec: one short process per action, about 10 ms, and
-nothing of the desktop's own kept on the control plane. They need `running` (else
+The pointer, the buttons and the screen go through the guest agent's persistent
+connection to the X server (`corral.vm.agent.xdisplay`: XTEST input and GetImage,
+no process per action, a click in about the time of the X round trip). The
+keyboard and windows run the X tools made for them inside the computer, through
+the agent like exec (`xdotool` knows every keysym name and maps characters the
+keyboard lacks; `wmctrl`, `xprop` and `xwininfo` speak the window manager's
+hints): one short process per action, about 10 ms. An agent that has no X
+connection to offer (one started before it had, or a display it cannot speak to)
+gets the same actions as X tool processes (`xdotool`, `xwd`), as before.
+Nothing of the desktop's own is kept on the control plane. They need `running` (else
 `409 COMPUTER_NOT_RUNNING`) and count as activity for auto-stop. Coordinates are
 screen pixels from the top-left; one outside the screen (the computer's
 `resolution`) is `422 VALIDATION_ERROR`.
@@ -21,12 +27,12 @@ import trio
 from corral.errors import ApiError, validation_error
 from corral.ids import new_ulid
 from corral.models import Rule, model
-from corral.vm import AgentClient, ExecResult
+from corral.vm import AgentClient, AgentError, ExecResult, ProcessNotFound
 
 from .desktop_session import DISPLAY
 from .execution import activity, agent_for
-from .records import parse_resolution
-from .screenshots import BadDump, parse_xwd, to_png
+from .records import MAX_RESOLUTION, parse_resolution
+from .screenshots import BadDump, parse_xwd, png_size, to_png
 from .store import ComputerRecord
 from .templates import get_template
 
@@ -40,6 +46,12 @@ BUTTONS = {"left": 1, "middle": 2, "right": 3}
 SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
 WINDOW_STATES = ("focused", "normal", "minimized", "maximized", "closed")
 DOUBLE_CLICK_GAP_MS = 60
+DRAG_STEP_MS = 20
+MAX_SCREEN_BYTES = MAX_RESOLUTION[0] * MAX_RESOLUTION[1] * 4
+"""The most the host takes from an agent for one screenshot (a PNG of the largest
+screen, incompressible, is about its raw size)."""
+FALL_BACK = ("DISPLAY_UNAVAILABLE",)
+"""The agent's codes for "no X connection here": the X tools are tried instead."""
 
 Coordinate = Annotated[int, Rule(minimum=0, message="must be a screen coordinate (an integer from 0)")]
 Button = Literal["left", "middle", "right"]
@@ -117,6 +129,49 @@ class Desktop:
             raise ApiError(500, "DESKTOP_ERROR", f"the desktop did not do it: {detail}")
         return result.stdout
 
+    async def input(self, steps: list[dict[str, Any]]) -> tuple[int, int] | None:
+        """Run `steps` (see `corral.vm.agent.xdisplay`) over the agent's X connection;
+        where the pointer is afterwards, or None when the agent has no X connection to
+        offer (the caller then runs the X tools)."""
+        sleeps = sum(int(step.get("sleep_ms", 0)) for step in steps) / 1000
+        with activity(self.platform).busy(self.row.id):
+            try:
+                answer = await self.agent.desktop_input(DISPLAY, steps, timeout=ACTION_TIMEOUT + sleeps)
+            except ProcessNotFound:  # an agent older than its desktop routes: 404 NOT_FOUND
+                return None
+            except AgentError as exc:
+                if exc.code in FALL_BACK:
+                    return None
+                raise ApiError(500, "DESKTOP_ERROR", f"the desktop did not do it: {str(exc)[:500]}") from exc
+        x, y = answer.get("x"), answer.get("y")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (x, y)):
+            raise ApiError(500, "DESKTOP_ERROR", "the desktop answered something that is not a point")
+        return x, y  # type: ignore[return-value]
+
+    async def capture(self, box: tuple[int, int, int, int] | None) -> bytes | None:
+        """The agent's PNG of the screen (or `box`) from its X connection; None when the
+        agent has no X connection to offer. What it sends is taken only as a PNG of the
+        size asked for (of at most the largest screen without a box), within a size limit."""
+        limit = (box[2] * box[3] * 4 + 4096) if box is not None else MAX_SCREEN_BYTES
+        with activity(self.platform).busy(self.row.id):
+            try:
+                png = await self.agent.desktop_screen(DISPLAY, box, limit, timeout=ACTION_TIMEOUT)
+            except ProcessNotFound:
+                return None
+            except AgentError as exc:
+                if exc.code in FALL_BACK:
+                    return None
+                raise ApiError(500, "DESKTOP_ERROR", f"the screen could not be read: {str(exc)[:500]}") from exc
+        try:
+            width, height = png_size(png)
+            if (width, height) != (box[2:] if box is not None else (width, height)) or not (
+                0 < width <= MAX_RESOLUTION[0] and 0 < height <= MAX_RESOLUTION[1]
+            ):
+                raise BadDump(f"a {width}x{height} screenshot is not what was asked for")
+        except BadDump as exc:
+            raise ApiError(500, "DESKTOP_ERROR", f"the screen could not be read: {exc}") from exc
+        return png
+
     def require_on_screen(self, **points: int | None) -> None:
         """422 naming every coordinate outside the screen (x against the width, y the height)."""
         problems = {}
@@ -162,10 +217,14 @@ async def screen(platform: ComputerServices, row: ComputerRecord) -> dict[str, i
 
 
 async def screenshot(platform: ComputerServices, row: ComputerRecord, box: tuple[int, int, int, int] | None = None) -> bytes:
-    """A PNG of the screen (or of `box` = x, y, width, height), dumped with `xwd`."""
+    """A PNG of the screen (or of `box` = x, y, width, height): from the agent's X
+    connection, else dumped with `xwd`."""
     desktop = await desktop_of(platform, row)
     if box is not None:
         desktop.require_region(*box)
+    captured = await desktop.capture(box)
+    if captured is not None:
+        return captured
     path = f"/tmp/.corral-screen-{new_ulid()}.xwd"
     try:
         await desktop.check(f"xwd -root -silent -out {path}")
@@ -184,6 +243,9 @@ async def screenshot(platform: ComputerServices, row: ComputerRecord, box: tuple
 
 async def cursor(platform: ComputerServices, row: ComputerRecord) -> dict[str, int]:
     desktop = await desktop_of(platform, row)
+    where = await desktop.input([])
+    if where is not None:
+        return {"x": where[0], "y": where[1]}
     out = await desktop.check("xdotool getmouselocation --shell")
     values = dict(line.split("=", 1) for line in out.split() if "=" in line)
     return {"x": int(values["X"]), "y": int(values["Y"])}
@@ -192,7 +254,8 @@ async def cursor(platform: ComputerServices, row: ComputerRecord) -> dict[str, i
 async def move(platform: ComputerServices, row: ComputerRecord, point: Point) -> dict[str, int]:
     desktop = await desktop_of(platform, row)
     desktop.require_on_screen(x=point.x, y=point.y)
-    await desktop.check(f"xdotool mousemove {point.x} {point.y}")
+    if await desktop.input([{"move": [point.x, point.y]}]) is None:
+        await desktop.check(f"xdotool mousemove {point.x} {point.y}")
     return {"x": point.x, "y": point.y}
 
 
@@ -201,9 +264,11 @@ async def click(platform: ComputerServices, row: ComputerRecord, request: Click)
     desktop.require_on_screen(x=request.x, y=request.y)
     # xdotool waits `--delay` after every click, the last one too: none for a single click.
     repeat, gap = (2, DOUBLE_CLICK_GAP_MS) if request.double else (1, 0)
-    await desktop.check(
-        f"xdotool mousemove {request.x} {request.y} click --repeat {repeat} --delay {gap} {BUTTONS[request.button]}"
-    )
+    button = BUTTONS[request.button]
+    press: list[dict[str, Any]] = [{"button": button, "down": True}, {"button": button, "down": False}]
+    steps: list[dict[str, Any]] = [{"move": [request.x, request.y]}, *press, *([{"sleep_ms": gap}, *press] if request.double else [])]
+    if await desktop.input(steps) is None:
+        await desktop.check(f"xdotool mousemove {request.x} {request.y} click --repeat {repeat} --delay {gap} {button}")
     return {"x": request.x, "y": request.y, "button": request.button}
 
 
@@ -213,6 +278,13 @@ async def drag(platform: ComputerServices, row: ComputerRecord, request: Drag) -
     desktop.require_on_screen(from_x=request.from_x, from_y=request.from_y, to_x=request.to_x, to_y=request.to_y)
     button = BUTTONS[request.button]
     mid_x, mid_y = (request.from_x + request.to_x) // 2, (request.from_y + request.to_y) // 2
+    steps: list[dict[str, Any]] = [
+        {"move": [request.from_x, request.from_y]}, {"button": button, "down": True}, {"sleep_ms": DRAG_STEP_MS},
+        {"move": [mid_x, mid_y]}, {"sleep_ms": DRAG_STEP_MS},
+        {"move": [request.to_x, request.to_y]}, {"button": button, "down": False},
+    ]
+    if await desktop.input(steps) is not None:
+        return {"x": request.to_x, "y": request.to_y}
     await desktop.check(
         f"xdotool mousemove {request.from_x} {request.from_y} mousedown {button} "
         f"sleep 0.02 mousemove {mid_x} {mid_y} sleep 0.02 "
@@ -227,6 +299,11 @@ async def scroll(platform: ComputerServices, row: ComputerRecord, request: Scrol
         raise validation_error({"x" if request.x is None else "y": "give both x and y, or neither"})
     desktop = await desktop_of(platform, row)
     desktop.require_on_screen(x=request.x, y=request.y)
+    wheel = SCROLL_BUTTONS[request.direction]
+    steps: list[dict[str, Any]] = [{"move": [request.x, request.y]}] if request.x is not None else []
+    steps += [{"button": wheel, "down": down} for _ in range(request.amount) for down in (True, False)]
+    if await desktop.input(steps) is not None:
+        return {"direction": request.direction, "amount": request.amount}
     move_first = f"mousemove {request.x} {request.y} " if request.x is not None else ""
     await desktop.check(f"xdotool {move_first}click --repeat {request.amount} --delay 0 {SCROLL_BUTTONS[request.direction]}")
     return {"direction": request.direction, "amount": request.amount}

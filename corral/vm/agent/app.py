@@ -27,6 +27,7 @@ from .processes import ProcessTable
 from .services import start_services
 from .terminals import Terminals
 from .websocket import WebSocket, accept_key
+from .xdisplay import DesktopRoutes
 
 MAX_TIMEOUT = 3600.0
 HEARTBEAT = 15.0
@@ -57,6 +58,7 @@ class Agent:
         self.terminals = Terminals(nursery, self.base_env)
         self.started = time.time()
         self._token = config.token.encode()
+        self.desktop = DesktopRoutes()
         self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Response]]]] = [
             ("GET", re.compile(r"/health"), self.health),
             ("POST", re.compile(r"/exec"), self.exec),
@@ -77,6 +79,8 @@ class Agent:
             ("DELETE", re.compile(r"/terminals/(\w+)"), self.close_terminal),
             ("POST", re.compile(r"/terminals/(\w+)/resize"), self.resize_terminal),
             ("GET", re.compile(r"/terminals/(\w+)/ws"), self.terminal_socket),
+            ("POST", re.compile(r"/desktop/input"), self.desktop.input),
+            ("GET", re.compile(r"/desktop/screen"), self.desktop.screen),
         ]
 
     async def handle(self, request: Request) -> Response:
