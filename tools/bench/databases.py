@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmark of managed PostgreSQL (issue 17, item 9), through the real API, in one run.
 
-Each figure beside a baseline measured in the same run:
+Each figure beside a baseline measured in the same run (a table of the goals, the
+figures and the baselines goes to stderr, the whole result as JSON to stdout and `--json`):
 
 - create-to-running, p50 and p99 over `--creates` databases (POST /databases until GET
   says `running`; goal 500 ms); baseline: `initdb` + start of a fresh cluster, what the
@@ -179,12 +180,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for i in range(3):
                     _, seconds = await bench.post_until_ready(f"/databases/{source['id']}/branch", {"name": f"b{i}", "auto_suspend_seconds": 0})
                     branch_times.append(seconds)
-                    target = data_dir / f"basebackup-{i}"
+                    backup_dir = data_dir / f"basebackup-{i}"
                     start = time.perf_counter()
                     subprocess.run([str(PG_BIN / "pg_basebackup"), "-h", str(platform.databases.driver.socket_dir(source["id"])),
-                                    "-p", str(platform.databases.driver.port(source["id"])), "-U", "corral_admin", "-D", str(target), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
+                                    "-p", str(platform.databases.driver.port(source["id"])), "-U", "corral_admin", "-D", str(backup_dir), "-X", "stream", "-c", "fast", "--no-sync"], check=True, capture_output=True)
                     base_times.append(time.perf_counter() - start)
-                    shutil.rmtree(target, ignore_errors=True)
+                    shutil.rmtree(backup_dir, ignore_errors=True)
                 results["branch"] = {**summary(branch_times), "database_bytes": size}
                 results["branch_baseline_pg_basebackup"] = summary(base_times)
                 # 3. wake on connect
@@ -217,7 +218,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 }
                 for _ in range(args.rounds):
                     for name, target in targets.items():
-                        tps = await trio.to_thread.run_sync(lambda target=target: pgbench([*load, *target, *common], bcreds["password"]))
+                        tps = await trio.to_thread.run_sync(pgbench, [*load, *target, *common], bcreds["password"])
                         runs[name].append(tps)
                 direct, direct_tcp, proxied = (statistics.median(runs[name]) for name in ("socket", "tcp", "url"))
                 results["pgbench_select_only"] = {
@@ -238,6 +239,35 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+GOALS: tuple[tuple[str, str, str, float, str, str], ...] = (
+    # (figure, its key, its field, goal, how it compares, the baseline's key)
+    ("create -> running p50 (ms)", "create_to_running", "p50_ms", 500.0, "<=", "baseline_initdb_start"),
+    ("branch -> running p50 (ms)", "branch", "p50_ms", 1000.0, "<=", "branch_baseline_pg_basebackup"),
+    ("wake on connect p50 (ms)", "wake_on_connect_first_query", "p50_ms", 500.0, "<=", "connect_first_query_running_baseline"),
+    ("pgbench -S url / direct tcp", "pgbench_select_only", "ratio_vs_direct_tcp", 0.9, ">=", ""),
+)
+
+
+def goals(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal with the figure measured and the baseline of the same run beside it."""
+    rows = []
+    for name, key, field, goal, compare, baseline in GOALS:
+        figure = results.get(key, {}).get(field)
+        if figure is None:
+            continue
+        met = figure <= goal if compare == "<=" else figure >= goal
+        base = results.get(baseline, {}).get("p50_ms") if baseline else None
+        rows.append({"figure": name, "measured": figure, "goal": f"{compare} {goal:g}", "baseline": base, "met": met})
+    return rows
+
+
+def print_goals(rows: list[dict[str, Any]]) -> None:
+    print(f"{'figure':32} {'measured':>10} {'goal':>10} {'baseline':>10}  met", file=sys.stderr)
+    for row in rows:
+        base = "" if row["baseline"] is None else f"{row['baseline']:g}"
+        print(f"{row['figure']:32} {row['measured']:>10g} {row['goal']:>10} {base:>10}  {'yes' if row['met'] else 'NO'}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--creates", type=int, default=30)
@@ -251,6 +281,8 @@ def main() -> None:
     if os.geteuid() != 0:
         sys.exit("needs root (database servers run as users of their own)")
     results = trio.run(run, args)
+    results["goals"] = goals(results)
+    print_goals(results["goals"])
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:

@@ -1,7 +1,8 @@
 """The databases part's background work on one node.
 
 - `start_background`: the proxy starts (with `ProxyHooks`), the template cluster is
-  prepared when the node has databases (else at the first create), every live database gets its listener again, unfinished creations boot
+  prepared when the node has databases (else at the first create), copies of it are
+  kept ready for creates from the first create on, every live database gets its listener again, unfinished creations boot
   again, backups and restores a restart cut short are marked failed.
 - `watch`: every `database_check_seconds`, a running database whose server is gone
   is reported to its actor (which restarts it with backoff); an idle one past its
@@ -43,6 +44,7 @@ async def start_background(platform: DatabaseServices) -> None:
     node = platform.databases
     node.proxy.hooks = ProxyHooks(platform)
     await platform.nursery.start(node.proxy.run)
+    platform.nursery.start_soon(node.driver.keep_ready)  # copies of the template ready for creates
     rows = await store.live(platform.db)
     if rows:  # a node without databases makes no template (test servers start by the hundred)
         platform.nursery.start_soon(_prepare_template, platform)

@@ -21,6 +21,7 @@ import logging
 import os
 import random
 import secrets
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from .layout import (
     Layout,
     ServerState,
 )
+from .ready import ReadyCopies
 
 log = logging.getLogger("corral.vm.postgres")
 
@@ -69,6 +71,7 @@ class PostgresDriver(RuntimeDriver):
         self.disk_reserve_bytes = disk_reserve_bytes
         self._template_lock = trio.Lock()
         self._locks: dict[str, trio.Lock] = {}
+        self.ready = ReadyCopies(self.layout, lambda: self.disks, self.prepare_template)
 
     @property
     def disks(self) -> DiskStore:
@@ -167,26 +170,39 @@ class PostgresDriver(RuntimeDriver):
         return self.cgroups.create(state.id, CgroupLimits(state.vcpus, state.memory_mb, state.pids_max))
 
     async def _pg_ctl_start(self, state: ServerState) -> None:
-        """Start the server and wait until it accepts connections. `pg_ctl -w` polls
-        every 100 ms; the readiness line of `postmaster.pid` is polled here every 5 ms
-        instead, which is most of a fresh server's start."""
+        """Start the server and wait until it accepts connections. The postmaster is
+        spawned the way `pg_ctl start` does it (a session of its own, output appended to
+        the log, not this process's child), but without `pg_ctl`'s own steps (a
+        `postgres -V` to check the binary, a shell); and where `pg_ctl -w` polls every
+        100 ms, the readiness line of `postmaster.pid` is polled here every 2 ms."""
         data = self.layout.data(state.id)
-        result = await files.run_as(
-            state.uid,
-            [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(self.layout.log(state.id)), "-W", "-s", "start"],
-            await trio.to_thread.run_sync(self._cgroup, state),
-        )
+        cgroup = await trio.to_thread.run_sync(self._cgroup, state)
+        with open(self.layout.log(state.id), "ab") as log_file:
+            result = await files.spawn_as(state.uid, [str(PG_BIN / "postgres"), "-D", str(data)], log_file.fileno(), cgroup)
         if result.returncode != 0:
-            raise LaunchFailed(f"the database server did not start: {result.stderr.decode().strip()} {self._log_tail(state.id)}".strip())
+            raise LaunchFailed(f"the database server did not start: {self._log_tail(state.id)}".strip())
         began = trio.current_time()
         with trio.move_on_after(START_TIMEOUT):
             while True:
                 if files.server_ready(data):
                     return
-                await trio.sleep(0.005)
+                await trio.sleep(0.002)
                 if files.failed_to_start(data, trio.current_time() - began):
                     raise LaunchFailed(f"the database server did not start: {self._log_tail(state.id)}".strip())
         raise LaunchFailed(f"the database server did not become ready within {START_TIMEOUT:g} s")
+
+    async def _end_fresh_start(self, state: ServerState) -> None:
+        """A fresh copy's first start ran without fsync (`files.mark_fresh`): its settings
+        go, the postmaster reloads (it does before it accepts another connection, so every
+        backend from now on has fsync on: checked), and its disk is written out."""
+        data = self.layout.data(state.id)
+        if not files.end_fresh(data):
+            return
+        pid = files.postmaster_pid(data)
+        if pid is not None:
+            os.kill(pid, signal.SIGHUP)
+            await admin.wait_setting(self._sock(state), "fsync", "on")
+        files.sync_later(data)
 
     def _log_tail(self, server_id: str) -> str:
         try:
@@ -266,25 +282,42 @@ class PostgresDriver(RuntimeDriver):
         os.chmod(self.layout.log(state.id), 0o600)
         self.layout.save(state)
 
-    async def _begin(self, spec: InstanceSpec) -> ServerState:
+    async def _begin(self, spec: InstanceSpec, from_template: bool = False) -> tuple[ServerState, bool]:
+        """The new server's state and directories, its disk mounted; with
+        `from_template`, a ready copy of the template becomes them when there is one
+        (returns whether its disk holds the template cluster already)."""
         if self.layout.load(spec.instance_id) is not None:
             raise InvalidInstanceState(f"database server {spec.instance_id} exists already")
         await self.prepare_template()
         state = self._new_state(spec)
-        await trio.to_thread.run_sync(self._make_dirs, state)
+        server_dir = self.layout.server_dir(state.id)
+        copied = False
         try:
-            await self.disks.create(self.layout.server_dir(state.id), spec.limits.disk_mb)
+            if from_template:
+                self.disks.check_reserve()
+                copied = self.ready.take(spec.limits.disk_mb, server_dir)
+            await trio.to_thread.run_sync(self._make_dirs, state)
+            if copied:
+                await self.disks.ensure(server_dir)
+            else:
+                await self.disks.create(server_dir, spec.limits.disk_mb)
         except BaseException:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(files.remove_tree, self.layout.server_dir(state.id))
+                await self.disks.remove(server_dir)
+                await trio.to_thread.run_sync(files.remove_tree, server_dir)
             raise
-        return state
+        return state, copied
+
+    async def keep_ready(self) -> None:
+        """Keep copies of the template ready for creates (`ReadyCopies`), until cancelled."""
+        await self.ready.run()
 
     async def create(self, spec: InstanceSpec) -> InstanceInfo:
-        state = await self._begin(spec)
+        state, copied = await self._begin(spec, from_template=True)
         try:
             def copy() -> None:
-                files.copy_tree(self.layout.template / "data", self.layout.data(state.id))
+                if not copied:
+                    files.copy_tree(self.layout.template / "data", self.layout.data(state.id))
                 self._finish_dirs(state)
 
             await trio.to_thread.run_sync(copy)
@@ -302,6 +335,7 @@ class PostgresDriver(RuntimeDriver):
                     await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
                 files.clear_stale_lock(self.layout.data(instance_id), self.layout.run(instance_id))
                 await self._pg_ctl_start(state)
+            await self._end_fresh_start(state)
             if not self._is_replica(instance_id):
                 password = (boot_env or {}).get("password")
                 await admin.adopt(self._sock(state), state.role, state.database, password)
@@ -376,7 +410,7 @@ class PostgresDriver(RuntimeDriver):
         """A branch: the source's data at this moment (an online base backup of a running
         source, a copy of a stopped one), independent afterwards."""
         source = self._state(source_id)
-        state = await self._begin(spec)
+        state, _ = await self._begin(spec)
         data = self.layout.data(state.id)
         try:
             if files.postmaster_pid(self.layout.data(source_id)) is not None:
@@ -384,6 +418,7 @@ class PostgresDriver(RuntimeDriver):
             else:
                 await trio.to_thread.run_sync(files.copy_tree, self.layout.data(source_id), data)
             await trio.to_thread.run_sync(self._finish_dirs, state)
+            files.mark_fresh(data)
         except BaseException:
             await self.destroy(spec.instance_id)
             raise
@@ -404,7 +439,7 @@ class PostgresDriver(RuntimeDriver):
             raise InvalidInstanceState("the primary is not running")
         password = self.replication_password(primary_id)
         await admin.set_replication_password(self._sock(primary), password)
-        state = await self._begin(spec)
+        state, _ = await self._begin(spec)
         conninfo = (
             f"host={self.layout.run(primary.id)} port={primary.port} user={REPLICATION_ROLE} "
             f"password={password} application_name=r{state.id.replace('-', '')[:12]}"
@@ -528,7 +563,11 @@ class PostgresDriver(RuntimeDriver):
     async def adopt(self) -> list[InstanceInfo]:
         for server_id in self.layout.server_ids():
             await self.disks.settle(self.layout.server_dir(server_id))
-        return [info for info in await self.instances() if info.state is InstanceState.RUNNING]
+        running = [info for info in await self.instances() if info.state is InstanceState.RUNNING]
+        for info in running:  # a control plane that stopped between a fresh start and its end
+            with contextlib.suppress(Exception):
+                await self._end_fresh_start(self._state(info.id))
+        return running
 
     async def metrics(self, instance_id: str) -> dict[str, int]:
         self._state(instance_id)

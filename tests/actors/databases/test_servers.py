@@ -94,3 +94,44 @@ async def test_backup_restored_into_another_server_takes_its_identity(servers: P
     assert (await servers.info("e")).state is InstanceState.STOPPED
     await servers.destroy("e")
     assert not servers.layout.server_dir("e").exists()
+
+
+async def test_creates_take_ready_copies_of_the_template(servers: PostgresDriver) -> None:
+    """Once a create asked for a disk size, copies of the template wait on disks of that
+    size (unmounted); the next create renames one to its server and works like any."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(servers.keep_ready)
+        await servers.create(spec("first", "ann", "one"))
+        size = spec("x", "x", "x").limits.disk_mb
+        with trio.fail_after(30):
+            while len(servers.ready.ready(size)) < 2:
+                await trio.sleep(0.05)
+        copies = servers.ready.ready(size)
+        assert not any(os.path.ismount(copy / "disk") for copy in copies)
+        await servers.create(spec("second", "ben", "two"))
+        assert sum(1 for copy in copies if copy.exists()) == 1  # one was taken
+        data = servers.layout.data("second")
+        assert os.path.ismount(data.parent) and data.stat().st_uid == servers.layout.load("second").uid  # type: ignore[union-attr]
+        with connect(servers, "second", "ben", "pw", "two") as conn:
+            assert conn.execute("SELECT current_user, current_database()").fetchone() == ("ben", "two")
+            conn.execute("CREATE TABLE t (v int)")
+        nursery.cancel_scope.cancel()
+    assert not servers.ready.running
+
+
+async def test_a_branch_of_a_running_server_has_its_committed_data_and_fsync_on(servers: PostgresDriver) -> None:
+    """A branch starts without fsync (its copy is written out afterwards) but has it on
+    before the create returns; it holds exactly what the source had committed."""
+    await servers.create(spec("src", "dora", "main"))
+    with connect(servers, "src", "dora", "pw", "main") as conn:
+        conn.execute("CREATE TABLE t AS SELECT g AS v FROM generate_series(1, 50000) g")
+        open_tx = psycopg.connect(host=str(servers.socket_dir("src")), port=servers.port("src"), user="dora", password="pw", dbname="main")
+        open_tx.execute("INSERT INTO t VALUES (-1)")  # not committed at the branch moment
+        await servers.clone("src", spec("br", "erin", "copy"))
+        open_tx.commit()
+        open_tx.close()
+    assert "fsync = off" not in (servers.layout.data("br") / "corral.conf").read_text()
+    with connect(servers, "br", "erin", "pw", "copy") as conn:
+        assert conn.execute("SELECT count(*), min(v), max(v) FROM t").fetchone() == (50000, 1, 50000)
+        assert conn.execute("SELECT current_setting('fsync')").fetchone() == ("on",)
+    assert "fsync" in servers.log_path("br").read_text()  # the reload that put it back
