@@ -18,6 +18,27 @@ def _env_flag(name: str, default: bool = False) -> bool:
 MIN_DISK_MB = 16
 """The smallest instance disk (`corral.vm.disk.MIN_MB`): fractions of a GiB are fine (tests use 0.05)."""
 
+MAX_WARM_POOL = 64
+
+
+def default_warm_pool() -> int:
+    """Pooled instances per template and size when `CORRAL_WARM_POOL` is unset: two per
+    core, from 2 to 8. An idle pooled sandbox costs a few MB; enough are kept that a
+    burst of creates one after another finds one ready while the taken ones are
+    replaced in the background."""
+    return max(2, min(8, 2 * (os.cpu_count() or 1)))
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, not {value!r}") from None
+
+
 ADMIN_KEY_PREFIX = "msk_a_"
 MIN_ADMIN_KEY_LENGTH = 32
 
@@ -84,6 +105,13 @@ class Settings:
     """GiB of every database server's disk (`CORRAL_DATABASE_DISK_GB`); None: its size's, as a computer's."""
     disk_reserve_gb: float = 5.0
     """New instances are refused (503) while the data directory has less free (`CORRAL_DISK_RESERVE_GB`)."""
+    # The warm pool (contract §19; docs/api.md "Warm pool").
+    warm_pool: int = 0
+    """Booted, unassigned sandbox instances kept per template and size (`CORRAL_WARM_POOL`;
+    `corral serve` defaults to `default_warm_pool()`, a bare `Settings` to none)."""
+    memory_reserve_mb: int | None = None
+    """The pool boots no instance while the node has less memory available than this
+    (`CORRAL_MEMORY_RESERVE_MB`); None: a tenth of the machine's, at least 512 MiB."""
     # Credits and metering (issue 5; docs/api.md "Credits, metering and quotas").
     default_tenant_credits: int = 100
     """Credits granted to a tenant created without `credits` (`CORRAL_DEFAULT_TENANT_CREDITS`)."""
@@ -169,6 +197,10 @@ class Settings:
                 raise SettingsError(f"CORRAL_{name.upper()} must be at least {MIN_DISK_MB / 1024:g} (GiB)")
         if not self.disk_reserve_gb >= 0:
             raise SettingsError("CORRAL_DISK_RESERVE_GB must be a non-negative number (GiB)")
+        if not 0 <= self.warm_pool <= MAX_WARM_POOL:
+            raise SettingsError(f"CORRAL_WARM_POOL must be an integer from 0 (no pool) to {MAX_WARM_POOL}")
+        if self.memory_reserve_mb is not None and self.memory_reserve_mb < 0:
+            raise SettingsError("CORRAL_MEMORY_RESERVE_MB must be a non-negative number of MiB")
         if self.admin_key is not None and (
             not self.admin_key.startswith(ADMIN_KEY_PREFIX) or len(self.admin_key) < MIN_ADMIN_KEY_LENGTH
         ):
@@ -210,6 +242,8 @@ class Settings:
             "computer_disk_gb": float(env["CORRAL_COMPUTER_DISK_GB"]) if env.get("CORRAL_COMPUTER_DISK_GB") else None,
             "database_disk_gb": float(env["CORRAL_DATABASE_DISK_GB"]) if env.get("CORRAL_DATABASE_DISK_GB") else None,
             "disk_reserve_gb": float(env.get("CORRAL_DISK_RESERVE_GB", "5")),
+            "warm_pool": _env_int("CORRAL_WARM_POOL", default_warm_pool()),
+            "memory_reserve_mb": _env_int("CORRAL_MEMORY_RESERVE_MB", None),
             "default_tenant_credits": int(env.get("CORRAL_DEFAULT_TENANT_CREDITS", "100")),
             "credit_low_threshold": int(env.get("CORRAL_CREDIT_LOW_THRESHOLD", "10")),
             "meter_interval": float(env.get("CORRAL_METER_INTERVAL", "10")),

@@ -114,6 +114,8 @@ class Platform:
     computer_metrics: MetricsSampling | None = None
     agent_runtime_profiles: ProfileResolver | None = None
     """Registered by the agent-runs part; None: tenants have no profiles."""
+    warm_pool: sandboxes.WarmPool | None = None
+    """Booted, unassigned sandbox instances (`CORRAL_WARM_POOL`; None: no pool)."""
     sandbox_templates: TemplateResolver | None = None
     """Tenants' sandbox templates (`corral.actors.templates`); None: built-ins only."""
     preview_access: AccessCache | None = None
@@ -285,6 +287,9 @@ async def _start_parts(platform: Platform) -> None:
         platform.nursery.start_soon(platform.runtime.prepare_templates)
     if platform.runtime.has_instances():
         await platform.runtime.driver()
+    if platform.settings.warm_pool > 0:
+        platform.warm_pool = sandboxes.WarmPool(platform.settings, platform.runtime, platform.agents)
+        await platform.nursery.start(platform.warm_pool.run, platform.db)
     recovered = await sandboxes.recover_interrupted(platform)
     if recovered:
         log.info("resumed %d interrupted sandbox creation(s)", recovered)
@@ -355,6 +360,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
         admin_key = bootstrap_admin_key(settings)
         events = EventLog(db, settings.event_retention_seconds)
         async with trio.open_nursery() as nursery:
+            await nursery.start(db.later.run)  # events, audit rows, activity: behind the answers
             proxy = egress_proxy(settings)
             trust = EgressTrust(proxy.config.port, proxy.ca.cert_pem.decode()) if proxy is not None else None
             platform = Platform(
@@ -394,6 +400,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 billing.stop_metering(platform)
                 with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
                     scope.shield = True
+                    if platform.warm_pool is not None:
+                        await platform.warm_pool.stop()
                     await platform.system.shutdown()
                     await platform.agents.aclose()
                     await platform.runtime.aclose()

@@ -1,7 +1,8 @@
 """Authentication: a bearer API key or JWT becomes a `Principal`, or a 401.
 
-Keys are looked up by digest on every request (no cache), so revocation takes
-effect on the next request on every node.
+Keys are looked up by digest, through the store's cache of active keys, which a
+revocation empties of that key at once (`tenancy.store.api_keys.KeyCache`): a revoked
+key is refused on its next request.
 """
 
 from __future__ import annotations

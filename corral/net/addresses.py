@@ -25,6 +25,10 @@ def gateway_address(subnet: str) -> str:
     return str(next(ipaddress.IPv4Network(subnet).hosts()))
 
 
+LAST_KEY = "<last>"
+"""Where the file keeps the address handed out last (never an owner: owners are ids)."""
+
+
 class AddressAllocator:
     def __init__(self, path: Path, subnet: str) -> None:
         self.path = Path(path)
@@ -57,15 +61,26 @@ class AddressAllocator:
         os.replace(tmp, self.path)
 
     def allocate(self, owner: str) -> ipaddress.IPv4Address:
-        """The owner's address; a new one (lowest free) if it has none yet."""
+        """The owner's address; a new one if it has none yet: the first free one after the
+        last handed out, wrapping around. An address just released is thus the last to be
+        used again: whatever the host still keeps about it (a neighbour entry, a
+        connection-tracking entry of the previous holder) has long expired by then; reused
+        at once, the next instance's first connection could wait a second for a SYN
+        retransmit."""
         with self._locked() as assigned:
             if owner in assigned:
                 return ipaddress.IPv4Address(assigned[owner])
-            used = set(assigned.values())
-            for host in self.network.hosts():
-                if host == self.gateway or str(host) in used:
+            last = assigned.get(LAST_KEY)
+            used = {value for key, value in assigned.items() if key != LAST_KEY}
+            hosts = [host for host in self.network.hosts() if host != self.gateway]
+            start = 0
+            if last is not None:
+                start = next((i + 1 for i, host in enumerate(hosts) if str(host) == last), 0)
+            for host in hosts[start:] + hosts[:start]:
+                if str(host) in used:
                     continue
                 assigned[owner] = str(host)
+                assigned[LAST_KEY] = str(host)
                 return host
         raise AddressExhausted(f"no free address left in {self.network}")
 
@@ -75,9 +90,9 @@ class AddressAllocator:
 
     def lookup(self, owner: str) -> ipaddress.IPv4Address | None:
         with self._locked() as assigned:
-            value = assigned.get(owner)
+            value = assigned.get(owner) if owner != LAST_KEY else None
         return ipaddress.IPv4Address(value) if value else None
 
     def assignments(self) -> dict[str, str]:
         with self._locked() as assigned:
-            return dict(assigned)
+            return {owner: address for owner, address in assigned.items() if owner != LAST_KEY}

@@ -14,6 +14,7 @@ from corral.storage.database import (
 )
 from corral.storage.event_log import Event, EventLog, new_event_id
 from corral.storage.migrate import load_migrations, migrate
+from corral.storage.write_behind import WriteBehind
 
 __all__ = [
     "Blob",
@@ -30,6 +31,7 @@ __all__ = [
     "SecretBox",
     "SqliteDatabase",
     "Transaction",
+    "WriteBehind",
     "associated_data",
     "iso_in",
     "load_migrations",

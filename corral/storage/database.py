@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 
 import trio
 
+from .write_behind import WriteBehind
+
 Row = dict[str, Any]
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 Params = Sequence[Any]
@@ -93,6 +95,12 @@ class Database(ABC):
 
     async def insert(self, table: str, row: Row) -> None:
         await self.execute(insert_sql(table, row), tuple(row.values()))
+
+    @functools.cached_property
+    def later(self) -> WriteBehind:
+        """Writes the caller does not wait for (`corral.storage.write_behind`): events,
+        audit rows, activity times. Its writer runs in the node's nursery."""
+        return WriteBehind(self)
 
     @abstractmethod
     async def close(self) -> None: ...

@@ -64,7 +64,9 @@ class EventLog:
         self.retention_seconds = retention_seconds
 
     async def append(self, event: Event) -> Event:
-        await self.db.execute(
+        """Queue the event's row (`Database.later`): publishing waits for no commit;
+        this node's replays flush first, so none of them misses it."""
+        await self.db.later.add(
             "INSERT INTO events (id, tenant_id, resource_type, resource_id, type, data, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
@@ -83,6 +85,7 @@ class EventLog:
         """Retained events of the given types (of every resource), in id order, those
         after `after`: what a consumer that missed events replays (the webhook dispatcher)."""
         marks = ", ".join("?" for _ in types)
+        await self.db.later.flush()
         rows = await self.db.fetch_all(
             f"SELECT * FROM events WHERE created_at >= ? AND id > ? AND type IN ({marks}) ORDER BY id LIMIT ?",
             (self._cutoff(), after, *types, limit),
@@ -99,6 +102,7 @@ class EventLog:
     ) -> list[Event]:
         """A resource's retained events in id order, those after `after` when given."""
         cutoff = self._cutoff()
+        await self.db.later.flush()
         rows = await self.db.fetch_all(
             "SELECT * FROM events WHERE resource_type = ? AND resource_id = ?"
             " AND id > ? AND created_at >= ? ORDER BY id LIMIT ?",

@@ -72,6 +72,7 @@ async def test_create_get_list_patch_delete_without_env_values(api: Api, tenant:
     assert box.decrypt_text(row["env_sealed"], aad) == '{"ONLY": "this"}'
     with pytest.raises(DecryptionError):
         box.decrypt_text(row["env_sealed"], associated_data(other_tenant.id, pid, "agent-runtime-profile-env"))
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     audit = await api.platform.db.fetch_all("SELECT * FROM audit_events WHERE tenant_id = ?", (tenant.id,))
     assert audit and "plaintext" not in str(audit)
     for response in (listed, patched):

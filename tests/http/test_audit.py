@@ -178,6 +178,7 @@ async def test_scope_refusals_are_recorded(api: Api, tenant: Tenant) -> None:
 async def test_unauthenticated_mutations_leave_no_row(api: Api, tenant: Tenant) -> None:
     await api.request("POST", f"{API}/workspaces", json={"name": "anon"})
     await api.request("POST", f"{API}/workspaces", key="msk_u_forged", json={"name": "anon"})
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     assert (
         await api.platform.db.fetch_value(
             "SELECT COUNT(*) FROM audit_events WHERE action != 'tenants.create'"
@@ -415,6 +416,7 @@ async def test_secrets_never_appear_after_creation(api: Api) -> None:
         for s in (owner_key, key_data["key"], platform_key["key"], admin_key["key"])
     ]
 
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     rows = await api.platform.db.fetch_all("SELECT * FROM audit_events")
     assert {row["action"] for row in rows} >= {
         "tenants.create",

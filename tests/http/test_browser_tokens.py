@@ -63,6 +63,7 @@ async def test_a_token_reaches_its_sandbox_and_nothing_else(runtime_api: Api, ow
     # The token is kept as a digest only, and never lands in the audit log.
     rows = await api.platform.db.fetch_all("SELECT * FROM browser_tokens")
     assert rows and token not in str(rows)
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     audit = await api.platform.db.fetch_all("SELECT * FROM audit_events WHERE tenant_id = ?", (owner.id,))
     assert audit and token not in str(audit)
     by_token = [row for row in audit if row["actor_type"] == "browser_token"]

@@ -58,6 +58,7 @@ async def test_env_shapes_encryption_and_boot_injection(api: Api, owner: Tenant)
     assert_error(await call(api, owner, "POST", cid, "/env", json={"name": "X"}), 400, "MISSING_PARAM")
     bad = await call(api, owner, "POST", cid, "/env", json={"name": "1-bad name", "value": 5})
     assert set(assert_error(bad, 422, "VALIDATION_ERROR")["details"]) == {"name", "value"}
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     logs = await api.platform.db.fetch_all("SELECT * FROM audit_events WHERE resource_id = ?", (cid,))
     assert logs and all("secret" not in str(dict(entry)) for entry in logs)
 

@@ -311,6 +311,7 @@ async def test_audit_names_the_domain_actions(api: Api, dns: DnsServer, tenant: 
     dns.records["audited.example.com"] = domain["verification_target"]
     await verify(api, tenant, domain["id"])
     await api.request("DELETE", f"{API}/custom-domains/{domain['id']}", key=tenant.key)
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     rows = await api.platform.db.fetch_all(
         "SELECT action, resource_type, resource_id FROM audit_events WHERE tenant_id = ? AND action LIKE 'domains.%' ORDER BY created_at",
         (tenant.id,),

@@ -56,6 +56,7 @@ async def test_values_are_encrypted_at_rest_and_bound_to_their_sandbox(runtime_a
         box.decrypt_text(row["value"], associated_data(owner.id, "other-sandbox", "sandbox-env:DB_PASSWORD"))
     with pytest.raises(DecryptionError):
         box.decrypt_text(row["value"], associated_data(owner.id, sid, "sandbox-env:OTHER"))
+    await runtime_api.platform.db.later.flush()  # audit rows and events are written behind the answer
     audit = await runtime_api.platform.db.fetch_all("SELECT * FROM audit_events WHERE tenant_id = ?", (owner.id,))
     assert audit and not any("hunter2" in str(entry) for entry in audit)
 

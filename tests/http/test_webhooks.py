@@ -90,6 +90,7 @@ async def test_create_shows_the_secret_once(hooks_api: Api, receiver: Receiver) 
 
     row = await api.platform.db.fetch_one("SELECT secret FROM webhooks WHERE id = ?", (hook["id"],))
     assert row is not None and hook["secret"].encode() not in bytes(row["secret"])
+    await api.platform.db.later.flush()  # audit rows and events are written behind the answer
     audit = await api.platform.db.fetch_all("SELECT * FROM audit_events WHERE resource_id = ?", (hook["id"],))
     assert [a["action"] for a in audit] == ["webhooks.create"]
     assert hook["secret"] not in json.dumps(audit)

@@ -26,8 +26,14 @@ def test_allocate_release_persist(tmp_path: Path) -> None:
     assert str(again.allocate("c")) == "10.50.0.4"
     allocator.release("a")
     assert allocator.lookup("a") is None
-    assert str(allocator.allocate("d")) == "10.50.0.2"  # lowest free is reused
-    assert set(allocator.assignments()) == {"b", "c", "d"}
+    # A released address is the last to come back: the next free after the last handed
+    # out, wrapping around (the host's neighbour and conntrack entries of the previous
+    # holder expire meanwhile).
+    assert str(allocator.allocate("d")) == "10.50.0.5"
+    assert str(allocator.allocate("e")) == "10.50.0.6"
+    assert str(allocator.allocate("f")) == "10.50.0.2"
+    assert set(allocator.assignments()) == {"b", "c", "d", "e", "f"}
+    assert AddressAllocator(path, "10.50.0.0/29").lookup("<last>") is None
 
 
 def test_exhaustion(tmp_path: Path) -> None:

@@ -75,8 +75,11 @@ def run_wrk(url: str, connections: int, seconds: int, headers: dict[str, str] | 
 
 
 def cleanup_host(names: dict[str, str]) -> None:
-    """Remove a bench node's bridge, veths, namespaces, nftables tables and cgroups
-    (`names`: its `CORRAL_*` host names; instances are destroyed first)."""
+    """Remove a bench node's bridge, veths, namespaces, nftables tables, cgroups and
+    mounted disks (`names`: its `CORRAL_*` host names; instances are destroyed first)."""
+    from corral.vm import release_mounts
+
+    release_mounts(names["CORRAL_CGROUP_PARENT"])  # the node's spare disks stay mounted by design
     for name in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
         if name.startswith(names["CORRAL_NETNS_PREFIX"]):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True)

@@ -36,7 +36,7 @@ from corral.actors.runtime import disk_mb, sandbox_disk_gb
 from corral.actors.runtime_errors import public_text
 from corral.errors import ApiError
 from corral.net import UNRESTRICTED
-from corral.storage import utc_now_iso
+from corral.storage import sql_identifier, utc_now_iso
 from corral.vm import (
     SIZES,
     InstanceInfo,
@@ -379,9 +379,18 @@ class InstanceActor(RecordActor):
     async def touch(self, message: Touch) -> None:
         if self.is_removed() or self.state in self.gone_states:
             return
-        await self.store.update(self.db, self.id, {"last_activity_at": utc_now_iso()})
+        # Behind the request (`Database.later`), and never back in time: a queued touch
+        # may land after a newer time written with a state change.
+        table, id_column = sql_identifier(self.store.table), sql_identifier(self.store.id_column)
+        now = utc_now_iso()
+        await self.db.later.add(
+            f"UPDATE {table} SET last_activity_at = ? WHERE {id_column} = ?"
+            " AND (last_activity_at IS NULL OR last_activity_at < ?)",
+            (now, self.id, now),
+        )
 
     async def last_activity(self) -> str | None:
         """`last_activity_at` as stored now: activity is written without changing the record."""
+        await self.db.later.flush()
         value = await self.store.value(self.db, self.id, "last_activity_at")
         return None if value is None else str(value)

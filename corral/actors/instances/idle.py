@@ -46,6 +46,7 @@ class IdleWatch:
 
 async def stop_idle(db: Database, refs: Refs, watch: IdleWatch) -> int:
     """One round for one kind; returns how many were stopped."""
+    await db.later.flush()  # activity is written behind the requests that made it
     rows = await db.fetch_all(
         f"SELECT id, auto_stop, last_activity_at, created_at FROM {sql_identifier(watch.table)}"
         " WHERE status = 'running' AND auto_stop IS NOT NULL AND auto_stop > 0"

@@ -22,6 +22,7 @@ from .service import (
     start_background,
 )
 from .store import SandboxRecord
+from .warm_pool import WarmPool, sandbox_spec
 
 ACTORS = (SandboxActor, ProcessActor)
 """The package's actor kinds, registered by the node before anything refers to them by kind."""
@@ -44,6 +45,7 @@ __all__ = [
     "Start",
     "Stop",
     "Suspend",
+    "WarmPool",
     "agent_for",
     "create_sandbox",
     "env",
@@ -58,6 +60,7 @@ __all__ = [
     "recover_interrupted",
     "register_with_billing",
     "sandbox_public",
+    "sandbox_spec",
     "start_background",
     "store",
     "touch",

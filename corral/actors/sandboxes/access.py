@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import trio
 
+from corral.actors.bus import SubscriberLagged
 from corral.actors.instances import InstanceFiles
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
@@ -22,16 +23,23 @@ from .store import SandboxRecord
 
 
 async def wait_until_settled(platform: SandboxServices, sandbox_id: str, timeout: float) -> SandboxRecord:
-    """The sandbox once it has left `creating`, or as it is when `timeout` passes."""
+    """The sandbox once it has left `creating`, or as it is when `timeout` passes.
+
+    Woken by the sandbox's own events (`ready`, `error`, emitted once the new status is
+    stored), so a sandbox from the warm pool is answered the moment it runs; the
+    subscription is made before the first look, so no event falls between."""
     ref = await platform.system.get(SandboxActor, sandbox_id)
-    with trio.move_on_after(timeout):
-        delay = 0.002
-        while True:
-            record: SandboxRecord = await ref.ask(Get())
-            if record.status != "creating":
-                return record
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.05)
+    with platform.bus.subscribe(resource_type="sandbox", resource_id=sandbox_id, capacity=64) as events:
+        with trio.move_on_after(timeout):
+            while True:
+                record: SandboxRecord = await ref.ask(Get())
+                if record.status != "creating":
+                    return record
+                try:
+                    with trio.move_on_after(0.5):  # and a look now and then, whatever the events
+                        await events.receive()
+                except (SubscriberLagged, trio.EndOfChannel):  # the bus closing, or a flood
+                    await trio.sleep(0.05)
     result: SandboxRecord = await ref.ask(Get())
     return result
 

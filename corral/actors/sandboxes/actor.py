@@ -14,12 +14,13 @@ from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
-from corral.vm import AgentClient, InstanceInfo
+from corral.vm import AgentClient, InstanceInfo, InstanceSpec
 
 from . import billing_hooks, store
 from .messages import Boot, Booted, Connect, Destroy, Fork, Start, Stop, Suspend
 from .process_actor import halt_processes
 from .store import SANDBOXES, SandboxDraft, SandboxRecord
+from .warm_pool import sandbox_spec
 
 NOT_RUNNING = ("SANDBOX_NOT_RUNNING", "sandbox is not running")
 
@@ -29,6 +30,7 @@ class SandboxActor(InstanceActor):
     store = SANDBOXES
     record: SandboxRecord
     booting_state = "creating"
+    created_now = False
     adopt_while_booting = True
     gone_states = ("destroyed",)
     transitions = TransitionTable(
@@ -61,8 +63,15 @@ class SandboxActor(InstanceActor):
     async def create_record(self, draft: SandboxDraft) -> SandboxRecord:
         record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
         self.tenant_id = record.tenant_id
+        self.created_now = True
         await self.emit("created", self.subject)
         return record
+
+    async def reconcile(self) -> None:
+        # A sandbox made just now may already have its instance (one from the warm
+        # pool, of its id): its `Boot` adopts it, with the events of a boot.
+        if not self.created_now:
+            await super().reconcile()
 
     async def on_activate(self) -> None:
         await super().on_activate()
@@ -86,6 +95,11 @@ class SandboxActor(InstanceActor):
         info = self.running_agent_info()
         agent: AgentClient | None = self.services.agents.client(info) if info is not None else None
         await halt_processes(self.services, self.id, agent)
+
+    def spec(self, boot_env: dict[str, str], instance_id: str | None = None) -> InstanceSpec:
+        """As a pooled instance is made (`warm_pool.sandbox_spec`): the size's limits,
+        hostname from the id."""
+        return sandbox_spec(self.services.settings, instance_id or self.instance_id, self.runtime_template(), self.record.size, boot_env)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "template": self.record.template_id}

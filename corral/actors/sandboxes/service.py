@@ -70,7 +70,15 @@ async def create_sandbox(
         attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=template.id,
         size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
     )
-    ref = await platform.system.create(SandboxActor, new_uuid(), draft)
+    pool = platform.warm_pool
+    pooled = pool.take(template.id, new.size) if pool is not None else None
+    try:
+        ref = await platform.system.create(SandboxActor, pooled or new_uuid(), draft)
+    except BaseException:
+        if pooled is not None:  # untouched: back to the pool (a taken one is never returned)
+            assert pool is not None
+            pool.give_back(template.id, new.size, pooled)
+        raise
     record: SandboxRecord = await ref.ask(Get())
     env = {**template.env, **(new.env or {})}
     if env:

@@ -12,6 +12,8 @@ from corral.actors.system import ActorSystem
 from corral.actors.tenancy.services import TenancyServices
 from corral.storage import SecretBox
 
+from .warm_pool import WarmPool
+
 
 @dataclass(frozen=True)
 class SandboxTemplate:
@@ -42,3 +44,4 @@ class SandboxServices(BillingServices, TenancyServices, Protocol):
     agents: AgentPool
     secrets: SecretBox
     sandbox_templates: TemplateResolver | None
+    warm_pool: WarmPool | None

@@ -1,7 +1,7 @@
 """API keys: created with their plaintext shown once, stored as SHA-256 digests.
 
-Revocation is a status change read by every request's authentication (no cache),
-so a revoked key is refused on its next request on every node.
+Revocation is a status change that also drops the key from authentication's cache
+(`store.api_keys.KeyCache`), so a revoked key is refused on its next request.
 """
 
 from __future__ import annotations

@@ -2,10 +2,18 @@
 
 Reads are for anyone (authentication reads a key on every request); the writes
 (`create`, `revoke`, `mark_used`) are the tenancy package's own (`tenancy.api_keys`).
+
+Authentication's lookup is cached per store (`KeyCache`): an active key with its member
+is kept after its first request, and `revoke` drops it in the same call, so the next
+request is refused. Nothing negative is cached (an unknown key, a key whose user is not
+a member yet), and memberships are only ever added, so no other write can make a
+cached answer wrong. Another node's revocation reaches this cache through `forget`
+(issue 30's node bus).
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from corral.actors.record import RowStore
@@ -54,14 +62,65 @@ _WITH_MEMBER_SQL = (
 )
 
 
+MAX_CACHED_KEYS = 10_000
+
+
+class KeyCache:
+    """Active keys by digest, as authentication last read them from one store."""
+
+    def __init__(self) -> None:
+        self._by_digest: dict[str, KeyWithMember] = {}
+        self.generation = 0
+        """Counts revocations: a read begun before one is not kept (it may predate it)."""
+
+    def get(self, key_digest: str) -> KeyWithMember | None:
+        return self._by_digest.get(key_digest)
+
+    def keep(self, key: KeyWithMember, read_in_generation: int) -> None:
+        if read_in_generation != self.generation or key.status != "active":
+            return
+        if key.user_id is not None and key.member_role is None:
+            return
+        if len(self._by_digest) >= MAX_CACHED_KEYS:
+            self._by_digest.clear()
+        self._by_digest[key.key_digest] = key
+
+    def forget(self, key_id: str) -> None:
+        self.generation += 1
+        for cached_digest, key in list(self._by_digest.items()):
+            if key.id == key_id:
+                del self._by_digest[cached_digest]
+
+
+_CACHES: weakref.WeakKeyDictionary[Database, KeyCache] = weakref.WeakKeyDictionary()
+
+
+def key_cache(db: Database) -> KeyCache:
+    """The cache of keys read from `db` (one per store, so that two nodes in one test
+    process keep theirs apart)."""
+    cache = _CACHES.get(db)
+    if cache is None:
+        cache = _CACHES[db] = KeyCache()
+    return cache
+
+
 # -- reads ------------------------------------------------------------------------------
 
 
 async def with_member_by_digest(db: Database, key_digest: str) -> KeyWithMember | None:
-    """The key with this digest and its member, in one query: this runs on every
-    key-authenticated request."""
+    """The key with this digest and its member, in one query, or from the cache: this
+    runs on every key-authenticated request."""
+    cache = key_cache(db)
+    cached = cache.get(key_digest)
+    if cached is not None:
+        return cached
+    generation = cache.generation
     row = await db.fetch_one(_WITH_MEMBER_SQL + " WHERE k.key_digest = ?", (key_digest,))
-    return None if row is None else _WITH_MEMBER.record(row)
+    if row is None:
+        return None
+    key = _WITH_MEMBER.record(row)
+    cache.keep(key, generation)
+    return key
 
 
 async def with_member_by_id(db: Database, key_id: str) -> KeyWithMember | None:
@@ -93,7 +152,9 @@ async def create(db: Database, record: ApiKeyRecord) -> None:
 
 async def revoke(db: Database, key_id: str, revoked_at: str) -> None:
     await API_KEYS.update(db, key_id, {"status": "revoked", "revoked_at": revoked_at})
+    key_cache(db).forget(key_id)
 
 
 async def mark_used(db: Database, key_id: str) -> None:
-    await API_KEYS.update(db, key_id, {"last_used_at": utc_now_iso()})
+    """Behind the request (`Database.later`): nobody waits for `last_used_at`."""
+    await db.later.add("UPDATE api_keys SET last_used_at = ? WHERE id = ?", (utc_now_iso(), key_id))

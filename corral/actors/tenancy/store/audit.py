@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from corral.actors.record import RowStore
 from corral.storage import Database
+from corral.storage.database import insert_sql
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +41,9 @@ AUDIT_EVENTS = RowStore("audit_events", AuditRecord)
 
 
 async def insert(db: Database, record: AuditRecord) -> None:
-    await db.transaction(lambda tx: AUDIT_EVENTS.insert(tx, record))
+    """Queued (`Database.later`): the request it records does not wait for the commit."""
+    row = AUDIT_EVENTS.row(asdict(record))
+    await db.later.add(insert_sql(AUDIT_EVENTS.table, row), tuple(row.values()))
 
 
 async def page(
@@ -62,6 +65,7 @@ async def page(
     if before:
         clauses.append("id < ?")
         params.append(before)
+    await db.later.flush()
     rows = await db.fetch_all(
         f"SELECT * FROM audit_events WHERE {' AND '.join(clauses)} ORDER BY id DESC LIMIT ?", (*params, limit)
     )

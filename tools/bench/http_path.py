@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""What a user's HTTP call costs on top of the runtime under it (issue 28), in one run.
+
+Each row is measured through the API of a real `corral serve` (loopback, a kept-alive
+httpx client, as a user's SDK would), beside the runtime alone (an in-process
+`NamespaceDriver` on a bridge of its own, talking to the agent directly) and a bare
+baseline, p50 and p99:
+
+- create -> first `true` answered, with the warm pool (`CORRAL_WARM_POOL`, default
+  sized to the machine) and without it (a second node with `CORRAL_WARM_POOL=0`);
+  runtime: create + connect + exec; bare: `unshare ... true`;
+- exec `true` round trip; runtime: the agent's; bare: `subprocess.run(["true"])`;
+- fork -> the fork answers `true`; runtime: `driver.clone` + exec;
+- stop + start -> first exec; runtime: `driver.stop` + `driver.start` + exec;
+- `GET /sandboxes/{id}` and `/healthz`.
+
+Goals printed beside the figures: create -> first exec at most 25 ms p50 with the
+pool and at most the runtime's plus 10 ms without it; exec within 1 ms of the
+runtime's round trip; fork and start within 10 ms of the runtime's. The API's
+throughput against raw hypercorn is `tools/bench/api.py` (wrk), desktop click and
+screenshot `tools/bench/desktop.py`, databases `tools/bench/databases.py`, the
+egress proxy `tools/bench/egress.py`: their own servers, their own runs.
+
+Needs root and the default template (/var/cache/corral/templates, built on first use).
+
+    .venv/bin/python -m tools.bench.http_path [--creates 30] [--execs 200] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import trio
+
+from tools.bench.api import ADMIN_KEY, VENV_BIN, corral_key, process
+from tools.bench.common import cleanup_host, free_port, wait_http
+
+UNSHARE = ["unshare", "--mount", "--uts", "--ipc", "--pid", "--net", "--fork"]
+TEMPLATES = os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates")
+NODE_NAMES = {
+    "CORRAL_BRIDGE": "corralh0",
+    "CORRAL_SUBNET": "10.223.0.0/22",  # apart from every test range and the other benches
+    "CORRAL_NFT_TABLE": "corral_bench_http",
+    "CORRAL_LINK_PREFIX": "ch",
+    "CORRAL_NETNS_PREFIX": "corralh-",
+    "CORRAL_CGROUP_PARENT": "corral-bench-http",
+}
+RUNTIME_NAMES = {
+    "CORRAL_BRIDGE": "corralr0",
+    "CORRAL_SUBNET": "10.224.0.0/22",
+    "CORRAL_NFT_TABLE": "corral_bench_rt",
+    "CORRAL_LINK_PREFIX": "cr",
+    "CORRAL_NETNS_PREFIX": "corralr-",
+    "CORRAL_CGROUP_PARENT": "corral-bench-rt",
+}
+PAUSE_BETWEEN_CREATES = 0.3
+"""Seconds between two creates: a user's creates are not back to back, and the pool refills meanwhile."""
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000, 2),
+        "n": len(ordered),
+    }
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+# -- through the API --------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def node(pool: int | None) -> Iterator[httpx.Client]:
+    """A `corral serve` in a fresh data directory with a tenant's platform key."""
+    port = free_port()
+    env = {**NODE_NAMES, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_TEMPLATE_DIR": TEMPLATES, "CORRAL_PREPARE_TEMPLATES": "0"}
+    if pool is not None:
+        env["CORRAL_WARM_POOL"] = str(pool)
+    with tempfile.TemporaryDirectory() as data_dir:
+        serve = [str(VENV_BIN / "corral"), "serve", "--port", str(port), "--preview-port", str(free_port()),
+                 "--data-dir", data_dir, "--log-level", "WARNING"]
+        try:
+            with process(serve, {**env, "CORRAL_EGRESS_PORT": str(free_port())}):
+                base = f"http://127.0.0.1:{port}"
+                wait_http(f"{base}/healthz")
+                key = corral_key(base)
+                with httpx.Client(base_url=f"{base}/api/v1", headers={"Authorization": f"Bearer {key}"}, timeout=120) as client:
+                    yield client
+        finally:
+            cleanup_host(NODE_NAMES)
+
+
+def ok(response: httpx.Response) -> dict[str, Any]:
+    response.raise_for_status()
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def exec_true(client: httpx.Client, sandbox_id: str) -> None:
+    assert ok(client.post(f"/sandboxes/{sandbox_id}/exec", json={"command": "true"}))["exit_code"] == 0
+
+
+def api_create_to_exec(client: httpx.Client, creates: int) -> tuple[list[float], list[float]]:
+    """(create -> first exec, create alone) over `creates` sandboxes, each deleted after."""
+    firsts, answers = [], []
+    for _ in range(creates):
+        time.sleep(PAUSE_BETWEEN_CREATES)
+        start = time.perf_counter()
+        sandbox = ok(client.post("/sandboxes", json={}))["data"]
+        answers.append(time.perf_counter() - start)
+        exec_true(client, sandbox["id"])
+        firsts.append(time.perf_counter() - start)
+        ok(client.delete(f"/sandboxes/{sandbox['id']}"))
+    return firsts, answers
+
+
+def wait_pool_full(client: httpx.Client, pool: int) -> None:
+    """Creates one sandbox, so the pool is wanted, and gives it time to fill."""
+    sandbox = ok(client.post("/sandboxes", json={}))["data"]
+    ok(client.delete(f"/sandboxes/{sandbox['id']}"))
+    time.sleep(1.0 + 0.15 * pool)
+
+
+def api_rows(client: httpx.Client, args: argparse.Namespace) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    sandbox = ok(client.post("/sandboxes", json={}))["data"]
+    sid = sandbox["id"]
+    exec_true(client, sid)
+    rows["exec_true"] = summary(timed(lambda: exec_true(client, sid), args.execs))
+    rows["get_sandbox"] = summary(timed(lambda: ok(client.get(f"/sandboxes/{sid}")), args.execs))
+    health = str(client.base_url).rstrip("/").replace("/api/v1", "/healthz")
+    rows["healthz"] = summary(timed(lambda: client.get(health).raise_for_status(), args.execs))
+
+    def fork() -> None:
+        forked = ok(client.post(f"/sandboxes/{sid}/fork"))["data"]
+        exec_true(client, forked["id"])
+        fork_ids.append(forked["id"])
+
+    fork_ids: list[str] = []
+    rows["fork_to_exec"] = summary(timed(fork, args.lifecycle))
+    for fork_id in fork_ids:
+        ok(client.delete(f"/sandboxes/{fork_id}"))
+
+    starts = []
+    for _ in range(args.lifecycle):
+        ok(client.post(f"/sandboxes/{sid}/stop"))
+        start = time.perf_counter()
+        ok(client.post(f"/sandboxes/{sid}/start"))
+        exec_true(client, sid)
+        starts.append(time.perf_counter() - start)
+    rows["start_to_exec"] = summary(starts)
+    ok(client.delete(f"/sandboxes/{sid}"))
+    return rows
+
+
+# -- the runtime alone ------------------------------------------------------------------
+
+
+async def runtime_rows(args: argparse.Namespace) -> dict[str, Any]:
+    from corral.net import HostNetwork, NetworkConfig
+    from corral.vm import SIZES, AgentClient, CgroupV1, InstanceSpec, NamespaceDriver, TemplateStore
+
+    data = Path(tempfile.mkdtemp(prefix="corral-bench-rt-"))
+    names = RUNTIME_NAMES
+    network = HostNetwork(NetworkConfig(
+        state_dir=data, bridge=names["CORRAL_BRIDGE"], subnet=names["CORRAL_SUBNET"], nft_table=names["CORRAL_NFT_TABLE"],
+        link_prefix=names["CORRAL_LINK_PREFIX"], netns_prefix=names["CORRAL_NETNS_PREFIX"],
+    ))
+    driver = NamespaceDriver(data, TemplateStore(Path(TEMPLATES)), network, CgroupV1(parent=names["CORRAL_CGROUP_PARENT"]))
+    rows: dict[str, Any] = {}
+    ids: list[str] = []
+
+    def spec() -> InstanceSpec:
+        instance_id = str(uuid.uuid4())
+        ids.append(instance_id)
+        return InstanceSpec(instance_id, limits=SIZES["small"])
+
+    async def first_exec(info: Any) -> None:
+        async with AgentClient.for_instance(info) as agent:
+            assert (await agent.exec("true")).exit_code == 0
+
+    try:
+        await driver.templates.ensure("default")
+        await network.setup()
+        await driver.zygote.warm()
+        creates = []
+        for _ in range(args.creates):
+            await trio.sleep(PAUSE_BETWEEN_CREATES)
+            start = time.perf_counter()
+            info = await driver.create(spec())
+            await first_exec(info)
+            creates.append(time.perf_counter() - start)
+        rows["create_to_exec"] = summary(creates)
+        info = await driver.info(ids[0])
+        async with AgentClient.for_instance(info) as agent:
+            await agent.exec("true")
+            execs = []
+            for _ in range(args.execs):
+                start = time.perf_counter()
+                await agent.exec("true")
+                execs.append(time.perf_counter() - start)
+        rows["exec_true"] = summary(execs)
+        forks = []
+        for _ in range(args.lifecycle):
+            start = time.perf_counter()
+            await first_exec(await driver.clone(ids[0], spec()))
+            forks.append(time.perf_counter() - start)
+        rows["fork_to_exec"] = summary(forks)
+        starts = []
+        for _ in range(args.lifecycle):
+            await driver.stop(ids[0])
+            start = time.perf_counter()
+            await first_exec(await driver.start(ids[0]))
+            starts.append(time.perf_counter() - start)
+        rows["start_to_exec"] = summary(starts)
+    finally:
+        with trio.CancelScope(shield=True):
+            for instance_id in ids:
+                with contextlib.suppress(Exception):
+                    await driver.destroy(instance_id)
+            await network.teardown()
+            await driver.aclose()
+            network.close()
+            cleanup_host(names)
+            subprocess.run(["rm", "-rf", str(data)], check=False)
+    return rows
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def report(results: dict[str, Any]) -> list[str]:
+    api, bare, runtime, unpooled = results["api"], results["bare"], results["runtime"], results["api_without_pool"]
+
+    def p50(row: dict[str, float]) -> float:
+        return row["p50_ms"]
+
+    lines = [f"{'path':<34} {'API p50/p99 ms':>18} {'runtime p50/p99':>18} {'bare p50':>9}  goal"]
+
+    def line(name: str, through: dict[str, float], alone: dict[str, float] | None, baseline: dict[str, float] | None, goal: str) -> None:
+        fmt = lambda row: f"{row['p50_ms']:.2f}/{row['p99_ms']:.2f}" if row else "-"  # noqa: E731
+        lines.append(f"{name:<34} {fmt(through):>18} {fmt(alone) if alone else '-':>18} {p50(baseline) if baseline else '-':>9}  {goal}")
+
+    created, rt_created = api["create_to_exec"], runtime["create_to_exec"]
+    line("create -> first exec, pool", created, rt_created, bare["unshare_true"],
+         f"<= 25 ms: {'met' if p50(created) <= 25 else 'MISSED'}")
+    line("create -> first exec, no pool", unpooled["create_to_exec"], rt_created, bare["unshare_true"],
+         f"<= runtime + 10 = {p50(rt_created) + 10:.1f}: {'met' if p50(unpooled['create_to_exec']) <= p50(rt_created) + 10 else 'MISSED'}")
+    line("POST /sandboxes answered, pool", api["create_answered"], None, None, "")
+    for name, key, slack in (("exec true", "exec_true", 1.0), ("fork -> exec", "fork_to_exec", 10.0), ("start -> exec", "start_to_exec", 10.0)):
+        through, alone = api[key], runtime[key]
+        baseline = bare["subprocess_true"] if key == "exec_true" else None
+        met = p50(through) <= p50(alone) + slack
+        line(name, through, alone, baseline, f"<= runtime + {slack:g} = {p50(alone) + slack:.2f}: {'met' if met else 'MISSED'}")
+    line("GET /sandboxes/{id}", api["get_sandbox"], None, None, "")
+    line("GET /healthz", api["healthz"], None, None, "")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--creates", type=int, default=30)
+    parser.add_argument("--execs", type=int, default=200)
+    parser.add_argument("--lifecycle", type=int, default=10, help="forks and stop/starts measured")
+    parser.add_argument("--pool", type=int, default=None, help="CORRAL_WARM_POOL of the pooled node (default: the machine's)")
+    parser.add_argument("--json", help="also write the results to this file")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root")
+    results: dict[str, Any] = {}
+    print("bare baselines ...", file=sys.stderr)
+    results["bare"] = {
+        "subprocess_true": summary(timed(lambda: subprocess.run(["true"], check=True), 200)),
+        "unshare_true": summary(timed(lambda: subprocess.run([*UNSHARE, "true"], check=True), 50)),
+    }
+    print("the runtime alone ...", file=sys.stderr)
+    results["runtime"] = trio.run(runtime_rows, args)
+    print("through the API, with the warm pool ...", file=sys.stderr)
+    with node(args.pool) as client:
+        wait_pool_full(client, args.pool or 8)
+        firsts, answers = api_create_to_exec(client, args.creates)
+        results["api"] = {"create_to_exec": summary(firsts), "create_answered": summary(answers), **api_rows(client, args)}
+    print("through the API, without a pool ...", file=sys.stderr)
+    with node(0) as client:
+        firsts, _ = api_create_to_exec(client, args.creates)
+        results["api_without_pool"] = {"create_to_exec": summary(firsts)}
+    print("\n".join(report(results)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
