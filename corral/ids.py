@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
@@ -17,6 +18,7 @@ def new_uuid() -> str:
 
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_TO_CROCKFORD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD)
 
 
 class MonotonicUlid:
@@ -36,11 +38,9 @@ class MonotonicUlid:
             if candidate <= self._last:
                 candidate = self._last + 1
             self._last = candidate
-        chars = []
-        for _ in range(26):
-            chars.append(_CROCKFORD[candidate & 31])
-            candidate >>= 5
-        return "".join(reversed(chars))
+        # 128 bits in 20 bytes: base32 gives 32 symbols of which the first 6 are the
+        # 30 zero bits in front; the other 26, in Crockford's alphabet, are the ULID.
+        return base64.b32encode(candidate.to_bytes(20, "big"))[6:].decode().translate(_TO_CROCKFORD)
 
 
 _ulids = MonotonicUlid()

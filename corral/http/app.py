@@ -14,8 +14,9 @@ from corral.errors import internal_error, not_found
 from corral.node import Platform
 
 from . import egress_tail
+from .front import ApiFront
 from .openapi import build_document
-from .pipeline import Pipeline, error_response, http_error, new_request_id
+from .pipeline import Pipeline, client_ip, error_response, http_error, new_request_id
 from .replies import json_response
 from .routes import all_routers
 from .routing import Route, Router
@@ -60,7 +61,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     async def openapi() -> Response:
         response = json_response(document, 200)
         response.headers["X-Request-Id"] = new_request_id()
-        response.headers.update(pipeline.anonymous_decision().headers())
+        response.headers.update(pipeline.anonymous_decision(client_ip()).headers())
         return response
 
     app.add_url_rule("/healthz", endpoint="healthz", view_func=healthz, methods=["GET"])
@@ -80,9 +81,16 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     return app
 
 
+def api_front(app: QuartTrio) -> ApiFront:
+    """The ASGI application to serve: the routes straight through the pipeline, the
+    rest through `app` (`front.py` says why)."""
+    pipeline: Pipeline = app.extensions["corral.pipeline"]
+    return ApiFront(routes_of(app), pipeline.run, app, MAX_BODY_BYTES)  # type: ignore[arg-type]
+
+
 def _decorate(pipeline: Pipeline, response: Response) -> Response:
     response.headers.setdefault("X-Request-Id", new_request_id())
-    response.headers.update(pipeline.anonymous_decision().headers())
+    response.headers.update(pipeline.anonymous_decision(client_ip()).headers())
     return response
 
 
@@ -91,4 +99,4 @@ def routes_of(app: QuartTrio) -> list[Route]:
     return list(routes)
 
 
-__all__ = ["api_document", "create_app", "not_found", "routes_of"]
+__all__ = ["api_document", "api_front", "create_app", "not_found", "routes_of"]

@@ -1,8 +1,8 @@
 """Authentication: a bearer API key or JWT becomes a `Principal`, or a 401.
 
-Keys are looked up by digest, through the store's cache of active keys, which a
-revocation empties of that key at once (`tenancy.store.api_keys.KeyCache`): a revoked
-key is refused on its next request.
+Keys are looked up by digest, through the store's cache, which holds a key only while
+the store is unchanged (`tenancy.store.api_keys.KeyCache`): a revoked key is refused
+on its next request.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 from quart import Request
 from werkzeug.exceptions import HTTPException
@@ -18,6 +18,9 @@ from corral.node import Platform
 from .params import Integer
 from .principal import Principal
 from .routing import Route
+
+if TYPE_CHECKING:
+    from .front import ApiRequest
 
 M = TypeVar("M")
 
@@ -41,10 +44,15 @@ class AuditTarget:
                 setattr(self, name, value)
 
 
+HttpRequest = Union[Request, "ApiRequest"]
+"""Quart's request (multipart bodies) or the front's (`front.ApiRequest`): the same
+attributes, as far as handlers read them."""
+
+
 @dataclass
 class RequestContext:
     platform: Platform
-    request: Request
+    request: HttpRequest
     route: Route
     request_id: str
     client_ip: str | None

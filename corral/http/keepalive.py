@@ -37,7 +37,7 @@ AsgiApp = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
 BODY_WAIT_SECONDS = 10.0
 
 
-def _declared_length(scope: dict[str, Any]) -> int | None:
+def declared_length(scope: dict[str, Any]) -> int | None:
     for name, value in scope.get("headers", ()):
         if name.lower() == b"content-length":
             try:
@@ -53,7 +53,7 @@ def whole_request_first(app: Callable[..., Awaitable[None]], max_body_bytes: int
             await app(scope, receive, send)
             return
         body_in = trio.Event()
-        length = _declared_length(scope)
+        length = declared_length(scope)
         too_large = length is not None and length > max_body_bytes
 
         async def receive_noting_the_end() -> Message:

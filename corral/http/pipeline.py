@@ -25,11 +25,11 @@ from corral.ids import new_ulid
 from corral.node import Platform
 
 from .auth import Authenticator
-from .context import RequestContext
+from .context import HttpRequest, RequestContext
 from .params import Param
 from .principal import Principal
 from .ratelimit import ANONYMOUS_RPM, EGRESS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
-from .replies import Reply, json_response
+from .replies import Answer, JsonAnswer, Reply, json_answer, json_response
 from .routing import Route
 
 log = logging.getLogger("corral.http")
@@ -39,13 +39,20 @@ def new_request_id() -> str:
     return f"req_{new_ulid()}"
 
 
-def client_ip() -> str | None:
-    return request.remote_addr
+def client_ip(incoming: Any = None) -> str | None:
+    """The client's address, of `incoming` or else of Quart's current request."""
+    remote: str | None = (incoming if incoming is not None else request).remote_addr
+    return remote
 
 
 def error_response(error: ApiError, request_id: str) -> Response:
     headers = {**error.headers, "X-Request-Id": request_id}
     return json_response(error.body(request_id), error.status, headers)
+
+
+def error_answer(error: ApiError, request_id: str) -> Answer:
+    """`error_response` as the pipeline answers it (`replies.JsonAnswer`)."""
+    return json_answer(error.body(request_id), error.status, {**error.headers, "X-Request-Id": request_id})
 
 
 def as_api_error(error: Exception, request_id: str) -> ApiError:
@@ -79,18 +86,22 @@ class Pipeline:
         self.authenticator = Authenticator(platform)
         self.limiter = RateLimiter()
 
-    def anonymous_decision(self) -> RateDecision:
-        return self.limiter.hit(f"ip:{client_ip()}", ANONYMOUS_RPM)
+    def anonymous_decision(self, ip: str | None) -> RateDecision:
+        return self.limiter.hit(f"ip:{ip}", ANONYMOUS_RPM)
 
     def view(self, route: Route) -> Callable[..., Awaitable[Response]]:
+        """The route as a Quart view (for what `front.ApiFront` leaves to Quart: multipart bodies)."""
+
         async def view(**params: Any) -> Response:
-            return await self.run(route, params)
+            answer = await self.run(route, params, request._get_current_object())  # type: ignore[attr-defined]
+            return answer.as_quart() if isinstance(answer, JsonAnswer) else answer
 
         view.__name__ = route.endpoint
         return view
 
-    async def run(self, route: Route, params: dict[str, Any]) -> Response:
-        ctx = RequestContext(self.platform, request, route, new_request_id(), client_ip())
+    async def run(self, route: Route, params: dict[str, Any], incoming: HttpRequest) -> Answer:
+        ip = client_ip(incoming)
+        ctx = RequestContext(self.platform, incoming, route, new_request_id(), ip)
         decision: RateDecision | None = None
         try:
             decision = await self._admit(ctx, route, params)
@@ -107,30 +118,30 @@ class Pipeline:
             response.headers.update(decision.headers())
         elif "X-RateLimit-Limit" not in response.headers:
             # A refusal before admission (401, 429) carries the bucket it hit, if any.
-            response.headers.update(self.anonymous_decision().headers())
+            response.headers.update(self.anonymous_decision(ip).headers())
         if route.is_mutation and ctx.principal_or_none is not None:
             await self._audit(ctx, route, response.status_code)
         return response
 
-    async def _handle(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> Response:
+    async def _handle(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> Answer:
         try:
             result = await route.handler(ctx, **params)
         except Exception as error:
             return self._error_response(error, ctx, route)
         return _to_response(result, route)
 
-    def _error_response(self, error: Exception, ctx: RequestContext, route: Route) -> Response:
+    def _error_response(self, error: Exception, ctx: RequestContext, route: Route) -> Answer:
         """The error envelope of whatever the admission or the handler raised."""
         if isinstance(error, ApiError):
-            return error_response(error, ctx.request_id)
+            return error_answer(error, ctx.request_id)
         if isinstance(error, (CorralError, *RUNTIME_ERRORS)):  # no actor answered for it: the one table
-            return error_response(as_api_error(error, ctx.request_id), ctx.request_id)
-        if isinstance(error, HTTPException):  # raised by quart while reading the body
-            return error_response(http_error(error), ctx.request_id)
+            return error_answer(as_api_error(error, ctx.request_id), ctx.request_id)
+        if isinstance(error, HTTPException):  # raised while reading the body
+            return error_answer(http_error(error), ctx.request_id)
         log.exception("unhandled error in %s (request %s)", route.endpoint, ctx.request_id, exc_info=error)
-        return error_response(internal_error(), ctx.request_id)
+        return error_answer(internal_error(), ctx.request_id)
 
-    async def _run_once(self, ctx: RequestContext, route: Route, params: dict[str, Any], key: str) -> Response:
+    async def _run_once(self, ctx: RequestContext, route: Route, params: dict[str, Any], key: str) -> Answer:
         """The handler under an Idempotency-Key (`corral.actors.idempotency`): a stored
         reply is answered again; a new key runs the handler and stores its reply."""
         tenant_id = ctx.principal.tenant_id or "operator"
@@ -143,14 +154,14 @@ class Pipeline:
             idempotency.fingerprint(route.method, ctx.request.full_path.rstrip("?"), body),
         )
         if stored is not None:
-            replayed = Response(stored.body, status=stored.status, content_type="application/json")
-            replayed.headers["Idempotent-Replayed"] = "true"
-            return replayed
+            return JsonAnswer(stored.body.encode(), stored.status, {"Idempotent-Replayed": "true"})
         status, stored_body = 500, None
         try:
             response = await self._handle(ctx, route, params)
             status = response.status_code
-            if status < 500 and isinstance(response.response, DataBody):
+            if isinstance(response, JsonAnswer):
+                stored_body = response.body.decode() if status < 500 else None
+            elif status < 500 and isinstance(response.response, DataBody):
                 stored_body = (await response.get_data(as_text=True)) or ""
             return response
         finally:
@@ -159,9 +170,9 @@ class Pipeline:
 
     async def _admit(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> RateDecision | None:
         if route.auth == "public" and route.public_rpm is not None:
-            decision = self.limiter.hit(f"{route.endpoint}:{client_ip()}", route.public_rpm)
+            decision = self.limiter.hit(f"{route.endpoint}:{ctx.client_ip}", route.public_rpm)
         elif route.auth == "public":
-            decision = self.anonymous_decision()
+            decision = self.anonymous_decision(ctx.client_ip)
         elif route.auth == "public_auth":
             decision = self.limiter.hit(f"auth-ip:{ctx.client_ip}", PUBLIC_AUTH_RPM)
         else:
@@ -247,9 +258,9 @@ def _authorize(principal: Principal, route: Route) -> None:
         raise forbidden("this key is restricted to one workspace; the tenant's egress vault, policies and audit need a tenant-wide key")
 
 
-def _to_response(result: Any, route: Route) -> Response:
+def _to_response(result: Any, route: Route) -> Answer:
     if isinstance(result, Response):
         return result
     if isinstance(result, Reply):
-        return json_response(result.body, result.status, result.headers)
-    return json_response(result, route.status)
+        return json_answer(result.body, result.status, result.headers)
+    return json_answer(result, route.status)

@@ -6,6 +6,7 @@ requests finish, actors stop; instances are left running for the next start.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 
@@ -17,7 +18,7 @@ from corral.actors.previews import run_preview
 from corral.config import Settings
 from corral.node import Platform, check_edge, open_node, run_edge
 
-from .app import MAX_BODY_BYTES, create_app
+from .app import MAX_BODY_BYTES, api_front, create_app
 from .keepalive import whole_request_first
 
 log = logging.getLogger("corral")
@@ -47,7 +48,7 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
     config = hypercorn_config(settings.host, settings.port)
     async with trio.open_nursery() as nursery:
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
-        served = whole_request_first(app, MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
+        served = whole_request_first(api_front(app), MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
         await hypercorn_serve(served, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
@@ -58,6 +59,10 @@ async def serve(settings: Settings, edge: bool = False) -> None:
     async with open_node(settings) as platform, trio.open_nursery() as nursery:
         nursery.start_soon(_wait_for_signal, stop)
         await nursery.start(run_api, platform, stop)
+        # Everything made while starting lives as long as the node: out of the collector's
+        # sight, a full collection no longer walks it (pauses of tens of ms, a p99 of
+        # 45 ms at 16 connections before; issue 28).
+        gc.freeze()
         log.info("Corral API listening on http://%s:%d", settings.host, settings.port)
         log.info("Corral preview router listening on http://%s:%d", settings.host, settings.preview_port)
         if edge:  # `corral serve --edge`: Caddy in front of the router, stopped with the node

@@ -96,6 +96,13 @@ class Database(ABC):
     async def insert(self, table: str, row: Row) -> None:
         await self.execute(insert_sql(table, row), tuple(row.values()))
 
+    def data_version(self) -> int | None:
+        """A number that changes whenever another connection (another writer, another
+        process, another node) committed to the store since the last call, read
+        without leaving the event loop; None where that cannot be had cheaply (then
+        nothing may be cached across requests)."""
+        return None
+
     @functools.cached_property
     def later(self) -> WriteBehind:
         """Writes the caller does not wait for (`corral.storage.write_behind`): events,
@@ -159,6 +166,13 @@ class SqliteDatabase(Database):
 
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
         return await trio.to_thread.run_sync(self._run, work, limiter=self._write_limiter)
+
+    def data_version(self) -> int | None:
+        """SQLite's `PRAGMA data_version` of the reader: every commit of the writer
+        connection, or of any other process on the file, changes it."""
+        if self._reader is self._writer:
+            return None
+        return int(self._reader.execute("PRAGMA data_version").fetchone()[0])
 
     async def fetch_all(self, sql: str, params: Params = ()) -> list[Row]:
         """Reads run on the trio thread against their own WAL reader connection."""

@@ -1,7 +1,8 @@
-"""Hundreds of instance lifecycles in overlapping waves, with addresses reused.
+"""Hundreds of instance lifecycles in overlapping waves, bridge ports reused.
 
-A new instance often gets an address that another one held a moment before (the
-test range is a /24 and the allocator hands out the lowest free address). Every
+Addresses are handed out round-robin (`corral.net.addresses`), so each instance of
+the run gets one nobody held before; the veths, the bridge's ports and the zygote's
+launches churn all the same. Every
 lifecycle creates, uses (exec, files, a background process), stops, starts, uses
 again and deletes a sandbox or a computer; nothing may answer AGENT_UNAVAILABLE and
 no computer may fail to provision.
@@ -91,7 +92,7 @@ async def computer_lifecycle(api: Api, tenant: Tenant, n: int, failures: Failure
 
 
 @pytest.mark.slow
-async def test_overlapping_lifecycles_reuse_addresses_without_agent_failures(runtime_api: Api) -> None:
+async def test_overlapping_lifecycles_without_agent_failures(runtime_api: Api) -> None:
     failures = Failures()
     # Several tenants, so neither the per-tenant sandbox cap nor the per-key rate
     # limit is what is tested here.
@@ -133,6 +134,8 @@ async def test_overlapping_lifecycles_reuse_addresses_without_agent_failures(run
 
     assert failures.items == [], f"{failures.codes}: " + "\n".join(failures.items[:20])
     assert done == SANDBOX_LIFECYCLES + COMPUTER_LIFECYCLES
-    # Addresses really were reused: far more instances than distinct addresses.
+    # Addresses are handed out round-robin: fewer instances than the range holds, so
+    # none came back while another was free (a reused one used to cost the next
+    # instance's first connection a second: the SYN retransmit).
     assert len(owners) >= SANDBOX_LIFECYCLES + COMPUTER_LIFECYCLES
-    assert len(addresses) < len(owners) / 4, (len(addresses), len(owners))
+    assert len(addresses) == len(owners), (len(addresses), len(owners))

@@ -1,7 +1,8 @@
 """API keys: created with their plaintext shown once, stored as SHA-256 digests.
 
-Revocation is a status change that also drops the key from authentication's cache
-(`store.api_keys.KeyCache`), so a revoked key is refused on its next request.
+Revocation is a status change; authentication's cache (`store.api_keys.KeyCache`)
+holds a key only while the store is unchanged, so a revoked key is refused on its
+next request.
 """
 
 from __future__ import annotations

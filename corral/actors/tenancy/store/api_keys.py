@@ -3,12 +3,11 @@
 Reads are for anyone (authentication reads a key on every request); the writes
 (`create`, `revoke`, `mark_used`) are the tenancy package's own (`tenancy.api_keys`).
 
-Authentication's lookup is cached per store (`KeyCache`): an active key with its member
-is kept after its first request, and `revoke` drops it in the same call, so the next
-request is refused. Nothing negative is cached (an unknown key, a key whose user is not
-a member yet), and memberships are only ever added, so no other write can make a
-cached answer wrong. Another node's revocation reaches this cache through `forget`
-(issue 30's node bus).
+Authentication's lookup is cached per store (`KeyCache`) for as long as the store is
+unchanged: an entry is used only while `Database.data_version()` is what it was when
+the key was read, so a revocation (through the API, another process, another node, or
+an operator's SQL) is seen on the next request. A store that cannot say whether it
+changed (PostgreSQL) is read every time.
 """
 
 from __future__ import annotations
@@ -66,30 +65,21 @@ MAX_CACHED_KEYS = 10_000
 
 
 class KeyCache:
-    """Active keys by digest, as authentication last read them from one store."""
+    """Active keys by digest, with the store's data version they were read at."""
 
     def __init__(self) -> None:
-        self._by_digest: dict[str, KeyWithMember] = {}
-        self.generation = 0
-        """Counts revocations: a read begun before one is not kept (it may predate it)."""
+        self._by_digest: dict[str, tuple[KeyWithMember, int]] = {}
 
-    def get(self, key_digest: str) -> KeyWithMember | None:
-        return self._by_digest.get(key_digest)
+    def get(self, key_digest: str, version: int) -> KeyWithMember | None:
+        cached = self._by_digest.get(key_digest)
+        if cached is None or cached[1] != version:
+            return None
+        return cached[0]
 
-    def keep(self, key: KeyWithMember, read_in_generation: int) -> None:
-        if read_in_generation != self.generation or key.status != "active":
-            return
-        if key.user_id is not None and key.member_role is None:
-            return
+    def keep(self, key: KeyWithMember, version: int) -> None:
         if len(self._by_digest) >= MAX_CACHED_KEYS:
             self._by_digest.clear()
-        self._by_digest[key.key_digest] = key
-
-    def forget(self, key_id: str) -> None:
-        self.generation += 1
-        for cached_digest, key in list(self._by_digest.items()):
-            if key.id == key_id:
-                del self._by_digest[cached_digest]
+        self._by_digest[key.key_digest] = (key, version)
 
 
 _CACHES: weakref.WeakKeyDictionary[Database, KeyCache] = weakref.WeakKeyDictionary()
@@ -110,16 +100,17 @@ def key_cache(db: Database) -> KeyCache:
 async def with_member_by_digest(db: Database, key_digest: str) -> KeyWithMember | None:
     """The key with this digest and its member, in one query, or from the cache: this
     runs on every key-authenticated request."""
-    cache = key_cache(db)
-    cached = cache.get(key_digest)
-    if cached is not None:
-        return cached
-    generation = cache.generation
+    version = db.data_version()
+    if version is not None:
+        cached = key_cache(db).get(key_digest, version)
+        if cached is not None:
+            return cached
     row = await db.fetch_one(_WITH_MEMBER_SQL + " WHERE k.key_digest = ?", (key_digest,))
     if row is None:
         return None
     key = _WITH_MEMBER.record(row)
-    cache.keep(key, generation)
+    if version is not None:  # read at `version` or later: never newer than it says
+        key_cache(db).keep(key, version)
     return key
 
 
@@ -152,7 +143,6 @@ async def create(db: Database, record: ApiKeyRecord) -> None:
 
 async def revoke(db: Database, key_id: str, revoked_at: str) -> None:
     await API_KEYS.update(db, key_id, {"status": "revoked", "revoked_at": revoked_at})
-    key_cache(db).forget(key_id)
 
 
 async def mark_used(db: Database, key_id: str) -> None:
