@@ -37,7 +37,9 @@ class EchoServer:
     tls: ssl.SSLContext | None = None
     peers: list[str] = field(default_factory=list)
     big: int = 0
-    """`GET /big` answers this many bytes."""
+    """`GET /big` answers this many bytes (`GET /big/<n>`: n bytes)."""
+    connections: int = 0
+    """Connections accepted so far (a kept-alive upstream is counted once)."""
     netns: str | None = None
     """A network namespace (path) to listen in, instead of the host's."""
 
@@ -59,6 +61,7 @@ class EchoServer:
                 nursery.start_soon(self._connection, sock, str(address[0]))
 
     async def _connection(self, sock: trio.socket.SocketType, peer: str) -> None:
+        self.connections += 1
         stream: trio.abc.Stream = trio.SocketStream(sock)
         try:
             if self.tls is not None:
@@ -83,8 +86,9 @@ class EchoServer:
                         return
                 assert request is not None
                 self.peers.append(peer)
-                if request.target == b"/big":
-                    await self._big(stream, conn)
+                if request.target == b"/big" or request.target.startswith(b"/big/"):
+                    size = int(request.target[5:]) if request.target.startswith(b"/big/") else self.big
+                    await self._big(stream, conn, size)
                 else:
                     body = json.dumps({
                         "method": request.method.decode(),
@@ -105,11 +109,11 @@ class EchoServer:
         finally:
             await stream.aclose()
 
-    async def _big(self, stream: trio.abc.Stream, conn: h11.Connection) -> None:
-        headers = [(b"content-length", str(self.big).encode())]
+    async def _big(self, stream: trio.abc.Stream, conn: h11.Connection, size: int) -> None:
+        headers = [(b"content-length", str(size).encode())]
         await stream.send_all(conn.send(h11.Response(status_code=200, headers=headers)) or b"")
         chunk = b"x" * 65536
-        left = self.big
+        left = size
         while left:
             piece = chunk[: min(left, len(chunk))]
             await stream.send_all(conn.send(h11.Data(data=piece)) or b"")

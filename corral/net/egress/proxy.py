@@ -65,12 +65,14 @@ from .streams import (
     READ_SIZE,
     Peer,
     Prefixed,
+    keeps_alive,
     looks_closed,
     original_destination,
     plain_socket,
     splice,
     split_host_port,
 )
+from .tls import TLSStream
 
 log = logging.getLogger("corral.net.egress")
 
@@ -81,8 +83,9 @@ REQUEST_HOP_BY_HOP = frozenset({
 })
 RESPONSE_HOP_BY_HOP = REQUEST_HOP_BY_HOP | {b"transfer-encoding"}
 DEFAULT_PORTS = {"http": 80, "https": 443}
-RAW_RELAY_BYTES = 4 * 1024 * 1024
-"""Bodies this large (of known length, not scrubbed) are relayed as raw bytes."""
+SPLICE_BYTES = 262144
+"""A plain body with this much still to come is spliced (below it, a pipe's setup costs
+more than copying)."""
 _SNI: contextvars.ContextVar[str | None] = contextvars.ContextVar("corral_egress_sni", default=None)
 
 
@@ -269,12 +272,12 @@ class EgressProxy:
             target = _Target("http", "", port, address, "transparent")
             await self._serve_http(Peer(client, h11.SERVER), peer, target)
 
-    async def _terminate_tls(self, client: trio.abc.Stream, fallback_host: str) -> tuple[trio.SSLStream[trio.abc.Stream], str | None]:
+    async def _terminate_tls(self, client: trio.abc.Stream, fallback_host: str) -> tuple[TLSStream, str | None]:
         """The TLS server side towards the instance; the leaf follows the SNI (else `fallback_host`)."""
         context = self.ca.context_for(fallback_host)
         context.sni_callback = self._on_sni
         _SNI.set(None)
-        tls = trio.SSLStream(client, context, server_side=True, https_compatible=True)
+        tls = TLSStream(client, context, server_side=True)
         with trio.fail_after(self.config.handshake_timeout):
             await tls.do_handshake()
         return tls, _SNI.get()
@@ -338,7 +341,7 @@ class EgressProxy:
                     upstream = await self._exchange(client, peer, target, event, upstream)
                     if not client.reusable():
                         return
-                    client.conn.start_next_cycle()
+                    client.next_cycle()
         finally:
             if upstream is not None:
                 await upstream.peer.aclose()
@@ -438,20 +441,17 @@ class EgressProxy:
         if scrubber is not None:
             response_headers = [(k, v) for k, v in response_headers if k.lower() != b"content-length"]
         length = _content_length(response_headers)
-        raw = (
-            scrubber is None and length is not None and length >= RAW_RELAY_BYTES and method != "HEAD"
-            and status >= 200 and status not in (204, 304)
+        raw = (  # a body of known length the proxy leaves as is: relayed past h11
+            scrubber is None and length is not None and method != "HEAD" and status >= 200 and status not in (204, 304)
+            and _header(response.headers, b"transfer-encoding") is None
         )
-        if raw:  # a big download: raw bytes both ways, then both connections close
-            response_headers = [(k, v) for k, v in response_headers if k.lower() != b"connection"]
-            response_headers.append((b"connection", b"close"))
         try:
             await client.send(h11.Response(status_code=status, headers=response_headers, reason=response.reason or _reason(status)))
             if raw and length is not None:
-                received = await self._relay_raw(upstream.peer, client, length)
-                await upstream.peer.aclose()
-                return None
-            received = await self._relay_response_body(upstream.peer, client, scrubber)
+                received = await self._relay_raw(upstream.peer, client, length, keeps_alive(response))
+                await client.send(h11.EndOfMessage())
+            else:
+                received = await self._relay_response_body(upstream.peer, client, scrubber)
         except (h11.ProtocolError, trio.BrokenResourceError, ssl.SSLError, OSError) as exc:
             error = f"relay failed: {exc!r}"
             await upstream.peer.aclose()
@@ -460,7 +460,7 @@ class EgressProxy:
         finally:
             await self._record(info, decision, status, upstream, sent, received, started, transforms, error)
         if upstream.peer.reusable():
-            upstream.peer.conn.start_next_cycle()
+            upstream.peer.next_cycle()
             return upstream
         await upstream.peer.aclose()
         return None
@@ -471,7 +471,10 @@ class EgressProxy:
     ) -> _Upstream:
         key = (scheme if not platform else PLATFORM_MODE, host, port, address)
         if current is not None:
-            if current.key == key and not looks_closed(current.raw.socket):
+            kept = current.peer.stream
+            # Bytes past the last response (in h11, in TLS, in the socket): unusable too.
+            leftover = len(current.peer.conn.trailing_data[0]) + (kept.buffered if isinstance(kept, TLSStream) else 0)
+            if current.key == key and not leftover and not looks_closed(current.raw.socket):
                 return current
             await current.peer.aclose()
         if platform:  # the node's own API on loopback: no destination check applies
@@ -483,7 +486,7 @@ class EgressProxy:
             raw, connected = await self._open(host, port, address)
         stream: trio.abc.Stream = raw
         if scheme == "https":
-            tls = trio.SSLStream(raw, self.upstream_tls, server_hostname=host, https_compatible=True)
+            tls = TLSStream(raw, self.upstream_tls, server_side=False, server_hostname=host)
             try:
                 with trio.fail_after(self.config.handshake_timeout):
                     await tls.do_handshake()
@@ -556,26 +559,26 @@ class EgressProxy:
                 raise trio.BrokenResourceError("the upstream closed the response")
 
     @staticmethod
-    async def _relay_raw(upstream: Peer, client: Peer, length: int) -> int:
-        """A Content-Length body past h11 (what it already holds, then straight from the socket,
-        spliced in the kernel when neither side is TLS).
-
-        Parsing adds nothing to a body of known length but copies; the connections are
-        not reused afterwards (the response said `Connection: close`).
-        """
+    async def _relay_raw(upstream: Peer, client: Peer, length: int, keep_alive: bool) -> int:
+        """A Content-Length body past h11: what it already holds, then straight from the
+        upstream (spliced in the kernel when neither side is TLS) in big reads. The body's
+        end is known from its length, so parsing would add nothing but copies; h11 still
+        counts what is sent, and the upstream's starts afresh afterwards (`skipped_body`)."""
         count = 0
         while count < length:
             event = upstream.conn.next_event()
-            if isinstance(event, h11.Data):
-                count += len(event.data)
-                await client.stream.send_all(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                return count
-            else:
-                break
+            if not isinstance(event, h11.Data):
+                break  # NEED_DATA: the rest is still to come
+            count += len(event.data)
+            await client.send_body(event.data)
+        if count >= length:  # all of it was in h11's buffer: h11 saw the whole message
+            upstream.conn.next_event()  # its EndOfMessage
+            return count
         source, sink = plain_socket(upstream.stream), plain_socket(client.stream)
-        if source is not None and sink is not None and count < length:  # plain HTTP both ways: in the kernel
-            count += await splice(source, sink, length - count)
+        if source is not None and sink is not None and length - count >= SPLICE_BYTES:  # plain HTTP both ways: in the kernel
+            moved = await splice(source, sink, length - count)
+            client.sent_past(moved)
+            count += moved
             if count < length:
                 raise trio.BrokenResourceError("the upstream closed the response")
         while count < length:
@@ -583,7 +586,8 @@ class EgressProxy:
             if not data:
                 raise trio.BrokenResourceError("the upstream closed the response")
             count += len(data)
-            await client.stream.send_all(data)
+            await client.send_body(data)
+        upstream.skipped_body(keep_alive)
         return count
 
     @staticmethod

@@ -9,7 +9,7 @@ import os
 import select
 import socket
 import struct
-from typing import Any
+from typing import Any, cast
 
 import h11
 import trio
@@ -18,6 +18,8 @@ SO_ORIGINAL_DST = 80
 READ_SIZE = 1048576
 PIPE_SIZE = 1048576
 F_SETPIPE_SZ = 1031
+_ZEROS = memoryview(bytes(READ_SIZE))
+"""Stand-in bytes h11 counts for a spliced body (`Peer.sent_past`): it only takes their length."""
 
 
 class Prefixed(trio.abc.Stream):
@@ -45,11 +47,19 @@ class Prefixed(trio.abc.Stream):
 
 
 class Peer:
-    """One side of an exchange: a stream and its h11 state machine."""
+    """One side of an exchange: a stream and its h11 state machine.
+
+    A body of known length may pass beside h11 (`send_body`, `sent_past`, `skipped_body`):
+    h11 then does no per-chunk parsing or copying, yet still knows where each message
+    ends, so the connection stays usable for the next request.
+    """
 
     def __init__(self, stream: trio.abc.Stream, role: Any) -> None:
         self.stream = stream
         self.conn = h11.Connection(role)
+        self._fresh = False
+        """The state machine was replaced after a message whose body it never saw: the
+        next cycle has begun already."""
 
     async def next_event(self) -> Any:
         while True:
@@ -60,22 +70,60 @@ class Peer:
                 data = await self.stream.receive_some(READ_SIZE)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
-            self.conn.receive_data(bytes(data))
+            self.conn.receive_data(cast(bytes, data))  # h11 takes any bytes-like (typed bytes): no copy
 
     async def send(self, event: Any) -> None:
         data = self.conn.send(event)
         if data:
             await self.stream.send_all(data)
 
+    async def send_body(self, data: bytes | bytearray | memoryview) -> None:
+        """Body bytes, as is: h11 counts them against the message's length without copying."""
+        pieces = self.conn.send_with_data_passthrough(h11.Data(data=cast(bytes, data)))  # passed through as is
+        if pieces:
+            await self.stream.send_all(pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
+    def sent_past(self, count: int) -> None:
+        """`count` body bytes went out beside the stream (spliced in the kernel): h11 counts
+        them as sent (a Content-Length body; nothing is written)."""
+        while count > 0:
+            size = min(count, len(_ZEROS))
+            self.conn.send_with_data_passthrough(h11.Data(data=cast(bytes, _ZEROS[:size])))
+            count -= size
+
+    def skipped_body(self, keep_alive: bool) -> None:
+        """The rest of the message being received was read beside h11 (a Content-Length body
+        relayed raw): start afresh if the connection may carry another exchange, else end
+        it (the next `reusable` says no)."""
+        if keep_alive and self.conn.our_state is h11.DONE and not self.conn.trailing_data[0]:
+            self.conn = h11.Connection(self.conn.our_role)
+            self._fresh = True
+        else:
+            self.conn.send_failed()  # unusable: h11 no longer knows where the stream stands
+
     def reusable(self) -> bool:
         """Both sides finished their message and may start another on this connection."""
+        if self._fresh:
+            return True
         return self.conn.our_state is h11.DONE and self.conn.their_state is h11.DONE
+
+    def next_cycle(self) -> None:
+        if self._fresh:
+            self._fresh = False
+        else:
+            self.conn.start_next_cycle()
 
     async def aclose(self) -> None:
         with trio.move_on_after(1) as scope:
             scope.shield = True
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 await self.stream.aclose()
+
+
+def keeps_alive(event: h11.Request | h11.Response) -> bool:
+    """Whether a message allows another exchange on its connection (h11's own rule)."""
+    tokens = {token.strip().lower() for key, value in event.headers if key.lower() == b"connection" for token in value.split(b",")}
+    return b"close" not in tokens and event.http_version >= b"1.1"
 
 
 def plain_socket(stream: trio.abc.Stream) -> trio.socket.SocketType | None:
