@@ -174,21 +174,29 @@ class EventBus:
 
     async def publish(self, event: Event) -> Event:
         """Append `event` to the log, then offer it to every subscriber; returns it."""
+        if self.event_log.queues_appends:
+            # The append only queues the row (`Database.later`): nothing here can
+            # suspend, so events reach the log and the subscribers in this order
+            # without the lock (whose checkpoints cost more than the rest).
+            await self.event_log.append(event)
+            self._offer(event)
+            return event
         async with self._lock:
             await self.event_log.append(event)
-            self.published += 1
-            for subscription in list(self._subscriptions):
-                subscription.offer(event)
+            self._offer(event)
         return event
+
+    def _offer(self, event: Event) -> None:
+        self.published += 1
+        for subscription in list(self._subscriptions):
+            subscription.offer(event)
 
     async def announce(self, event: Event) -> Event:
         """Offer `event` to live subscribers without writing it to the event log: for a
         part that keeps the event durable in its own table (agent runs), so a second
         write would only cost time. Replay is then that part's, from its table."""
         async with self._lock:
-            self.published += 1
-            for subscription in list(self._subscriptions):
-                subscription.offer(event)
+            self._offer(event)
         return event
 
     def subscribe(

@@ -63,6 +63,11 @@ class EventLog:
         self.db = db
         self.retention_seconds = retention_seconds
 
+    @property
+    def queues_appends(self) -> bool:
+        """Whether `append` only queues (the store's writer runs): it then never suspends."""
+        return self.db.later.running
+
     async def append(self, event: Event) -> Event:
         """Queue the event's row (`Database.later`): publishing waits for no commit;
         this node's replays flush first, so none of them misses it."""

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from corral.actors.record import RowStore
 from corral.storage import Database
@@ -42,7 +42,7 @@ AUDIT_EVENTS = RowStore("audit_events", AuditRecord)
 
 async def insert(db: Database, record: AuditRecord) -> None:
     """Queued (`Database.later`): the request it records does not wait for the commit."""
-    row = AUDIT_EVENTS.row(asdict(record))
+    row = {name: getattr(record, name) for name in AuditRecord.__slots__}  # flat: no deep copy
     await db.later.add(insert_sql(AUDIT_EVENTS.table, row), tuple(row.values()))
 
 
