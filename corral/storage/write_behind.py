@@ -1,4 +1,4 @@
-"""Writes nobody waits for: queued, then committed together a few milliseconds later.
+"""Writes nobody waits for: queued, then committed together some milliseconds later.
 
 An exec through the API used to wait on four commits it did not need the outcome of:
 its two events, its audit row and the sandbox's activity time, each a hop to the
