@@ -13,8 +13,9 @@ bodies (Quart parses forms and files), WebSockets, `/healthz`, the OpenAPI docum
 lifespan.
 
 As Quart does, a mutation's body is read by a task of its own while the handler
-runs, and a client that goes away cancels the handler (a 40 s exec whose caller hung
-up stops); a body larger than the server takes is a 413, one that stalls a 408. A
+runs, and a client that goes away cancels the handler (its call to the agent is cut;
+the agent lets an exec's command run to its end, as it did under Quart); a body
+larger than the server takes is a 413, one that stalls a 408. A
 read whose (empty) body came with its head, nearly every GET, skips that task (it
 costs as much as the rest of the front); only a streamed answer then follows the
 client, to stop when it leaves. Whole JSON answers go out as `replies.JsonAnswer`.
