@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -130,6 +131,9 @@ class Platform:
     custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
     """Custom domains in memory: what the router and the TLS edge's question read."""
     preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
+    request_observers: list[Callable[[Any], None]] = field(default_factory=list)
+    """Called with each API request's `corral.http.observe.RequestRecord` once answered
+    (metrics, the access log)."""
     """Parts that add hosts to the preview router's table when it is built."""
     edge_secret: str = ""
     """Shared with `corral edge`: the header that proves a request came through it over HTTPS."""

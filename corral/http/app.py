@@ -15,6 +15,7 @@ from corral.node import Platform
 
 from . import egress_tail
 from .front import ApiFront
+from .observe import current
 from .openapi import build_document
 from .pipeline import Pipeline, client_ip, error_response, http_error, new_request_id
 from .replies import json_response
@@ -56,9 +57,11 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
         app.add_url_rule(route.rule, endpoint=route.endpoint, view_func=pipeline.view(route), methods=[route.method])
 
     async def healthz() -> Response:
+        named("/healthz")
         return json_response({"status": "ok"}, 200)
 
     async def openapi() -> Response:
+        named("/api/v1/openapi.json")
         response = json_response(document, 200)
         response.headers["X-Request-Id"] = new_request_id()
         response.headers.update(pipeline.anonymous_decision(client_ip()).headers())
@@ -86,6 +89,13 @@ def api_front(app: QuartTrio) -> ApiFront:
     rest through `app` (`front.py` says why)."""
     pipeline: Pipeline = app.extensions["corral.pipeline"]
     return ApiFront(routes_of(app), pipeline.run, app, MAX_BODY_BYTES)  # type: ignore[arg-type]
+
+
+def named(route: str) -> None:
+    """The route template of a request Quart serves outside the pipeline, for its record."""
+    record = current()
+    if record is not None:
+        record.route = route
 
 
 def _decorate(pipeline: Pipeline, response: Response) -> Response:

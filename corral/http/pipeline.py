@@ -26,6 +26,7 @@ from corral.node import Platform
 
 from .auth import Authenticator
 from .context import HttpRequest, RequestContext
+from .observe import current
 from .params import Param
 from .principal import Principal
 from .ratelimit import ANONYMOUS_RPM, EGRESS_RPM, PUBLIC_AUTH_RPM, RateDecision, RateLimiter
@@ -36,7 +37,9 @@ log = logging.getLogger("corral.http")
 
 
 def new_request_id() -> str:
-    return f"req_{new_ulid()}"
+    """The id of the request being served (`observe.current`), or a new one."""
+    record = current()
+    return record.request_id if record is not None else f"req_{new_ulid()}"
 
 
 def client_ip(incoming: Any = None) -> str | None:
@@ -102,6 +105,9 @@ class Pipeline:
     async def run(self, route: Route, params: dict[str, Any], incoming: HttpRequest) -> Answer:
         ip = client_ip(incoming)
         ctx = RequestContext(self.platform, incoming, route, new_request_id(), ip)
+        record = current()
+        if record is not None:
+            record.route = route.openapi_path
         decision: RateDecision | None = None
         try:
             decision = await self._admit(ctx, route, params)
@@ -178,6 +184,9 @@ class Pipeline:
         else:
             principal = await self._principal(ctx, route, params)
             ctx.principal_or_none = principal
+            record = current()
+            if record is not None:
+                record.tenant_id = principal.tenant_id
             bucket, limit = principal.rate_bucket, principal.rate_limit_rpm
             if route.path.startswith("/egress/"):  # the egress endpoints have a bucket of their own
                 bucket, limit = f"{bucket}:egress", min(limit, EGRESS_RPM)

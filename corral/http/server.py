@@ -20,6 +20,7 @@ from corral.node import Platform, check_edge, open_node, run_edge
 
 from .app import MAX_BODY_BYTES, api_front, create_app
 from .keepalive import whole_request_first
+from .observe import observed
 
 log = logging.getLogger("corral")
 
@@ -48,7 +49,8 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
     config = hypercorn_config(settings.host, settings.port)
     async with trio.open_nursery() as nursery:
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
-        served = whole_request_first(api_front(app), MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
+        front = observed(api_front(app), platform.request_observers)  # a record of every request (observe.py)
+        served = whole_request_first(front, MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
         await hypercorn_serve(served, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
 
 
