@@ -106,16 +106,16 @@ async def test_writing_past_the_disk_is_enospc_and_nothing_else(runtime_host: No
         )  # fmt: skip
         assert "disk.img" not in seen["stdout"] and str(data_dir) not in seen["stdout"], seen
 
-        free_before = host_free(api)
         result = await run(api, tenant, sid, "fallocate -l 1G /workspace/big")
         assert result["exit_code"] != 0 and "No space left on device" in result["stderr"], result
         result = await run(api, tenant, sid, "rm -f /workspace/big; dd if=/dev/zero of=/workspace/fill bs=1M count=400")
         assert result["exit_code"] != 0 and "No space left on device" in result["stderr"], result
         result = await run(api, tenant, sid, "chmod 0700 /usr/bin/python3.11")  # a copy-up (6 MB) on a full disk
         assert result["exit_code"] != 0 and "No space left on device" in result["stderr"], result
-        # The node gave the instance at most its size, and everything else goes on.
+        # The node gave the instance at most its size (its image's own blocks: the host's
+        # free space also moves with whatever the other test workers write), and
+        # everything else goes on.
         assert on_node(api, sid) <= 256 * MIB
-        assert free_before - host_free(api) < 256 * MIB + 64 * MIB
         assert (await run(api, tenant, sid, "echo alive"))["stdout"] == "alive\n"
         other = await new_sandbox(api, tenant)
         assert (await run(api, tenant, other["id"], "echo fine > /workspace/f && cat /workspace/f"))["stdout"] == "fine\n"

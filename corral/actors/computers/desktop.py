@@ -420,8 +420,11 @@ def parse_windows(output: str) -> list[dict[str, Any]]:
         fields = header.split(" ", 6)
         if len(fields) < 6 or fields[0] != "window":
             continue
-        wid = int(fields[1], 16)
-        x, y, width, height = (int(v) for v in fields[2:6])
+        try:
+            wid = int(fields[1], 16)
+            x, y, width, height = (int(v) for v in fields[2:6])
+        except ValueError:  # a window that went away while it was listed (no geometry left)
+            continue
         windows.append(
             {
                 "id": window_id_text(wid),

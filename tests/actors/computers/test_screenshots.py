@@ -54,3 +54,4 @@ def test_png_size_reads_the_agents_png() -> None:
 def test_junk_is_not_a_png(data: bytes) -> None:
     with pytest.raises(BadDump):
         png_size(data)
+
