@@ -12,6 +12,8 @@ baseline, p50 and p99:
 - exec `true` round trip; runtime: the agent's; bare: `subprocess.run(["true"])`;
 - fork -> the fork answers `true`; runtime: `driver.clone` + exec;
 - stop + start -> first exec; runtime: `driver.stop` + `driver.start` + exec;
+- pause and resume of a computer (sandboxes have no pause); runtime: `driver.pause`,
+  `driver.start` (a thaw);
 - `GET /sandboxes/{id}` and `/healthz`.
 
 Goals printed beside the figures: create -> first exec at most 25 ms p50 with the
@@ -173,7 +175,29 @@ def api_rows(client: httpx.Client, args: argparse.Namespace) -> dict[str, Any]:
         starts.append(time.perf_counter() - start)
     rows["start_to_exec"] = summary(starts)
     ok(client.delete(f"/sandboxes/{sid}"))
+    rows.update(computer_rows(client, args))
     return rows
+
+
+def computer_rows(client: httpx.Client, args: argparse.Namespace) -> dict[str, Any]:
+    """Pause and resume (`start`) of a running computer: sandboxes have no pause."""
+    computer = ok(client.post("/computers", json={"name": "bench", "template_type": "svc-desktop"}))
+    cid = computer.get("id") or computer["data"]["id"]
+    deadline = time.monotonic() + 180
+    while ok(client.get(f"/computers/{cid}")).get("status") != "running":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the bench computer did not start within 180 s")
+        time.sleep(0.2)
+    pauses, resumes = [], []
+    for _ in range(args.lifecycle):
+        start = time.perf_counter()
+        ok(client.post(f"/computers/{cid}/pause"))
+        pauses.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        ok(client.post(f"/computers/{cid}/start"))
+        resumes.append(time.perf_counter() - start)
+    ok(client.delete(f"/computers/{cid}"))
+    return {"pause": summary(pauses), "resume": summary(resumes)}
 
 
 async def exec_with_h11(base_url: str, authorization: str, sandbox_id: str, execs: int) -> dict[str, float]:
@@ -256,6 +280,15 @@ async def runtime_rows(args: argparse.Namespace) -> dict[str, Any]:
             await first_exec(await driver.start(ids[0]))
             starts.append(time.perf_counter() - start)
         rows["start_to_exec"] = summary(starts)
+        pauses, resumes = [], []
+        for _ in range(args.lifecycle):
+            start = time.perf_counter()
+            await driver.pause(ids[0])
+            pauses.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await driver.start(ids[0])
+            resumes.append(time.perf_counter() - start)
+        rows["pause"], rows["resume"] = summary(pauses), summary(resumes)
     finally:
         with trio.CancelScope(shield=True):
             for instance_id in ids:
@@ -290,7 +323,10 @@ def report(results: dict[str, Any]) -> list[str]:
     line("create -> first exec, no pool", unpooled["create_to_exec"], rt_created, bare["unshare_true"],
          f"<= runtime + 10 = {p50(rt_created) + 10:.1f}: {'met' if p50(unpooled['create_to_exec']) <= p50(rt_created) + 10 else 'MISSED'}")
     line("POST /sandboxes answered, pool", api["create_answered"], None, None, "")
-    for name, key, slack in (("exec true", "exec_true", 1.0), ("fork -> exec", "fork_to_exec", 10.0), ("start -> exec", "start_to_exec", 10.0)):
+    for name, key, slack in (
+        ("exec true", "exec_true", 1.0), ("fork -> exec", "fork_to_exec", 10.0), ("start -> exec", "start_to_exec", 10.0),
+        ("pause (a computer's)", "pause", 10.0), ("resume (a computer's)", "resume", 10.0),
+    ):
         through, alone = api[key], runtime[key]
         baseline = bare["subprocess_true"] if key == "exec_true" else None
         met = p50(through) <= p50(alone) + slack
