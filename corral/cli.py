@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 
@@ -12,6 +11,24 @@ import trio
 from corral import commands
 from corral.config import Settings, SettingsError
 from corral.net.edge import EdgeConfig, caddy_binary, edge_config, run_edge_process
+
+LOG_HELP = (
+    "debug, info, warning, error or critical (wins over CORRAL_LOG_LEVEL; default info);"
+    " CORRAL_LOG_FORMAT=json writes one JSON object a line"
+)
+
+
+def _setup_logging(level_option: str | None) -> bool:
+    """The node's log handler (`corral.operations.logs`); False, said on stderr, if the
+    level or `CORRAL_LOG_FORMAT` is not one we know."""
+    from corral.operations.logs import LogSettingsError, configure
+
+    try:
+        configure(level_option)
+    except LogSettingsError as exc:
+        print(f"corral: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +41,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     serve.add_argument("--preview-port", type=int, default=None, help="preview router port (CORRAL_PREVIEW_PORT, default 8081)")
     serve.add_argument("--public-domain", default=None, help="service domain (CORRAL_PUBLIC_DOMAIN, default corral.localhost)")
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument("--metrics-port", type=int, default=None, help="Prometheus metrics port, GET /metrics without authentication (CORRAL_METRICS_PORT, default: none)")
+    serve.add_argument("--log-level", default=None, help=LOG_HELP)
     serve.add_argument("--edge", action="store_true", help="also run the TLS edge (Caddy) in front of the preview router")
     _edge_ports(serve)
 
@@ -45,7 +63,7 @@ def _edge_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     edge.add_argument("--preview-port", type=int, default=None, help="the node's preview router port (CORRAL_PREVIEW_PORT, default 8081)")
     edge.add_argument("--data-dir", default=None, help="the node's data directory: the edge's secret and certificates (CORRAL_DATA_DIR)")
     _edge_ports(edge)
-    edge.add_argument("--log-level", default="INFO")
+    edge.add_argument("--log-level", default=None, help=LOG_HELP)
 
 
 def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -105,19 +123,24 @@ def templates_command(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
     if args.subcommand == "serve":
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if not _setup_logging(args.log_level):
+            return 2
         from corral.http.server import serve
+        from corral.operations import tracing
 
         try:
             settings = Settings.from_args(args)
         except ValueError as exc:  # SettingsError, or a number that is not one
             print(f"corral: {exc}", file=sys.stderr)
             return 2
+        provider = tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         try:
             trio.run(serve, settings, args.edge)
         except SettingsError as exc:  # found while starting: a configuration file that cannot be used
             print(f"corral: {exc}", file=sys.stderr)
             return 2
+        finally:
+            tracing.shutdown(provider)
         return 0
     if args.subcommand == "templates":
         return templates_command(args)
@@ -144,7 +167,8 @@ def _edge_settings(args: argparse.Namespace) -> Settings:
 def edge_command(args: argparse.Namespace) -> int:
     """`corral edge`: Caddy in front of a node started separately (same data directory)."""
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not _setup_logging(args.log_level):
+        return 2
     try:
         config = edge_config(_edge_settings(args))
         caddy_binary()

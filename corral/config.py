@@ -182,6 +182,10 @@ class Settings:
     """The host in a database's `url` (`CORRAL_DATABASE_HOST`); empty: `--host` (127.0.0.1 for 0.0.0.0)."""
     database_check_seconds: float = 1.0
     """How often servers are checked for crashes and idleness (`CORRAL_DATABASE_CHECK_SECONDS`)."""
+    # Operations (contract §19; docs/api.md "Metrics").
+    metrics_port: int | None = None
+    """Prometheus metrics at `GET /metrics` on this port of `host`, without authentication
+    (`CORRAL_METRICS_PORT`); None: no metrics listener."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -199,6 +203,10 @@ class Settings:
             raise SettingsError("CORRAL_DISK_RESERVE_GB must be a non-negative number (GiB)")
         if not 0 <= self.warm_pool <= MAX_WARM_POOL:
             raise SettingsError(f"CORRAL_WARM_POOL must be an integer from 0 (no pool) to {MAX_WARM_POOL}")
+        if self.metrics_port is not None and not 1 <= self.metrics_port <= 65535:
+            raise SettingsError("CORRAL_METRICS_PORT must be a TCP port from 1 to 65535 (or unset: no metrics listener)")
+        if self.metrics_port is not None and self.metrics_port in (self.port, self.preview_port):
+            raise SettingsError("CORRAL_METRICS_PORT must differ from the API and preview ports")
         if self.memory_reserve_mb is not None and self.memory_reserve_mb < 0:
             raise SettingsError("CORRAL_MEMORY_RESERVE_MB must be a non-negative number of MiB")
         if self.admin_key is not None and (
@@ -270,6 +278,7 @@ class Settings:
             "database_ports": env.get("CORRAL_DATABASE_PORTS", "15432-16431"),
             "database_host": env.get("CORRAL_DATABASE_HOST", ""),
             "database_check_seconds": float(env.get("CORRAL_DATABASE_CHECK_SECONDS", "1")),
+            "metrics_port": _env_int("CORRAL_METRICS_PORT", None),
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),
@@ -288,6 +297,7 @@ class Settings:
             public_domain=args.public_domain,
             edge_https_port=getattr(args, "https_port", None),
             edge_http_port=getattr(args, "http_port", None),
+            metrics_port=getattr(args, "metrics_port", None),
         )
 
     def preview_origin(self, host: str, *, websocket: bool = False) -> str:

@@ -55,6 +55,7 @@ from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.sandboxes.services import TemplateResolver
 from corral.actors.system import ActorConfig, ActorSystem
+from corral.actors.timings import OperationTimings
 from corral.actors.webhooks import run_webhooks
 from corral.actors.webhooks.runner import WebhookRuntime
 from corral.config import ADMIN_KEY_PREFIX, Settings, SettingsError
@@ -63,6 +64,7 @@ from corral.net.edge import caddy_binary, edge_config, edge_secret, run_edge_pro
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.net.preview import RouteTable
+from corral.operations import NodeMetrics, run_metrics_listener
 from corral.storage import (
     BlobStore,
     Database,
@@ -134,6 +136,10 @@ class Platform:
     request_observers: list[Callable[[Any], None]] = field(default_factory=list)
     """Called with each API request's `corral.http.observe.RequestRecord` once answered
     (metrics, the access log)."""
+    operation_timings: OperationTimings = field(default_factory=OperationTimings)
+    """Observers of instance operations' durations (`corral.actors.timings`): the metrics."""
+    metrics: NodeMetrics | None = None
+    """This node's Prometheus registry and hooks (None: `CORRAL_METRICS_PORT` unset)."""
     """Parts that add hosts to the preview router's table when it is built."""
     edge_secret: str = ""
     """Shared with `corral edge`: the header that proves a request came through it over HTTPS."""
@@ -280,6 +286,18 @@ async def _start_egress(platform: Platform) -> None:
         log.error("the egress proxy cannot listen on %s:%s: %s", proxy.config.listen_host, proxy.config.port, exc)
 
 
+async def _start_metrics(platform: Platform) -> None:
+    """`CORRAL_METRICS_PORT`: count from now on and serve `GET /metrics` there; unset,
+    nothing is counted (every hook stays a no-op)."""
+    port = platform.settings.metrics_port
+    if port is None:
+        return
+    platform.metrics = NodeMetrics(platform)
+    platform.metrics.install()
+    await platform.nursery.start(run_metrics_listener, platform.metrics, platform.settings.host, port)
+    log.info("Corral metrics listening on http://%s:%d/metrics", platform.settings.host, port)
+
+
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
@@ -392,6 +410,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
             await nursery.start(platform.system.run)
+            await _start_metrics(platform)
             if proxy is not None:
                 proxy.hooks = PolicyHooks(platform, platform.runtime)
             await _start_egress(platform)

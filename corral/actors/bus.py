@@ -66,6 +66,7 @@ class Subscription:
         except trio.WouldBlock:
             log.warning("dropping a lagging event subscriber (%d buffered)", self.capacity)
             self.lagged = True
+            self._bus.dropped += 1
             self.close()
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             self.close()
@@ -167,10 +168,16 @@ class EventBus:
         self._subscriptions: set[Subscription] = set()
         self._lock = trio.Lock()
         self.published = 0
+        self.dropped = 0
+        """Subscribers dropped for lagging a full buffer behind."""
 
     @property
     def subscribers(self) -> int:
         return len(self._subscriptions)
+
+    def backlog(self) -> list[int]:
+        """Events offered to each subscriber and not yet taken: the fan-out lag the metrics show."""
+        return [subscription.pending for subscription in self._subscriptions]
 
     async def publish(self, event: Event) -> Event:
         """Append `event` to the log, then offer it to every subscriber; returns it."""

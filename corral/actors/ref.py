@@ -3,14 +3,20 @@
 A ref is only a name (system, class, id): it stays valid across passivation and
 restarts, activating the actor again when needed. The HTTP layer can hold none and
 call `system.get` per request; a child task can keep one.
+
+With a tracer provider installed (only when spans are exported), each `ask` and `tell`
+is a span in the caller's trace, named `<kind> <MessageType>`: the ask's covers the
+wait for room, the queue and the handling.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import trio
+from opentelemetry import trace
 
 from corral.actors.actor import Actor
 from corral.actors.errors import AskTimeout
@@ -21,6 +27,23 @@ if TYPE_CHECKING:
     from corral.actors.mailbox import Mailbox
 
 A = TypeVar("A", bound=Actor)
+
+
+def _span(ref: ActorRef[Any], message: Any, call: str) -> AbstractContextManager[object]:
+    """A span for one message, or nothing at all while no tracer provider is installed."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        return nullcontext()
+    message_type = type(message).__name__
+    return provider.get_tracer(__name__).start_as_current_span(
+        f"{ref.kind} {message_type}",
+        attributes={
+            "corral.actor.kind": ref.kind,
+            "corral.actor.id": ref.id,
+            "corral.actor.message": message_type,
+            "corral.actor.call": call,
+        },
+    )
 
 
 class Deliverable(Protocol):
@@ -71,15 +94,16 @@ class ActorRef(Generic[A]):
         self.actor_class.check_accepts(message)
         envelope = Envelope(message, Reply())
         assert envelope.reply is not None
-        try:
-            with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
-                await self._deliver(envelope, wait_for_room=True)
-                return await envelope.reply.wait()
-        finally:
-            if not envelope.reply.done:
-                envelope.abandoned = True
-        assert scope.cancelled_caught
-        raise AskTimeout(self.kind, self.id, float(timeout or 0))
+        with _span(self, message, "ask"):
+            try:
+                with trio.move_on_after(math.inf if timeout is None else timeout) as scope:
+                    await self._deliver(envelope, wait_for_room=True)
+                    return await envelope.reply.wait()
+            finally:
+                if not envelope.reply.done:
+                    envelope.abandoned = True
+            assert scope.cancelled_caught
+            raise AskTimeout(self.kind, self.id, float(timeout or 0))
 
     async def tell(self, message: Any) -> None:
         """Queue `message` without waiting for its handling; no reply, no error report.
@@ -89,7 +113,8 @@ class ActorRef(Generic[A]):
         (503) so fire-and-forget senders cannot pile up unseen.
         """
         self.actor_class.check_accepts(message)
-        await self._deliver(Envelope(message), wait_for_room=False)
+        with _span(self, message, "tell"):
+            await self._deliver(Envelope(message), wait_for_room=False)
 
     async def _deliver(self, envelope: Envelope, *, wait_for_room: bool) -> None:
         while True:

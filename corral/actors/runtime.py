@@ -114,6 +114,12 @@ class RuntimeHolder:
     def has_instances(self) -> bool:
         return self.instances_dir.is_dir() and any(self.instances_dir.iterdir())
 
+    @property
+    def started_driver(self) -> RuntimeDriver | None:
+        """The driver if one was made (None before the first instance): for readers that
+        must not start the runtime, such as the metrics."""
+        return self._driver
+
     async def driver(self) -> RuntimeDriver:
         if self._driver is not None:
             return self._driver

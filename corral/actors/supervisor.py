@@ -114,6 +114,8 @@ class ActorCell:
         self.last_activity = now
         self.handled = 0
         self.restarts = 0
+        self.crashes = 0
+        """Every crash of this cell (`crash_times` keeps only the window's): the metrics' total."""
         self.crash_times: deque[float] = deque()
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -326,6 +328,7 @@ class ActorCell:
         self.last_error = describe_error(error)
         self.last_error_at = now
         self.crash_times.append(now)
+        self.crashes += 1
         while self.crash_times and self.crash_times[0] < now - self.policy.window:
             self.crash_times.popleft()
         log.warning("actor %s/%s crashed: %s", self.kind, self.id, self.last_error, exc_info=error)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -87,6 +88,8 @@ class ActorSystem:
         self._cells: dict[tuple[str, str], ActorCell] = {}
         self._kinds: dict[str, type[Actor]] = {}
         self._failures: dict[tuple[str, str], FailureRecord] = {}
+        self.retired = RetiredTotals()
+        """Restarts and crashes of cells gone, by kind: with the live cells', the metrics' totals."""
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._shutdown_requested = trio.Event()
@@ -242,9 +245,11 @@ class ActorSystem:
         key = (cell.kind, cell.id)
         if self._cells.get(key) is cell:
             del self._cells[key]
+        self.retired.add(cell)
 
     def _record_failure(self, cell: ActorCell) -> None:
         key = (cell.kind, cell.id)
+        self.retired.failures[cell.kind] += 1
         self._failures.pop(key, None)
         self._failures[key] = FailureRecord(
             kind=cell.kind,
@@ -260,6 +265,10 @@ class ActorSystem:
             self._failures.pop(next(iter(self._failures)))
 
     # --- introspection ------------------------------------------------------------------
+
+    def cells(self) -> list[ActorCell]:
+        """The live cells, read as they are (the metrics' collectors walk them at scrape time)."""
+        return list(self._cells.values())
 
     def introspect(self, kind: str | None = None) -> list[dict[str, Any]]:
         """Every live actor (and every failed one not re-activated since), by kind and id."""
@@ -282,6 +291,22 @@ class ActorSystem:
 
     def __len__(self) -> int:
         return len(self._cells)
+
+
+class RetiredTotals:
+    """Counters of cells that have exited, by kind, so totals survive passivation."""
+
+    def __init__(self) -> None:
+        self.restarts: Counter[str] = Counter()
+        self.crashes: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        """Supervisor give-ups (after repeated crashes)."""
+
+    def add(self, cell: ActorCell) -> None:
+        if cell.restarts:
+            self.restarts[cell.kind] += cell.restarts
+        if cell.crashes:
+            self.crashes[cell.kind] += cell.crashes
 
 
 def _replace(config: ActorConfig, **changes: Any) -> ActorConfig:

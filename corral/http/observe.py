@@ -7,6 +7,10 @@ template the front or Quart matched; `tenant_id` once authenticated; the status 
 the bytes of the answer) and handed to each observer when the answer is sent. An
 observer is a plain function called on the event loop: it must be quick and must not
 raise (one that does is logged and skipped).
+
+When a tracer provider is installed (`corral.operations.tracing`, only when spans are
+exported) each request also gets a server span, current for the whole handling, so the
+spans of the actors, agent calls and store transactions it causes are its children.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from corral.ids import new_ulid
 
@@ -64,6 +71,35 @@ def notify(observers: Iterable[Observer], record: RequestRecord) -> None:
             log.exception("a request observer failed")
 
 
+def _tracer() -> trace.Tracer | None:
+    """The tracer, or None while no provider is installed (then no span is opened at all)."""
+    provider = trace.get_tracer_provider()
+    return None if isinstance(provider, trace.ProxyTracerProvider) else provider.get_tracer(__name__)
+
+
+def _start_span(record: RequestRecord) -> trace.Span | None:
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    return tracer.start_span(
+        f"{record.method} {record.route}",
+        kind=trace.SpanKind.SERVER,
+        attributes={"http.method": record.method, "corral.request_id": record.request_id},
+    )
+
+
+def _end_span(span: trace.Span, record: RequestRecord) -> None:
+    """Name the span by route template (known only now) and end it."""
+    span.update_name(f"{record.method} {record.route}")
+    span.set_attribute("http.route", record.route)
+    span.set_attribute("http.status_code", record.status)
+    if record.tenant_id:
+        span.set_attribute("corral.tenant_id", record.tenant_id)
+    if record.status >= 500 or record.status == 0:
+        span.set_status(trace.StatusCode.ERROR)
+    span.end()
+
+
 def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
     """`app` with a `RequestRecord` per HTTP request, handed to `observers` when answered."""
 
@@ -75,7 +111,11 @@ def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
         scope["corral.request"] = record
         token = _current.set(record)
 
+        span = _start_span(record)
+        span_token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
+
         async def counting_send(message: Message) -> None:
+            nonlocal span
             if message["type"] == "http.response.start":
                 record.status = int(message["status"])
             elif message["type"] == "http.response.body":
@@ -83,11 +123,18 @@ def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
                 if not message.get("more_body", False):
                     record.duration_seconds = time.perf_counter() - record.started
                     notify(observers, record)
+                    if span is not None:  # ended with the answer, as the access line is written
+                        _end_span(span, record)
+                        span = None
             await send(message)
 
         try:
             await app(scope, receive, counting_send)
         finally:
+            if span_token is not None:
+                otel_context.detach(span_token)
+            if span is not None:  # no complete answer: an error, or the client went away
+                _end_span(span, record)
             _current.reset(token)
 
     return wrapped

@@ -44,11 +44,16 @@ async def _wait_for_signal(stop: trio.Event) -> None:
 
 
 async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    # Imported here, not at the top: corral.operations.logs reads this package's observe.py.
+    from corral.operations.logs import access_line
+
     settings = platform.settings
     app = create_app(platform)
     config = hypercorn_config(settings.host, settings.port)
     async with trio.open_nursery() as nursery:
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
+        if access_line not in platform.request_observers:
+            platform.request_observers.append(access_line)  # one `corral.access` line per request
         front = observed(api_front(app), platform.request_observers)  # a record of every request (observe.py)
         served = whole_request_first(front, MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
         await hypercorn_serve(served, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]

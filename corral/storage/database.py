@@ -9,6 +9,10 @@ SQLite reads run on the trio thread (about 5 us); writes and transactions go to 
 worker thread, serialised by a capacity limiter of one, so the event loop never
 waits on a lock. Every PostgreSQL call goes through a worker thread (psycopg 3's
 async API does not run under trio).
+
+With a tracer provider installed (only when spans are exported) each transaction is
+a span `store.transaction` (`db.system`): the time on the worker thread and the wait
+for it. Reads on the trio thread are not spanned (5 us each).
 """
 
 from __future__ import annotations
@@ -17,12 +21,15 @@ import functools
 import re
 import sqlite3
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
+from opentelemetry import trace
 
 from .write_behind import WriteBehind
 
@@ -30,6 +37,17 @@ Row = dict[str, Any]
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]*$")
 Params = Sequence[Any]
 T = TypeVar("T")
+
+
+async def _run_traced(
+    dialect: str, run: Callable[[Callable[[Transaction], T]], T], work: Callable[[Transaction], T], limiter: trio.CapacityLimiter
+) -> T:
+    """`run(work)` on a worker thread, in a span when traces are recorded."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        return await trio.to_thread.run_sync(run, work, limiter=limiter)
+    with provider.get_tracer(__name__).start_as_current_span("store.transaction", attributes={"db.system": dialect}):
+        return await trio.to_thread.run_sync(run, work, limiter=limiter)
 
 
 class Transaction(ABC):
@@ -74,6 +92,14 @@ class Database(ABC):
 
     dialect: str
     url: str
+    query_observer: Callable[[str, float], None] | None = None
+    """Given `(operation, seconds)` for each transaction (`transaction`, worker thread
+    and its wait included) and each read on the trio thread (`read`): the node's
+    metrics. None (the default) measures nothing."""
+
+    def pool_stats(self) -> PoolStats:
+        """How many connections (or worker slots) the store has, uses and is waited for."""
+        return PoolStats(0, 0, 0)
 
     @abstractmethod
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
@@ -111,6 +137,26 @@ class Database(ABC):
 
     @abstractmethod
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    size: int
+    in_use: int
+    waiting: int
+
+
+def _limiter_stats(limiter: trio.CapacityLimiter) -> PoolStats:
+    stats = limiter.statistics()
+    return PoolStats(int(limiter.total_tokens), stats.borrowed_tokens, stats.tasks_waiting)
+
+
+async def _timed(observer: Callable[[str, float], None], run: Callable[[], Awaitable[T]]) -> T:
+    started = time.perf_counter()
+    try:
+        return await run()
+    finally:
+        observer("transaction", time.perf_counter() - started)
 
 
 # --- SQLite -------------------------------------------------------------------------
@@ -165,7 +211,14 @@ class SqliteDatabase(Database):
             return result
 
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
-        return await trio.to_thread.run_sync(self._run, work, limiter=self._write_limiter)
+        observer = self.query_observer
+        if observer is not None:
+            return await _timed(observer, lambda: _run_traced(self.dialect, self._run, work, self._write_limiter))
+        return await _run_traced(self.dialect, self._run, work, self._write_limiter)
+
+    def pool_stats(self) -> PoolStats:
+        """The one writer connection (reads take the reader on the trio thread)."""
+        return _limiter_stats(self._write_limiter)
 
     def data_version(self) -> int | None:
         """SQLite's `PRAGMA data_version` of the reader: every commit of the writer
@@ -178,7 +231,14 @@ class SqliteDatabase(Database):
         """Reads run on the trio thread against their own WAL reader connection."""
         if self._reader is self._writer:
             return await super().fetch_all(sql, params)
-        return _SqliteTransaction(self._reader).fetch_all(sql, params)
+        observer = self.query_observer
+        if observer is None:
+            return _SqliteTransaction(self._reader).fetch_all(sql, params)
+        started = time.perf_counter()
+        try:
+            return _SqliteTransaction(self._reader).fetch_all(sql, params)
+        finally:
+            observer("read", time.perf_counter() - started)
 
     async def close(self) -> None:
         if self._reader is not self._writer:
@@ -237,7 +297,14 @@ class PostgresDatabase(Database):
             return work(_PostgresTransaction(conn))
 
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
-        return await trio.to_thread.run_sync(self._run, work, limiter=self._limiter)
+        observer = self.query_observer
+        if observer is not None:
+            return await _timed(observer, lambda: _run_traced(self.dialect, self._run, work, self._limiter))
+        return await _run_traced(self.dialect, self._run, work, self._limiter)
+
+    def pool_stats(self) -> PoolStats:
+        """The connection pool's slots (one worker thread each)."""
+        return _limiter_stats(self._limiter)
 
     async def close(self) -> None:
         await trio.to_thread.run_sync(self._pool.close)

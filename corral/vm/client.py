@@ -11,6 +11,10 @@ HTTP/1.1 is spoken with h11 over trio streams with a small keep-alive pool rathe
 than through httpx: an exec round trip must stay within a few milliseconds, and
 httpx alone costs about 2 ms per request here against 0.3 ms for this. Create one
 `AgentClient` per instance and close it with `aclose()` (or `async with`).
+
+With a tracer provider installed (only when spans are exported) each call is a client
+span `agent <METHOD> <path template>`: ids in the path become `{id}`, and neither the
+query nor the agent's token is recorded.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from urllib.parse import urlencode
 
 import h11
 import trio
+from opentelemetry import trace
 
 from .driver import InstanceInfo, InstanceState
 from .errors import AGENT_ERRORS, AgentError, AgentUnavailable, RuntimeUnavailable
@@ -36,6 +41,42 @@ NOT_ANSWERING = "the instance's agent does not answer"
 STREAM_READ_TIMEOUT = 45.0  # the agent sends a heartbeat at least every 15 s
 CONNECT_TIMEOUT = 3.0
 MAX_IDLE = 8
+
+
+_ID_SEGMENTS = frozenset({"processes", "terminals"})
+"""Agent paths whose next segment is an id (`/processes/{id}/output`)."""
+
+
+def _path_template(path: str) -> str:
+    parts = path.split("/")
+    for i in range(1, len(parts) - 1):
+        if parts[i] in _ID_SEGMENTS:
+            parts[i + 1] = "{id}"
+    return "/".join(parts)
+
+
+def _start_span(method: str, path: str) -> trace.Span | None:
+    """A client span for one agent call, or None while no tracer provider is installed."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider):
+        return None
+    template = _path_template(path)
+    return provider.get_tracer(__name__).start_span(
+        f"agent {method} {template}",
+        kind=trace.SpanKind.CLIENT,
+        attributes={"http.method": method, "corral.agent.path": template},
+    )
+
+
+def _end_span(span: trace.Span | None, status: int | None, error: BaseException | None = None) -> None:
+    if span is None:
+        return
+    if status is not None:
+        span.set_attribute("http.status_code", status)
+    if error is not None:
+        span.record_exception(error)
+        span.set_status(trace.StatusCode.ERROR, type(error).__name__)
+    span.end()
 
 
 @dataclass(frozen=True)
@@ -239,7 +280,23 @@ class AgentClient:
             else:
                 conn.close()
 
-    async def _call(
+    async def _call(self, method: str, path: str, **kwargs: Any) -> tuple[h11.Response, bytes]:
+        """`_exchange`, in a span when traces are recorded."""
+        span = _start_span(method, path)
+        if span is None:
+            return await self._exchange(method, path, **kwargs)
+        try:
+            head, data = await self._exchange(method, path, **kwargs)
+        except Exception as exc:
+            _end_span(span, None, exc)
+            raise
+        except BaseException:
+            _end_span(span, None)
+            raise
+        _end_span(span, head.status_code)
+        return head, data
+
+    async def _exchange(
         self,
         method: str,
         path: str,
@@ -282,29 +339,40 @@ class AgentClient:
     async def _ndjson(
         self, method: str, path: str, params: dict[str, Any] | None = None, json_body: dict[str, Any] | None = None
     ) -> AsyncGenerator[dict[str, Any], None]:
-        """Events of a newline-delimited JSON stream, heartbeats dropped."""
+        """Events of a newline-delimited JSON stream, heartbeats dropped; one span for
+        the whole stream when traces are recorded (never made current: it spans yields)."""
         body = json.dumps(json_body).encode() if json_body is not None else b""
+        span = _start_span(method, path)
+        status: int | None = None
+        failure: Exception | None = None
         try:
-            with trio.fail_after(self.timeout):
-                conn, head = await self._start(method, path, params, body, "application/json" if body else None)
-        except trio.TooSlowError as exc:
-            raise AgentUnavailable(
-                f"the instance's agent did not answer within {self.timeout:g} s", detail=f"agent at {self.base_url}"
-            ) from exc
-        chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
-        async with aclosing(chunks):  # type: ignore[type-var]
-            if head.status_code >= 400:
-                _raise_for(head.status_code, b"".join([chunk async for chunk in chunks]))
-            buffer = b""
-            async for chunk in chunks:
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    if not line:
-                        continue
-                    event = json.loads(line)
-                    if event.get("type") != "heartbeat":
-                        yield event
+            try:
+                with trio.fail_after(self.timeout):
+                    conn, head = await self._start(method, path, params, body, "application/json" if body else None)
+            except trio.TooSlowError as exc:
+                raise AgentUnavailable(
+                    f"the instance's agent did not answer within {self.timeout:g} s", detail=f"agent at {self.base_url}"
+                ) from exc
+            status = head.status_code
+            chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
+            async with aclosing(chunks):  # type: ignore[type-var]
+                if head.status_code >= 400:
+                    _raise_for(head.status_code, b"".join([chunk async for chunk in chunks]))
+                buffer = b""
+                async for chunk in chunks:
+                    buffer += chunk
+                    while b"\n" in buffer:
+                        line, buffer = buffer.split(b"\n", 1)
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event.get("type") != "heartbeat":
+                            yield event
+        except Exception as exc:
+            failure = exc
+            raise
+        finally:
+            _end_span(span, status, failure)
 
     # -- health ---------------------------------------------------------------
 

@@ -26,6 +26,7 @@ killed, and `adopt()` finds it again by its init pid and that pid's start time.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -93,6 +94,11 @@ class NamespaceDriver(RuntimeDriver):
         self.uid_base = templates.uid_base
         self.agent_port = network.agent_port
         self.launch_timeout = launch_timeout
+        self.launches = 0
+        """Instances launched (created, started, restored) since this driver was made."""
+        self.launch_failures: collections.Counter[str] = collections.Counter()
+        """Launches that failed, by the stage they failed at (`disk`, `network`, `cgroups`,
+        `zygote`, `not_ready`): plain counters the node's metrics read."""
         self.egress = egress
         """The node's egress proxy and CA, which every instance uses from boot (None: no proxy)."""
         self.zygote = Zygote(python)
@@ -499,8 +505,18 @@ class NamespaceDriver(RuntimeDriver):
         """Cgroups (with the limits in the state, so a resize applies here), launch, and
         the network, made while the launch starts (it waits for the namespace only once
         it has joined its cgroups, the slowest step of its own)."""
+        stage = ["disk"]  # where a failure happened, for `launch_failures`
+        try:
+            await self._launch(state, boot_env, stage)
+        except Exception:
+            self.launch_failures[stage[0]] += 1
+            raise
+        self.launches += 1
+
+    async def _launch(self, state: dict[str, Any], boot_env: dict[str, str] | None, stage: list[str]) -> None:
         instance_id = state["id"]
         await self.disks.ensure(self.instance_dir(instance_id), verify=False)  # mounted again after a reboot
+        stage[0] = "network"
         attachment = await self.network.plan(instance_id)
         state["network"] = attachment.to_json()
 
@@ -509,12 +525,14 @@ class NamespaceDriver(RuntimeDriver):
             return os.open(attachment.netns_path, os.O_RDONLY | os.O_CLOEXEC)
 
         limits = Limits.from_json(state["limits"])
+        stage[0] = "cgroups"
         try:
             procs = self.cgroups.create(instance_id, CgroupLimits(limits.vcpus, limits.memory_mb, limits.pids_max))
         except OSError as exc:
             raise LaunchFailed(f"instance {instance_id} did not start: cannot set up its cgroups: {exc}") from exc
         self._release_uids(state)
         state["host_uid_base"] = self.uid_ranges.claim(instance_id)
+        stage[0] = "zygote"
         try:
             reply = await self.zygote.request(self._launch_request(state, attachment, procs, boot_env), join_network)
         except BaseException:
@@ -523,6 +541,7 @@ class NamespaceDriver(RuntimeDriver):
                 await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
                 self._release_uids(state)
             raise
+        stage[0] = "not_ready"
         if "error" in reply or not reply.get("ready") or not reply.get("init_pid"):
             # A launch that timed out may still be on its way in: its groups go, so it
             # has nothing to join, and whatever joined already is killed.

@@ -5,7 +5,11 @@ in alternating short rounds at 1 and 16 connections, and the medians are reporte
 The ratio of requests per second is the figure to watch (issue 28's goal: at least
 0.8 of the raw baseline at 1 and 16 connections, and a p99 of at most 15 ms at 16).
 
-    .venv/bin/python -m tools.bench.api [--seconds 3] [--rounds 5]
+    .venv/bin/python -m tools.bench.api [--seconds 3] [--rounds 5] [--metrics]
+
+`--metrics` runs Corral with its Prometheus listener (`CORRAL_METRICS_PORT`), scraped
+once a round as Prometheus would: compare its ratio with a run without (issue 29: the
+cost must stay under 5%).
 """
 
 from __future__ import annotations
@@ -84,7 +88,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=3, help="length of one round against one server")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per connection count")
+    parser.add_argument("--metrics", action="store_true", help="with the metrics listener on (CORRAL_METRICS_PORT), scraped every round")
     args = parser.parse_args()
+    metrics_port = free_port() if args.metrics else None
 
     raw_port, api_port = free_port(), free_port()
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
@@ -93,7 +99,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as data_dir:
         hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
         serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(free_port()), "--data-dir", data_dir, "--log-level", "WARNING"]
-        with process(hypercorn, {}), process(serve, {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}):
+        env = {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}
+        if metrics_port is not None:
+            env["CORRAL_METRICS_PORT"] = str(metrics_port)
+        with process(hypercorn, {}), process(serve, env):
             raw_url, base = f"http://127.0.0.1:{raw_port}/", f"http://127.0.0.1:{api_port}"
             wait_http(raw_url)
             wait_http(f"{base}/healthz")
@@ -103,11 +112,13 @@ def main() -> None:
                 for _ in range(args.rounds):
                     raw = run_wrk(raw_url, connections, args.seconds)
                     api = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, headers)
+                    if metrics_port is not None:
+                        httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).raise_for_status()
                     rounds.setdefault((raw_name, connections), []).append(raw)
                     rounds.setdefault((api_name, connections), []).append(api)
                     ratios[connections].append(api.requests_per_second / raw.requests_per_second)
 
-    print(f"medians of {args.rounds} alternating rounds of {args.seconds} s")
+    print(f"medians of {args.rounds} alternating rounds of {args.seconds} s; metrics {'on' if args.metrics else 'off'}")
     print(f"{'server':<28} {'conns':>5} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'errors':>7}")
     for (name, connections), results in rounds.items():
         print(row(name, connections, median_result(results)))

@@ -26,6 +26,7 @@ from corral.actors.actor import handles
 from corral.actors.instances import InstanceActor, failure_summary
 from corral.actors.instances.refusals import Refusals
 from corral.actors.runtime import database_disk_gb, disk_mb
+from corral.actors.timings import timed
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
 from corral.net import NetworkError
@@ -261,6 +262,12 @@ class DatabaseActor(InstanceActor):
     async def start(self, message: Start | Wake) -> DatabaseRecord:
         if isinstance(message, Wake) and self.state == "running":
             return self.record
+        if isinstance(message, Wake):
+            with timed(self.services, self.kind, "wake"):
+                return await self._start(message)
+        return await self._start(message)
+
+    async def _start(self, message: Start | Wake) -> DatabaseRecord:
         next_state = self.transition(message)
         await self.persist(state="starting")
         try:
@@ -439,7 +446,9 @@ class DatabaseActor(InstanceActor):
     async def _run_backup(self, backup_id: str) -> None:
         outcome = BackupDone(backup_id, None, None, "interrupted")
         try:
-            with tempfile.TemporaryDirectory(dir=self.node.driver.layout.root, prefix=".backup-") as work:
+            with timed(self.services, self.kind, "backup"), tempfile.TemporaryDirectory(
+                dir=self.node.driver.layout.root, prefix=".backup-"
+            ) as work:
                 archive = Path(work) / "base.tar.gz"
                 await self.servers.backup(self.id, archive)
                 blob = await self.services.blobs.put_file(archive)

@@ -34,6 +34,7 @@ from corral.actors.actor import handles
 from corral.actors.record import RecordActor
 from corral.actors.runtime import disk_mb, sandbox_disk_gb
 from corral.actors.runtime_errors import public_text
+from corral.actors.timings import timed
 from corral.errors import ApiError
 from corral.net import UNRESTRICTED
 from corral.storage import sql_identifier, utc_now_iso
@@ -227,6 +228,10 @@ class InstanceActor(RecordActor):
                 await self.ref.tell(outcome)
 
     async def _make_instance(self, clone_source: str | None, snapshot_source: str | None = None) -> Booted:
+        with timed(self.services, self.kind, "create"):
+            return await self._make_instance_untimed(clone_source, snapshot_source)
+
+    async def _make_instance_untimed(self, clone_source: str | None, snapshot_source: str | None) -> Booted:
         driver = await self.driver()
         env = await self.boot_env()
         try:  # made before a control-plane restart cut the boot short
@@ -267,7 +272,7 @@ class InstanceActor(RecordActor):
 
     async def start_instance(self) -> None:
         """Start the stopped instance with this boot's environment, or thaw the paused one."""
-        with self.refused():
+        with timed(self.services, self.kind, "start"), self.refused():
             self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
             await self.apply_network_policy()
             await self.on_instance_up(self.info)
@@ -280,7 +285,7 @@ class InstanceActor(RecordActor):
     async def halt_instance(self) -> None:
         """Stop every process of the instance; its files stay."""
         await self.before_halt()
-        with self.refused():
+        with timed(self.services, self.kind, "stop"), self.refused():
             await (await self.driver()).stop(self.instance_id)
         self.info = None
         await self.services.agents.forget(self.instance_id)

@@ -9,6 +9,7 @@ from corral.actors.instances import ExecTimeout, clamp_timeout
 from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
+from corral.actors.timings import timed
 from corral.errors import ApiError, not_found
 from corral.ids import new_uuid, prefixed
 from corral.models import ABSOLUTE_PATH, Rule, model
@@ -108,6 +109,11 @@ async def fork_sandbox(
         forked_from=source.id,
     )
     await billing_hooks.allow_create(platform, tenant_id, draft.size, source.external_user_id)  # 402 / quota 409
+    with timed(platform, "sandbox", "fork"):
+        return await _fork(platform, source, draft)
+
+
+async def _fork(platform: SandboxServices, source: SandboxRecord, draft: SandboxDraft) -> SandboxRecord:
     target_ref = await platform.system.create(SandboxActor, new_uuid(), draft)
     record: SandboxRecord = await target_ref.ask(Get())
     await copy_vars(platform, source, record)
@@ -214,7 +220,8 @@ async def exec_command(platform: SandboxServices, sandbox: SandboxRecord, reques
     await publish(platform, sandbox, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
     lines = _LineEvents(platform, sandbox, exec_id)
     started = time.monotonic()
-    result = await agent.exec(command, timeout=timeout, cwd=cwd, env=env, on_output=lines.feed)
+    with timed(platform, "sandbox", "exec"):
+        result = await agent.exec(command, timeout=timeout, cwd=cwd, env=env, on_output=lines.feed)
     await lines.flush()
     await publish(
         platform, sandbox, "sandbox.exec.completed",

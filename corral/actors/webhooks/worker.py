@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import socket
+from collections import Counter
 from datetime import timedelta
 
 import trio
@@ -54,6 +55,9 @@ class DeliveryWorker:
         self._in_flight: set[trio.CancelScope] = set()
         self._stopping = False
         self.attempts = 0
+        self.outcomes: Counter[str] = Counter()
+        """Attempts by outcome (`delivered`, `failed`, `error`: the worker itself failed):
+        plain counters the node's metrics read."""
 
     def wake(self) -> None:
         """Look at the queue now (something was queued or finished)."""
@@ -130,6 +134,7 @@ class DeliveryWorker:
                     outcome = await self._attempt(delivery)
             except Exception:
                 failed = True
+                self.outcomes["error"] += 1
                 log.exception("webhook delivery %s failed unexpectedly", delivery.id)
         self._in_flight.discard(scope)
         with trio.CancelScope(shield=True):
@@ -141,6 +146,7 @@ class DeliveryWorker:
                         self.db, delivery, self.owner, outcome, attempted_at=attempted_at, delay_for=self.delay_for
                     )
                     self.attempts += 1
+                    self.outcomes["delivered" if outcome.delivered else "failed"] += 1
                     log.info(
                         "webhook %s delivery %s attempt %s: %s%s",
                         delivery.webhook_id,

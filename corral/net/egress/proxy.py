@@ -30,7 +30,8 @@ import math
 import socket as stdlib_socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import urlsplit
@@ -206,6 +207,13 @@ class EgressProxy:
         name server is known at all, the system's resolver then)."""
         self.bound_port: int | None = None
         self.connections = 0
+        self.decisions: Counter[str] = Counter()
+        """Requests by outcome (`allowed`, `denied`, `failed`: refused by the proxy or its
+        upstream): plain counters the node's metrics read."""
+        self.on_overhead: Callable[[float], None] | None = None
+        """Given the proxy's own time before forwarding an allowed request (resolving,
+        checking, deciding, rewriting headers; not the upstream's connect): the latency
+        the proxy adds. None: not measured."""
 
     # -- listening ------------------------------------------------------------
 
@@ -413,6 +421,8 @@ class EgressProxy:
             except Rejected as rejected:
                 decision = rejected.decision
                 raise ProxyFailure(decision.status, "EGRESS_DENIED", decision.message, decision.rejected_by) from None
+            if self.on_overhead is not None:
+                self.on_overhead(time.monotonic() - started)
             upstream = await self._upstream_for(upstream, scheme, host, port, address, platform=platform)
             upstream_request = h11.Request(method=request.method, target=path.encode("latin-1"), headers=headers)
         except ProxyFailure as failure:
@@ -634,6 +644,7 @@ class EgressProxy:
         transforms: Sequence[Transform],
         error: str | None,
     ) -> None:
+        self.decisions["denied" if not decision.allow else "failed" if error is not None else "allowed"] += 1
         entry = AuditEntry(
             info=info,
             decision=decision,

@@ -12,6 +12,10 @@ next request goes to the same app.
 The router adds `X-Forwarded-For` (appended), `X-Forwarded-Proto` and
 `X-Forwarded-Host`, and removes hop-by-hop headers. When no app listens it answers
 a 502 page saying so.
+
+Every request leaves one `corral.access` line when it is done (a WebSocket's when the
+tunnel closes): host, method, status, duration and the response's length when known.
+Never the path: a preview URL may carry `?token=`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import math
 import os
 import socket as stdlib_socket
+import time
 
 import trio
 
@@ -43,6 +48,7 @@ from .routes import Forward, PreviewRequest, Reply, RouteTable, Upstream
 from .upstream import Connector, UpstreamUnreachable, looks_closed
 
 log = logging.getLogger("corral.net.preview")
+access_log = logging.getLogger("corral.access")
 
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "proxy-authorization",
@@ -67,12 +73,17 @@ class _AppConnection:
 class _Exchange:
     """State of one client connection: its reader and the kept-alive app connection."""
 
-    __slots__ = ("app", "client", "peer")
+    __slots__ = ("app", "client", "host", "peer", "sent", "status")
 
     def __init__(self, client: Buffered, peer: str) -> None:
         self.client = client
         self.peer = peer
         self.app: _AppConnection | None = None
+        self.host = "-"
+        """The current request's host name, its status and the bytes of its answer
+        (None when the body is relayed without a length): for the access line."""
+        self.status = 0
+        self.sent: int | None = None
 
     def drop_app(self) -> None:
         if self.app is not None:
@@ -138,7 +149,7 @@ class PreviewRouter:
                     except HttpError as exc:
                         await self._write_reply(sock, pages.bad_request(exc.status, exc.message), "GET", close=True)
                         return
-                    if not await self._handle(exchange, request):
+                    if not await self._served(exchange, request):
                         return
         except HttpError as exc:
             if exc.status < 500:
@@ -158,6 +169,15 @@ class PreviewRouter:
 
     # -- one request ------------------------------------------------------------------
 
+    async def _served(self, exchange: _Exchange, request: Head) -> bool:
+        """`_handle`, and its access line however it ended."""
+        exchange.host, exchange.status, exchange.sent = "-", 0, None
+        started = time.perf_counter()
+        try:
+            return await self._handle(exchange, request)
+        finally:
+            _access_line(exchange, request.first[0], time.perf_counter() - started)
+
     async def _handle(self, exchange: _Exchange, request: Head) -> bool:
         """Serve one request; whether the client connection may carry another."""
         method, target, version = request.first
@@ -172,6 +192,7 @@ class PreviewRouter:
         if not host_header:
             return await self._refuse(exchange, request, pages.bad_request(400, "The request has no Host header."), False)
         host = _host_name(host_header)
+        exchange.host = host
         route = self.table.match(host)
         if route is None:
             return await self._refuse(exchange, request, pages.no_route(host), client_keep)
@@ -188,10 +209,12 @@ class PreviewRouter:
     async def _refuse(self, exchange: _Exchange, request: Head, reply: Reply, client_keep: bool) -> bool:
         # An unread request body would be taken for the next request: close instead.
         keep = client_keep and request.framing is Framing.NONE
-        await self._write_reply(exchange.client.sock, reply, request.first[0], close=not keep)
+        exchange.status = reply.status
+        exchange.sent = await self._write_reply(exchange.client.sock, reply, request.first[0], close=not keep)
         return keep
 
-    async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> None:
+    async def _write_reply(self, sock: trio.socket.SocketType, reply: Reply, method: str, *, close: bool) -> int:
+        """Send `reply`; the length of its body."""
         lines = [status_line("HTTP/1.1", reply.status)]
         source = None
         length = len(reply.body)
@@ -208,7 +231,7 @@ class PreviewRouter:
             head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
             if source is None or method == "HEAD":
                 await send_all(sock, head if method == "HEAD" else head + reply.body)
-                return
+                return length
             await send_all(sock, head)
             left = length
             while left > 0:
@@ -217,6 +240,7 @@ class PreviewRouter:
                     raise PeerClosed("the file got shorter while it was sent")
                 await send_all(sock, chunk)
                 left -= len(chunk)
+            return length
         finally:
             if source is not None:
                 await source.aclose()
@@ -337,6 +361,7 @@ class PreviewRouter:
                 await self._refuse(exchange, request, pages.upstream_failed(decision.upstream.label, f"answered badly: {exc.message}"), False)
                 return False
             if status == 101 and "upgrade" in request.connection_tokens:
+                exchange.status = 101
                 await send_all(client, _response_head(response, (), decision.response_headers, keep_upgrade=True))
                 await _tunnel(exchange.client, app.reader)
                 exchange.drop_app()
@@ -359,6 +384,8 @@ class PreviewRouter:
         else:
             extra = ()
         head = _response_head(response, extra, decision.response_headers, keep_upgrade=False)
+        exchange.status = status
+        exchange.sent = response.length if response.framing is Framing.LENGTH else None
         if response.framing is Framing.LENGTH and len(app.reader.buf) >= response.length:
             await send_all(client, head + app.reader.take(response.length))  # the common small answer: one write
         else:
@@ -373,6 +400,20 @@ class PreviewRouter:
 
 
 FILE_CHUNK = 256 * 1024
+
+
+def _access_line(exchange: _Exchange, method: str, seconds: float) -> None:
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round(seconds * 1000, 2)
+    size = "-" if exchange.sent is None else f"{exchange.sent}B"
+    access_log.info(
+        "preview %s %s %d %.2fms %s", method, exchange.host, exchange.status, duration_ms, size,
+        extra={
+            "kind": "preview", "method": method, "host": exchange.host, "status": exchange.status,
+            "duration_ms": duration_ms, "bytes": exchange.sent,
+        },
+    )
 
 
 def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:

@@ -1,0 +1,195 @@
+"""The node's log: text or one JSON object a line, each line tied to its request (contract §19).
+
+`configure()` installs one handler on the root logger for `corral serve`: plain text by
+default, JSON when `CORRAL_LOG_FORMAT=json`, at `CORRAL_LOG_LEVEL` (an explicit
+`--log-level` option wins over the variable; `info` when neither is given). A filter on
+that handler stamps every record written while a request is served (in its task or the
+tasks it started: `corral.http.observe.current()`) with the request's id and tenant, so
+an operator can go from any line to the request's access line and its trace.
+
+`access_line` is the request observer that writes one `corral.access` line per API
+request (the preview router writes its own to the same logger: `corral.net.preview.proxy`).
+It logs the route template, never the path's query string, a header or a body: nothing
+a tenant sends is copied into the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from corral.http.observe import RequestRecord, current
+
+FORMATS = ("text", "json")
+LEVELS = ("debug", "info", "warning", "error", "critical")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+access_log = logging.getLogger("corral.access")
+
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+"""LogRecord attributes every record has; anything else on a record came from `extra=`."""
+_REQUEST_FIELDS = ("request_id", "tenant_id", "resource_ids")
+
+
+class LogSettingsError(ValueError):
+    """`CORRAL_LOG_FORMAT` or the log level names something that does not exist."""
+
+
+def node_name(environ: Mapping[str, str] = os.environ) -> str:
+    """`CORRAL_NODE_NAME`, else the host name: which node of several wrote a line."""
+    return environ.get("CORRAL_NODE_NAME") or socket.gethostname()
+
+
+def resource_ids(record: RequestRecord) -> dict[str, str]:
+    """The ids in a request's path, named by its route template: `{id}` and `{..._id}`.
+
+    Other placeholders (`{token}`, `{path}`, `{name}`) are left out: a token in a path
+    must not reach the log.
+    """
+    if "{" not in record.route:
+        return {}
+    found: dict[str, str] = {}
+    for template, value in zip(record.route.split("/"), record.path.split("/"), strict=False):
+        if template.startswith("{") and template.endswith("}"):
+            name = template[1:-1]
+            if name == "id" or name.endswith("_id"):
+                found[name] = value
+    return found
+
+
+class RequestFields(logging.Filter):
+    """Adds `request_id`, `tenant_id` and `resource_ids` of the request being served (None
+    outside one) to every record; fields a caller passed in `extra=` are kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            request = current()
+            record.request_id = request.request_id if request is not None else None
+            if not hasattr(record, "tenant_id"):
+                record.tenant_id = request.tenant_id if request is not None else None
+            if not hasattr(record, "resource_ids"):
+                record.resource_ids = resource_ids(request) if request is not None else {}
+        return True
+
+
+class QuietClients(logging.Filter):
+    """Drops the HTTP clients' own info and debug lines: httpx logs every request's full
+    URL, and a webhook's or a token endpoint's URL may carry a secret."""
+
+    NAMES = ("httpx", "httpcore")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.name.startswith(self.NAMES)
+
+
+class TextFormatter(logging.Formatter):
+    """The classic `time LEVEL logger: message`, with ` request_id=...` when there is one."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        if request_id:
+            first, newline, rest = line.partition("\n")  # after the message, before a traceback
+            line = f"{first} request_id={request_id}{newline}{rest}"
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (ISO 8601, UTC), level, logger, message, node, the
+    request's fields, the caller's `extra=` fields, and `exception` when there is one."""
+
+    def __init__(self, node: str | None = None) -> None:
+        super().__init__()
+        self.node = node or node_name()
+
+    def format(self, record: logging.LogRecord) -> str:
+        seconds = time.gmtime(record.created)
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", seconds) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "node": self.node,
+            "request_id": getattr(record, "request_id", None),
+        }
+        tenant_id = getattr(record, "tenant_id", None)
+        if tenant_id:
+            line["tenant_id"] = tenant_id
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and key not in line and not key.startswith("_") and value not in (None, {}):
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+def chosen_level(option: str | None, environ: Mapping[str, str] = os.environ) -> int:
+    """The `--log-level` option if given, else `CORRAL_LOG_LEVEL`, else info."""
+    name = (option or environ.get("CORRAL_LOG_LEVEL") or "info").strip().lower()
+    if name not in LEVELS:
+        raise LogSettingsError(f"log level {name!r} is not one of {', '.join(LEVELS)}")
+    return int(getattr(logging, name.upper()))
+
+
+def chosen_format(environ: Mapping[str, str] = os.environ) -> str:
+    name = (environ.get("CORRAL_LOG_FORMAT") or "text").strip().lower()
+    if name not in FORMATS:
+        raise LogSettingsError(f"CORRAL_LOG_FORMAT {name!r} is not one of {', '.join(FORMATS)}")
+    return name
+
+
+def make_handler(log_format: str, stream: IO[str] | None = None, node: str | None = None) -> logging.Handler:
+    """A stream handler with the request filter and the chosen formatter."""
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.addFilter(QuietClients())
+    handler.addFilter(RequestFields())
+    handler.setFormatter(JsonFormatter(node) if log_format == "json" else TextFormatter())
+    return handler
+
+
+def configure(level_option: str | None = None, environ: Mapping[str, str] = os.environ, stream: IO[str] | None = None) -> logging.Handler:
+    """Replace the root logger's handlers with one of ours; raises `LogSettingsError`."""
+    level = chosen_level(level_option, environ)
+    handler = make_handler(chosen_format(environ), stream, node_name(environ))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler
+
+
+def access_line(record: RequestRecord) -> None:
+    """The request observer of the access log: one line per answered API request."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    duration_ms = round(record.duration_seconds * 1000, 2)
+    access_log.info(
+        "%s %s %d %.2fms %dB",
+        record.method, record.route, record.status, duration_ms, record.response_bytes,
+        extra={
+            "kind": record.kind,
+            "method": record.method,
+            "route": record.route,
+            "status": record.status,
+            "duration_ms": duration_ms,
+            "bytes": record.response_bytes,
+            "request_id": record.request_id,
+            "tenant_id": record.tenant_id,
+            "resource_ids": resource_ids(record),
+        },
+    )
+
