@@ -423,6 +423,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 billing.stop_metering(platform)
                 with trio.move_on_after(settings.shutdown_grace_seconds + 1) as scope:
                     scope.shield = True
+                    if platform.webhooks is not None:  # first: no delivery starts while the node stops
+                        platform.webhooks.worker.drain()
                     if platform.warm_pool is not None:
                         await platform.warm_pool.stop()
                     await platform.system.shutdown()

@@ -54,10 +54,16 @@ class DeliveryWorker:
         self._wake = trio.Event()
         self._in_flight: set[trio.CancelScope] = set()
         self._stopping = False
+        self._draining = False
         self.attempts = 0
         self.outcomes: Counter[str] = Counter()
         """Attempts by outcome (`delivered`, `failed`, `error`: the worker itself failed):
         plain counters the node's metrics read."""
+
+    def drain(self) -> None:
+        """Claim nothing more: the node is stopping (what is in flight finishes; what is
+        queued waits for the next start, or another node)."""
+        self._draining = True
 
     def wake(self) -> None:
         """Look at the queue now (something was queued or finished)."""
@@ -81,7 +87,7 @@ class DeliveryWorker:
         last_prune = -math.inf
         while True:
             self._wake = trio.Event()
-            free = self.concurrency - len(self._in_flight)
+            free = self.concurrency - len(self._in_flight) if not self._draining else 0
             claimed: list[DeliveryRecord] = []
             if free > 0:
                 try:
