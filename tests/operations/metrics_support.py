@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
+import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import Api
@@ -19,6 +21,8 @@ class Scrape:
 
     samples: dict[str, dict[Labels, float]]
     types: dict[str, str]
+    text: str = ""
+    """The exposition as served."""
 
     def value(self, name: str, **labels: str) -> float:
         """The sum of the samples of `name` whose labels include `labels` (0: none)."""
@@ -43,6 +47,14 @@ class Scrape:
             assert math.isinf(buckets[-1][0])
             assert counts[-1] == self.samples[f"{name}_count"][series], f"{name}{series}: +Inf is not the count"
             assert len(buckets) >= 8, f"{name}: too few buckets to say anything"
+            assert self.samples[f"{name}_sum"][series] >= 0, f"{name}{series}: negative sum"
+
+    def check_histograms(self) -> list[str]:
+        """`check_histogram` for every histogram family with samples; returns their names."""
+        checked = [name for name, kind in self.types.items() if kind == "histogram" and self.samples.get(f"{name}_bucket")]
+        for name in checked:
+            self.check_histogram(name)
+        return checked
 
 
 async def scrape(api: Api) -> Scrape:
@@ -57,4 +69,17 @@ async def scrape(api: Api) -> Scrape:
         types[family.name] = family.type
         for sample in family.samples:
             samples.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
-    return Scrape(samples, types)
+    return Scrape(samples, types, response.text)
+
+
+def moved(before: Scrape, after: Scrape, name: str, **labels: str) -> float:
+    """How far the samples of `name` with `labels` went from `before` to `after`."""
+    return after.value(name, **labels) - before.value(name, **labels)
+
+
+async def scrape_until(api: Api, done: Callable[[Scrape], bool], timeout: float = 20.0) -> Scrape:
+    """Scrape until `done` holds (figures counted just after an answer), or fail after `timeout`."""
+    with trio.fail_after(timeout):
+        while not done(found := await scrape(api)):
+            await trio.sleep(0.05)
+    return found

@@ -5,11 +5,12 @@ in alternating short rounds at 1 and 16 connections, and the medians are reporte
 The ratio of requests per second is the figure to watch (issue 28's goal: at least
 0.8 of the raw baseline at 1 and 16 connections, and a p99 of at most 15 ms at 16).
 
-    .venv/bin/python -m tools.bench.api [--seconds 3] [--rounds 5] [--metrics]
+    .venv/bin/python -m tools.bench.api [--seconds 3] [--rounds 5] [--observed]
 
-`--metrics` runs Corral with its Prometheus listener (`CORRAL_METRICS_PORT`), scraped
-once a round as Prometheus would: compare its ratio with a run without (issue 29: the
-cost must stay under 5%).
+`--observed` runs a second Corral beside the first, with its Prometheus listener
+(`CORRAL_METRICS_PORT`, scraped once a round as Prometheus would) and JSON logs at
+info (an access line per request), in the same alternating rounds, and prints what
+that costs against the plain one (issue 29: under 5%).
 """
 
 from __future__ import annotations
@@ -84,49 +85,70 @@ def median_result(results: list[LoadResult]) -> LoadResult:
     )
 
 
+def corral_serve(data_dir: str, port: int) -> list[str]:
+    return [str(VENV_BIN / "corral"), "serve", "--port", str(port), "--preview-port", str(free_port()), "--data-dir", data_dir]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=3, help="length of one round against one server")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds per connection count")
-    parser.add_argument("--metrics", action="store_true", help="with the metrics listener on (CORRAL_METRICS_PORT), scraped every round")
+    parser.add_argument(
+        "--observed", action="store_true",
+        help="also a Corral with metrics (scraped every round) and JSON access logs at info: its cost beside the plain one",
+    )
     args = parser.parse_args()
-    metrics_port = free_port() if args.metrics else None
 
-    raw_port, api_port = free_port(), free_port()
+    raw_port, api_port, observed_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
     ratios: dict[int, list[float]] = {1: [], 16: []}
-    raw_name, api_name = "raw ASGI hello world", "corral GET /api/v1/tenant"
-    with tempfile.TemporaryDirectory() as data_dir:
+    costs: dict[int, list[float]] = {1: [], 16: []}
+    raw_name, api_name, observed_name = "raw ASGI hello world", "corral GET /api/v1/tenant", "  metrics + json logs"
+    base_env = {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}
+    with contextlib.ExitStack() as stack:
         hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
-        serve = [str(VENV_BIN / "corral"), "serve", "--port", str(api_port), "--preview-port", str(free_port()), "--data-dir", data_dir, "--log-level", "WARNING"]
-        env = {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}
-        if metrics_port is not None:
-            env["CORRAL_METRICS_PORT"] = str(metrics_port)
-        with process(hypercorn, {}), process(serve, env):
-            raw_url, base = f"http://127.0.0.1:{raw_port}/", f"http://127.0.0.1:{api_port}"
-            wait_http(raw_url)
+        stack.enter_context(process(hypercorn, {}))
+        plain_dir = stack.enter_context(tempfile.TemporaryDirectory())
+        stack.enter_context(process(corral_serve(plain_dir, api_port), {**base_env, "CORRAL_LOG_LEVEL": "warning"}))
+        servers = [(api_name, f"http://127.0.0.1:{api_port}")]
+        if args.observed:
+            observed_dir = stack.enter_context(tempfile.TemporaryDirectory())
+            observed_env = {**base_env, "CORRAL_METRICS_PORT": str(metrics_port), "CORRAL_LOG_FORMAT": "json", "CORRAL_LOG_LEVEL": "info"}
+            stack.enter_context(process(corral_serve(observed_dir, observed_port), observed_env))
+            servers.append((observed_name, f"http://127.0.0.1:{observed_port}"))
+        raw_url = f"http://127.0.0.1:{raw_port}/"
+        wait_http(raw_url)
+        keys = {}
+        for name, base in servers:
             wait_http(f"{base}/healthz")
-            headers = {"Authorization": f"Bearer {corral_key(base)}"}
-            # Alternate short rounds so that the machine's drift hits both servers alike.
-            for connections in (1, 16):
-                for _ in range(args.rounds):
-                    raw = run_wrk(raw_url, connections, args.seconds)
-                    api = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, headers)
-                    if metrics_port is not None:
-                        httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).raise_for_status()
-                    rounds.setdefault((raw_name, connections), []).append(raw)
-                    rounds.setdefault((api_name, connections), []).append(api)
-                    ratios[connections].append(api.requests_per_second / raw.requests_per_second)
+            keys[name] = {"Authorization": f"Bearer {corral_key(base)}"}
+        # Alternate short rounds so that the machine's drift hits every server alike.
+        for connections in (1, 16):
+            for _ in range(args.rounds):
+                raw = run_wrk(raw_url, connections, args.seconds)
+                rounds.setdefault((raw_name, connections), []).append(raw)
+                results = {}
+                for name, base in servers:
+                    results[name] = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, keys[name])
+                    rounds.setdefault((name, connections), []).append(results[name])
+                ratios[connections].append(results[api_name].requests_per_second / raw.requests_per_second)
+                if args.observed:
+                    httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).raise_for_status()  # as Prometheus would
+                    costs[connections].append(1 - results[observed_name].requests_per_second / results[api_name].requests_per_second)
 
-    print(f"medians of {args.rounds} alternating rounds of {args.seconds} s; metrics {'on' if args.metrics else 'off'}")
+    print(f"medians of {args.rounds} alternating rounds of {args.seconds} s")
     print(f"{'server':<28} {'conns':>5} {'req/s':>10} {'p50 ms':>9} {'p99 ms':>9} {'errors':>7}")
-    for (name, connections), results in rounds.items():
-        print(row(name, connections, median_result(results)))
+    for (name, connections), results_of in rounds.items():
+        print(row(name, connections, median_result(results_of)))
     for connections, values in ratios.items():
         spread = f"{min(values):.2f}-{max(values):.2f}"
         print(f"ratio at {connections:>2} connection(s): {statistics.median(values):.2f} (rounds {spread}; goal >= {RATIO_GOAL:.2f})")
     p99 = median_result(rounds[(api_name, 16)]).p99_ms
     print(f"p99 at 16 connections: {p99:.2f} ms (goal <= {P99_GOAL_MS:.0f} ms: {'met' if p99 <= P99_GOAL_MS else 'MISSED'})")
+    for connections, values in costs.items():
+        if values:
+            cost = statistics.median(values)
+            print(f"cost of metrics + JSON access logs at {connections:>2} connection(s): {cost:+.1%} (rounds {min(values):+.1%} to {max(values):+.1%}; goal < 5%: {'met' if cost < 0.05 else 'MISSED'})")
 
 
 if __name__ == "__main__":
