@@ -136,6 +136,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'deployment_version_promote': ('POST', '/api/v1/deployments/{id}/versions/{version_id}/promote'),
     'egress_oauth_start': ('POST', '/api/v1/egress/oauth/start'),
     'get_admin_actor': ('GET', '/api/v1/admin/actors/{kind}/{id}'),
+    'get_admin_node': ('GET', '/api/v1/admin/node'),
     'get_admin_outbox': ('GET', '/api/v1/admin/outbox'),
     'get_agent_run': ('GET', '/api/v1/agent-runs/{run_id}'),
     'get_agent_run_artifact_download': ('GET', '/api/v1/agent-runs/{run_id}/artifacts/{artifact_id}/download'),
@@ -1167,6 +1168,13 @@ class Operations(SyncBase):
         `GET /api/v1/admin/actors/{kind}/{id}`. Admin key (`msk_a_`).
         """
         return self._call('GET', '/api/v1/admin/actors/{kind}/{id}', path={'kind': kind, 'id': id}, request_timeout=request_timeout)
+
+    def get_admin_node(self, *, request_timeout: float | None = None) -> Any:
+        """This node's live picture: name, uptime, capacity, load, actors, warm pool, request rate.
+
+        `GET /api/v1/admin/node`. Admin key (`msk_a_`).
+        """
+        return self._call('GET', '/api/v1/admin/node', request_timeout=request_timeout)
 
     def get_admin_outbox(self, *, request_timeout: float | None = None) -> Any:
         """Every e-mail the platform sent or would send, newest first.
@@ -3157,6 +3165,13 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/admin/actors/{kind}/{id}`. Admin key (`msk_a_`).
         """
         return await self._call('GET', '/api/v1/admin/actors/{kind}/{id}', path={'kind': kind, 'id': id}, request_timeout=request_timeout)
+
+    async def get_admin_node(self, *, request_timeout: float | None = None) -> Any:
+        """This node's live picture: name, uptime, capacity, load, actors, warm pool, request rate.
+
+        `GET /api/v1/admin/node`. Admin key (`msk_a_`).
+        """
+        return await self._call('GET', '/api/v1/admin/node', request_timeout=request_timeout)
 
     async def get_admin_outbox(self, *, request_timeout: float | None = None) -> Any:
         """Every e-mail the platform sent or would send, newest first.

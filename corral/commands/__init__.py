@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from corral.client import CorralError
 
-from . import completion, computers, core, platform, sandboxes, templates
+from . import admin, completion, computers, core, platform, sandboxes, templates
 from .context import Context
 from .output import Console
 
@@ -23,7 +23,7 @@ __all__ = ["CLIENT_COMMANDS", "Console", "parse", "register", "run"]
 CLIENT_COMMANDS = frozenset(
     {
         "login", "logout", "whoami", "sandboxes", "exec", "files", "processes", "logs", "previews",
-        "computers", "deployments", "databases", "agent-runs", "sandbox-templates", "completion",
+        "computers", "deployments", "databases", "agent-runs", "sandbox-templates", "completion", "admin",
     }
 )
 
@@ -34,6 +34,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser], root: arg
     computers.register(sub)
     platform.register(sub)
     templates.register(sub)
+    admin.register(sub)
     completion.register(sub, root)
 
 

@@ -19,6 +19,7 @@ from .observe import current
 from .openapi import build_document
 from .pipeline import Pipeline, client_ip, error_response, http_error, new_request_id
 from .replies import json_response
+from .request_window import request_window
 from .routes import all_routers
 from .routing import Route, Router
 
@@ -46,6 +47,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.config["JSON_SORT_KEYS"] = False
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     pipeline = Pipeline(platform)
+    request_window(platform.request_observers)  # the operator views' request rate (GET /admin/node)
     routes: list[Route] = [route for router in (routers or default_routers()) for route in router.routes]
     app.extensions["corral.routes"] = routes
     app.extensions["corral.platform"] = platform

@@ -160,3 +160,9 @@ export function follow(path, handlers, onState = () => {}) {
   open();
   return () => { closed = true; clearTimeout(timer); if (source) source.close(); };
 }
+
+// A call with a credential of its own, apart from the session: the operator page's
+// admin key (an expired or refused key is the caller's to forget).
+export function callWith(key, method, path, body) {
+  return send(method, path, body, key);
+}

@@ -1,4 +1,5 @@
 // The console's shell: sign-in, the hash router (#/sandboxes/{id} ...) and the header.
+// The operator page (#/operator) needs no tenant session: it takes the admin key itself.
 // Each view renders into <main> and returns a function that releases what it opened
 // (streams, sockets, timers) when the user navigates away.
 
@@ -10,6 +11,7 @@ import {computersView, computerView} from "./views/computers.js";
 import {deploymentsView} from "./views/deployments.js";
 import {creditsView} from "./views/credits.js";
 import {templatesView} from "./views/templates.js";
+import {operatorView} from "./views/operator.js";
 
 const ROUTES = [
   [/^#\/sandboxes\/([\w-]+)$/, sandboxView, "sandboxes"],
@@ -31,6 +33,13 @@ function render() {
   document.getElementById("nav").hidden = !session;
   document.getElementById("sign-out").hidden = !session;
   document.getElementById("who").textContent = session ? [session.label, session.tenant].filter(Boolean).join(" · ") : "";
+  if (location.hash === "#/operator") {
+    for (const link of document.querySelectorAll("#nav a")) link.classList.remove("active");
+    const root = h("div", {class: "view", dataset: {view: "operator"}});
+    replace(main, root);
+    release = operatorView(root) || (() => {});
+    return;
+  }
   if (!session) {
     replace(main, signInView(render));  // then the page asked for (a deep link), else sandboxes
     return;

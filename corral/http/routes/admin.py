@@ -1,10 +1,11 @@
-"""Operator endpoints (contract §2): tenants, users, keys, actors, outbox."""
+"""Operator endpoints (contract §2): tenants, users, keys, actors, outbox; the node's
+live picture (contract §19, the operator views)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from corral.actors import billing, tenancy
+from corral.actors import billing, node_status, tenancy
 from corral.actors.tenancy import api_keys, store
 from corral.actors.tenancy.scopes import PRODUCT_SCOPES
 from corral.errors import not_found, validation_error
@@ -12,6 +13,7 @@ from corral.models import Rule, model
 
 from ..context import RequestContext
 from ..replies import Reply, data
+from ..request_window import request_window
 from ..routing import Router
 
 router = Router("admin")
@@ -169,3 +171,16 @@ async def show_actor(ctx: RequestContext, kind: str, id: str) -> Reply:
     if found is None:
         raise not_found("actor not found")
     return data(found)
+
+
+@router.get(
+    "/admin/node",
+    summary="This node's live picture: name, uptime, capacity, load, actors, warm pool, request rate",
+    auth="admin",
+)
+async def show_node(ctx: RequestContext) -> Reply:
+    picture = await node_status.describe_node(ctx.platform)
+    window = request_window(ctx.platform.request_observers)
+    picture["node"].update(window.started())
+    picture["requests"] = window.summary()
+    return data(picture)
