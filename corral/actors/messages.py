@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
+from opentelemetry import context as otel_context
+
+from corral import current_request
 
 
 class Message:
@@ -64,6 +67,11 @@ class Envelope:
     reply: Reply | None = None
     abandoned: bool = False
     enqueued_at: float = field(default_factory=trio.current_time)
+    request: Any = field(default_factory=current_request.current)
+    """The API request the sender was serving (`corral.current_request`): the handler
+    runs as part of it, for its log lines' request id."""
+    trace_context: Any = field(default_factory=otel_context.get_current)
+    """The sender's trace context: the handler's spans join the sender's trace."""
 
     def succeed(self, value: Any) -> None:
         if self.reply is not None:

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import trio
+from opentelemetry import context as otel_context
 
+from corral import current_request
 from corral.actors.actor import Actor
 from corral.actors.errors import ActorCrashed, ActorStopped, MailboxFull
 from corral.actors.host import ActorHost
@@ -280,6 +282,9 @@ class ActorCell:
 
     async def _handle(self, actor: Actor, envelope: Envelope) -> None:
         self.current = envelope
+        # The handler runs as part of the sender's request and trace (`Envelope`).
+        request_token = current_request.enter(envelope.request)
+        trace_token = otel_context.attach(envelope.trace_context)
         try:
             result = await actor.receive(envelope.message)
         except ApiError as error:
@@ -302,6 +307,8 @@ class ActorCell:
                 raise
             envelope.succeed(result)
         finally:
+            otel_context.detach(trace_token)
+            current_request.leave(request_token)
             self.current = None
             self.last_state = actor.persisted_state
             self.handled += 1

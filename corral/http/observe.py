@@ -15,7 +15,6 @@ spans of the actors, agent calls and store transactions it causes are its childr
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -25,6 +24,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from corral import current_request
 from corral.ids import new_ulid
 
 log = logging.getLogger("corral.http")
@@ -55,12 +55,11 @@ class RequestRecord:
 
 Observer = Callable[[RequestRecord], None]
 
-_current: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar("corral_request", default=None)
-
-
 def current() -> RequestRecord | None:
-    """The request being served in this task (and the tasks it started), if any."""
-    return _current.get()
+    """The request being served in this task (the tasks it started, and the actors'
+    handlers of the messages it sent: `corral.current_request`), if any."""
+    record = current_request.current()
+    return record if isinstance(record, RequestRecord) else None
 
 
 def notify(observers: Iterable[Observer], record: RequestRecord) -> None:
@@ -109,7 +108,7 @@ def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
             return
         record = RequestRecord(scope["method"], scope["path"])
         scope["corral.request"] = record
-        token = _current.set(record)
+        token = current_request.enter(record)
 
         span = _start_span(record)
         span_token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
@@ -135,6 +134,6 @@ def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
                 otel_context.detach(span_token)
             if span is not None:  # no complete answer: an error, or the client went away
                 _end_span(span, record)
-            _current.reset(token)
+            current_request.leave(token)
 
     return wrapped

@@ -14,7 +14,8 @@ import httpx
 import pytest
 import trio
 
-from corral.http.observe import RequestRecord, _current
+from corral import current_request
+from corral.http.observe import RequestRecord
 from corral.net.preview import PreviewRouter, RouteTable
 from corral.operations import logs
 from tests.support import ADMIN_KEY, Api, Tenant, create_key, free_port
@@ -68,12 +69,12 @@ def record_of(message: str, *args: Any, exc: bool = False, **extra: Any) -> logg
 def test_a_json_line_has_the_contract_fields_and_the_request_of_the_task() -> None:
     formatter = logs.JsonFormatter("node-a")
     request = RequestRecord("GET", "/api/v1/sandboxes/sbx-1/files", route="/api/v1/sandboxes/{id}/files", tenant_id="t-1")
-    token = _current.set(request)
+    token = current_request.enter(request)
     try:
         record = record_of("hello %s", "world", exc=True, sandbox_count=3)
         logs.RequestFields().filter(record)
     finally:
-        _current.reset(token)
+        current_request.leave(token)
     line = json.loads(formatter.format(record))
     assert line["time"].endswith("Z") and line["time"][10] == "T"
     assert (line["level"], line["logger"], line["message"], line["node"]) == ("warning", "corral.test", "hello world", "node-a")
@@ -89,12 +90,12 @@ def test_outside_a_request_the_request_id_is_null_and_text_lines_carry_it_when_k
     logs.RequestFields().filter(record)
     assert json.loads(logs.JsonFormatter("n").format(record))["request_id"] is None
     assert "request_id=" not in logs.TextFormatter().format(record)
-    token = _current.set(RequestRecord("GET", "/api/v1/tenant"))
+    token = current_request.enter(RequestRecord("GET", "/api/v1/tenant"))
     try:
         record = record_of("busy")
         logs.RequestFields().filter(record)
     finally:
-        _current.reset(token)
+        current_request.leave(token)
     assert logs.TextFormatter().format(record).endswith(f"busy request_id={record.request_id}")
 
 
