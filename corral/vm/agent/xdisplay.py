@@ -24,9 +24,11 @@ plane then falls back to the X tools.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import struct
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -287,25 +289,14 @@ class Displays:
         if connection is not None:
             connection.close()
 
-    async def input(self, display: str, steps: list[tuple[str, int, int]]) -> tuple[int, int]:
-        """Run the steps; where the pointer is afterwards."""
-        limit = IO_TIMEOUT + sum(a for kind, a, _ in steps if kind == "sleep") / 1000
+    @contextlib.asynccontextmanager
+    async def _session(self, display: str, limit: float) -> AsyncIterator[XConnection]:
+        """The display's connection for one request, within `limit` seconds; a failure
+        other than the X server's own refusal drops it (its stream's state is unknown)."""
         async with self._locks.setdefault(display, trio.Lock()):
             try:
                 with trio.fail_after(limit):
-                    connection = await self._use(display)
-                    pending: list[bytes] = []
-                    for kind, a, b in steps:
-                        if kind == "move":
-                            pending.append(connection.fake_input(MOTION_NOTIFY, 0, a, b))
-                        elif kind == "button":
-                            pending.append(connection.fake_input(BUTTON_PRESS if b else BUTTON_RELEASE, a))
-                        else:
-                            await connection.sync(pending)  # what came before the pause happens before it
-                            pending = []
-                            await trio.sleep(a / 1000)
-                    await connection.sync(pending)
-                    return await connection.pointer()
+                    yield await self._use(display)
             except XError:
                 raise
             except (AgentError, OSError, trio.TooSlowError) as exc:
@@ -314,32 +305,36 @@ class Displays:
                     raise
                 raise DisplayUnavailable(f"the display stopped answering: {exc!r}") from exc
             except BaseException:
-                self._drop(display)  # cancelled mid-request: the stream's state is unknown
+                self._drop(display)  # cancelled mid-request
                 raise
+
+    async def input(self, display: str, steps: list[tuple[str, int, int]]) -> tuple[int, int]:
+        """Run the steps; where the pointer is afterwards."""
+        limit = IO_TIMEOUT + sum(a for kind, a, _ in steps if kind == "sleep") / 1000
+        async with self._session(display, limit) as connection:
+            pending: list[bytes] = []
+            for kind, a, b in steps:
+                if kind == "move":
+                    pending.append(connection.fake_input(MOTION_NOTIFY, 0, a, b))
+                elif kind == "button":
+                    pending.append(connection.fake_input(BUTTON_PRESS if b else BUTTON_RELEASE, a))
+                else:
+                    await connection.sync(pending)  # what came before the pause happens before it
+                    pending = []
+                    await trio.sleep(a / 1000)
+            await connection.sync(pending)
+            return await connection.pointer()
 
     async def capture(self, display: str, box: tuple[int, int, int, int] | None) -> tuple[bytearray, int, int, str]:
         """The pixels of `box` (x, y, width, height), or of the whole screen, with their size and layout."""
-        async with self._locks.setdefault(display, trio.Lock()):
-            try:
-                with trio.fail_after(IO_TIMEOUT):
-                    connection = await self._use(display)
-                    layout = connection.screen.pixel_format
-                    if layout is None:
-                        raise DisplayUnavailable("the screen's pixels are not 24-bit TrueColor in 32 bits")
-                    x, y, width, height = box if box is not None else (0, 0, *await connection.size())
-                    if width * height * 4 > MAX_IMAGE_BYTES:
-                        raise AgentError(422, "VALIDATION_ERROR", "the rectangle is too large")
-                    return await connection.image(x, y, width, height), width, height, layout
-            except XError:
-                raise
-            except (AgentError, OSError, trio.TooSlowError) as exc:
-                self._drop(display)
-                if isinstance(exc, AgentError):
-                    raise
-                raise DisplayUnavailable(f"the display stopped answering: {exc!r}") from exc
-            except BaseException:
-                self._drop(display)
-                raise
+        async with self._session(display, IO_TIMEOUT) as connection:
+            layout = connection.screen.pixel_format
+            if layout is None:
+                raise DisplayUnavailable("the screen's pixels are not 24-bit TrueColor in 32 bits")
+            x, y, width, height = box if box is not None else (0, 0, *await connection.size())
+            if width * height * 4 > MAX_IMAGE_BYTES:
+                raise AgentError(422, "VALIDATION_ERROR", "the rectangle is too large")
+            return await connection.image(x, y, width, height), width, height, layout
 
 
 class DesktopRoutes:
