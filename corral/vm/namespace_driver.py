@@ -45,6 +45,7 @@ from typing import Any
 import trio
 
 from .cgroups import CgroupLimits, CgroupV1
+from .disk import IMAGE as DISK_IMAGE
 from .disk import DiskStore
 from .driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from .egress import EgressTrust
@@ -388,8 +389,16 @@ class NamespaceDriver(RuntimeDriver):
         return infos
 
     async def metrics(self, instance_id: str) -> dict[str, int]:
+        """The cgroups' figures, and the disk: what its image holds on the node's file
+        system (`disk_bytes`) of its size (`disk_limit_bytes`); 0 for an instance without one."""
         self._load(instance_id)
-        return self.cgroups.usage(instance_id)
+        usage = self.cgroups.usage(instance_id)
+        try:
+            image = os.stat(self.instance_dir(instance_id) / DISK_IMAGE)
+            usage["disk_bytes"], usage["disk_limit_bytes"] = image.st_blocks * 512, image.st_size
+        except OSError:
+            usage["disk_bytes"] = usage["disk_limit_bytes"] = 0
+        return usage
 
     async def adopt(self) -> list[InstanceInfo]:
         """Take over what a previous control plane left: running instances stay running.

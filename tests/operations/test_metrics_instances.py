@@ -63,5 +63,8 @@ async def test_create_exec_fork_move_the_instance_metrics(metrics_runtime_api: A
     instances = {labels["instance_id"] for labels in after.series("corral_instance_cpu_seconds_total")}
     assert sandbox["id"] in instances and len(instances) == 2
     assert after.value("corral_instance_memory_bytes", instance_id=sandbox["id"]) > 0
+    disk_size = after.value("corral_instance_disk_limit_bytes", instance_id=sandbox["id"])
+    assert disk_size == api.platform.settings.sandbox_disk_gb * 1024**3
+    assert 0 < after.value("corral_instance_disk_bytes", instance_id=sandbox["id"]) < disk_size
     assert after.value("corral_actors", kind="sandbox", status="alive") >= 2
     assert after.value("corral_events_published_total") > before.value("corral_events_published_total")
