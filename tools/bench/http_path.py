@@ -360,6 +360,7 @@ def main() -> None:
     with node(args.pool) as client:
         wait_pool_full(client, args.pool or 8)
         firsts, answers = api_create_to_exec(client, args.creates)
+        time.sleep(2.0)  # the pool's refills done: they would compete with what follows
         results["api"] = {"create_to_exec": summary(firsts), "create_answered": summary(answers), **api_rows(client, args)}
     print("through the API, without a pool ...", file=sys.stderr)
     with node(0) as client:
