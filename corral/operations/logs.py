@@ -180,12 +180,72 @@ def configure(level_option: str | None = None, environ: Mapping[str, str] = os.e
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    global _access_writer
+    assert isinstance(handler, logging.StreamHandler)
+    _access_writer = AccessWriter(handler, chosen_format(environ), node_name(environ))
     return handler
+
+
+class AccessWriter:
+    """Writes access lines straight to the node's handler, in its format.
+
+    An access line is the one line written for every request: through `logging` (a
+    record, the filters, the formatter's generic walk over the record) it was the
+    largest part of what JSON logs cost a request (issue 29: under 5% in all). The line
+    is the same as the handler would write, and it is written under the handler's lock,
+    so it never interleaves with another line."""
+
+    def __init__(self, handler: logging.StreamHandler[Any], log_format: str, node: str) -> None:
+        self.handler = handler
+        self.json = log_format == "json"
+        self.node = node
+        self._second = -1
+        self._second_text = ""
+
+    def write(self, record: RequestRecord) -> None:
+        now = time.time()
+        duration_ms = round(record.duration_seconds * 1000, 2)
+        message = f"{record.method} {record.route} {record.status} {duration_ms:.2f}ms {record.response_bytes}B"
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            layout = "%Y-%m-%dT%H:%M:%S" if self.json else "%Y-%m-%d %H:%M:%S"
+            self._second_text = time.strftime(layout, time.gmtime(second) if self.json else time.localtime(second))
+        millis = int((now - second) * 1000)
+        if self.json:
+            line: dict[str, Any] = {
+                "time": f"{self._second_text}.{millis:03d}Z", "level": "info", "logger": access_log.name,
+                "message": message, "node": self.node, "request_id": record.request_id,
+            }
+            if record.tenant_id:
+                line["tenant_id"] = record.tenant_id
+            line.update(kind=record.kind, method=record.method, route=record.route, status=record.status,
+                        duration_ms=duration_ms, bytes=record.response_bytes)
+            ids = resource_ids(record)
+            if ids:
+                line["resource_ids"] = ids
+            text = json.dumps(line, ensure_ascii=False)
+        else:
+            text = f"{self._second_text},{millis:03d} INFO {access_log.name}: {message} request_id={record.request_id}"
+        handler = self.handler
+        handler.acquire()
+        try:
+            handler.stream.write(text + handler.terminator)
+            handler.flush()
+        finally:
+            handler.release()
+
+
+_access_writer: AccessWriter | None = None
 
 
 def access_line(record: RequestRecord) -> None:
     """The request observer of the access log: one line per answered API request."""
     if not access_log.isEnabledFor(logging.INFO):
+        return
+    writer = _access_writer
+    if writer is not None and writer.handler in logging.root.handlers and not access_log.handlers and access_log.propagate:
+        writer.write(record)  # the node's handler alone writes it: straight there
         return
     duration_ms = round(record.duration_seconds * 1000, 2)
     access_log.info(
@@ -203,4 +263,3 @@ def access_line(record: RequestRecord) -> None:
             "resource_ids": resource_ids(record),
         },
     )
-

@@ -205,3 +205,30 @@ async def test_no_secret_reaches_the_log_after_real_work(runtime_api: Api, captu
     assert len(captured.access()) >= 6
     for value in (env_value, vault_value, key["key"], owner.key, ADMIN_KEY):
         assert value not in text
+
+
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_the_direct_access_line_is_the_line_logging_would_write(log_format: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))  # configure() replaces them: restored after
+    monkeypatch.setattr(root, "level", root.level)
+    monkeypatch.setattr(logs, "_access_writer", logs._access_writer)
+    stream = io.StringIO()
+    logs.configure("info", {"CORRAL_LOG_FORMAT": log_format, "CORRAL_NODE_NAME": "n1"}, stream=stream)
+    record = RequestRecord("GET", "/api/v1/sandboxes/3f1c")
+    record.route, record.status, record.response_bytes, record.duration_seconds, record.tenant_id = (
+        "/api/v1/sandboxes/{id}", 200, 120, 0.0005, "tenant-1",
+    )
+    logs.access_line(record)  # straight to the handler
+    writer, logs._access_writer = logs._access_writer, None
+    try:
+        logs.access_line(record)  # through logging
+    finally:
+        logs._access_writer = writer
+    direct, through_logging = stream.getvalue().splitlines()
+    if log_format == "json":
+        direct_fields, logged_fields = json.loads(direct), json.loads(through_logging)
+        assert direct_fields.pop("time")[:19] == logged_fields.pop("time")[:19]
+        assert direct_fields == logged_fields
+    else:
+        assert direct.split(" ", 2)[2] == through_logging.split(" ", 2)[2]

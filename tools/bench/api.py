@@ -50,6 +50,11 @@ def process(argv: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[b
 
 
 def corral_key(base: str) -> str:
+    return platform_key(base, owner_key(base))
+
+
+def owner_key(base: str) -> str:
+    """A new tenant's owner key."""
     response = httpx.post(
         f"{base}/api/v1/admin/tenants",
         headers={"Authorization": f"Bearer {ADMIN_KEY}"},
@@ -57,11 +62,15 @@ def corral_key(base: str) -> str:
         timeout=30,
     )
     response.raise_for_status()
-    owner_key = response.json()["data"]["api_key"]["key"]
-    # A platform key, so that wrk's load stays below its rate limit (30,000 a minute).
+    return str(response.json()["data"]["api_key"]["key"])
+
+
+def platform_key(base: str, owner: str) -> str:
+    """A platform key of the owner's tenant, so that wrk's load stays below its rate
+    limit (30,000 a minute; a user key's is 600)."""
     response = httpx.post(
         f"{base}/api/v1/api-keys",
-        headers={"Authorization": f"Bearer {owner_key}"},
+        headers={"Authorization": f"Bearer {owner}"},
         json={"name": "bench", "key_type": "platform"},
         timeout=30,
     )
@@ -118,10 +127,17 @@ def main() -> None:
             servers.append((observed_name, f"http://127.0.0.1:{observed_port}"))
         raw_url = f"http://127.0.0.1:{raw_port}/"
         wait_http(raw_url)
-        keys = {}
+        owners: dict[str, str] = {}
         for name, base in servers:
             wait_http(f"{base}/healthz")
-            keys[name] = {"Authorization": f"Bearer {corral_key(base)}"}
+            owners[name] = owner_key(base)
+
+        def fresh_key(name: str) -> dict[str, str]:
+            """A new platform key a round: one key's 30,000 requests a minute would be
+            spent within a few rounds at 16 connections (the 429s then flatter it)."""
+            base = dict(servers)[name]
+            return {"Authorization": f"Bearer {platform_key(base, owners[name])}"}
+
         # Alternate short rounds so that the machine's drift hits every server alike.
         for connections in (1, 16):
             for _ in range(args.rounds):
@@ -129,7 +145,7 @@ def main() -> None:
                 rounds.setdefault((raw_name, connections), []).append(raw)
                 results = {}
                 for name, base in servers:
-                    results[name] = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, keys[name])
+                    results[name] = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, fresh_key(name))
                     rounds.setdefault((name, connections), []).append(results[name])
                 ratios[connections].append(results[api_name].requests_per_second / raw.requests_per_second)
                 if args.observed:
