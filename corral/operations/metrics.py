@@ -34,6 +34,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral.actors.node_status import INSTANCE_TABLES
 from corral.actors.sandboxes.warm_pool import memory_available_mb, memory_total_mb
 from corral.storage import utc_now_iso
 
@@ -53,8 +54,6 @@ OPERATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
 QUERY_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 PROXY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 
-INSTANCE_TABLES = {"sandbox": "sandboxes", "computer": "computers", "database": "databases"}
-"""Instance kinds whose records have a `status`, and their tables."""
 
 
 class NodeMetrics:
