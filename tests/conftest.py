@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from corral.storage import Database, migrate, open_database
+from tests.actors.webhooks.receiver import Receiver, https_receiver
 from tests.dns_server import DnsServer, dns_server
 from tests.pg_server import create_database, postgres_server
 from tests.support import (
@@ -121,3 +123,10 @@ async def dns() -> AsyncIterator[DnsServer]:
     """A name server on loopback whose answers the test sets (`tests/dns_server.py`)."""
     async with dns_server() as server:
         yield server
+
+
+@pytest.fixture
+async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
+    """A real HTTPS webhook receiver on loopback, with a CA of its own (`tests/actors/webhooks/receiver.py`)."""
+    async with https_receiver(tmp_path / "receiver") as running:
+        yield running

@@ -16,12 +16,12 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import trio
-from opentelemetry import trace
 
 from corral.actors.actor import Actor
 from corral.actors.errors import AskTimeout
 from corral.actors.mailbox import MailboxClosed
 from corral.actors.messages import Envelope, Reply
+from corral.tracer import recording_tracer
 
 if TYPE_CHECKING:
     from corral.actors.mailbox import Mailbox
@@ -31,11 +31,11 @@ A = TypeVar("A", bound=Actor)
 
 def _span(ref: ActorRef[Any], message: Any, call: str) -> AbstractContextManager[object]:
     """A span for one message, or nothing at all while no tracer provider is installed."""
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider):
+    tracer = recording_tracer(__name__)
+    if tracer is None:
         return nullcontext()
     message_type = type(message).__name__
-    return provider.get_tracer(__name__).start_as_current_span(
+    return tracer.start_as_current_span(
         f"{ref.kind} {message_type}",
         attributes={
             "corral.actor.kind": ref.kind,

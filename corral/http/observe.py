@@ -26,6 +26,7 @@ from opentelemetry import trace
 
 from corral import current_request
 from corral.ids import new_ulid
+from corral.tracer import recording_tracer
 
 log = logging.getLogger("corral.http")
 
@@ -70,14 +71,8 @@ def notify(observers: Iterable[Observer], record: RequestRecord) -> None:
             log.exception("a request observer failed")
 
 
-def _tracer() -> trace.Tracer | None:
-    """The tracer, or None while no provider is installed (then no span is opened at all)."""
-    provider = trace.get_tracer_provider()
-    return None if isinstance(provider, trace.ProxyTracerProvider) else provider.get_tracer(__name__)
-
-
 def _start_span(record: RequestRecord) -> trace.Span | None:
-    tracer = _tracer()
+    tracer = recording_tracer(__name__)
     if tracer is None:
         return None
     return tracer.start_span(

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import trio
-from opentelemetry import trace
+
+from corral.tracer import recording_tracer
 
 from .write_behind import WriteBehind
 
@@ -43,10 +44,10 @@ async def _run_traced(
     dialect: str, run: Callable[[Callable[[Transaction], T]], T], work: Callable[[Transaction], T], limiter: trio.CapacityLimiter
 ) -> T:
     """`run(work)` on a worker thread, in a span when traces are recorded."""
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider):
+    tracer = recording_tracer(__name__)
+    if tracer is None:
         return await trio.to_thread.run_sync(run, work, limiter=limiter)
-    with provider.get_tracer(__name__).start_as_current_span("store.transaction", attributes={"db.system": dialect}):
+    with tracer.start_as_current_span("store.transaction", attributes={"db.system": dialect}):
         return await trio.to_thread.run_sync(run, work, limiter=limiter)
 
 

@@ -33,6 +33,8 @@ import h11
 import trio
 from opentelemetry import trace
 
+from corral.tracer import recording_tracer
+
 from .driver import InstanceInfo, InstanceState
 from .errors import AGENT_ERRORS, AgentError, AgentUnavailable, RuntimeUnavailable
 
@@ -57,11 +59,11 @@ def _path_template(path: str) -> str:
 
 def _start_span(method: str, path: str) -> trace.Span | None:
     """A client span for one agent call, or None while no tracer provider is installed."""
-    provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider):
+    tracer = recording_tracer(__name__)
+    if tracer is None:
         return None
     template = _path_template(path)
-    return provider.get_tracer(__name__).start_span(
+    return tracer.start_span(
         f"agent {method} {template}",
         kind=trace.SpanKind.CLIENT,
         attributes={"http.method": method, "corral.agent.path": template},

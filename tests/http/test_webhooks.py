@@ -31,11 +31,6 @@ WEBHOOK_ID = re.compile(r"^wh_[0-9a-z]{26}$")
 PUBLIC = {"id", "name", "url", "events", "headers", "retry_count", "metadata", "secret_preview", "created_at", "updated_at"}
 
 
-@pytest.fixture
-async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
-    async with https_receiver(tmp_path / "receiver") as running:
-        yield running
-
 
 @pytest.fixture
 async def hooks_api(tmp_path: Path, receiver: Receiver) -> AsyncIterator[Api]:

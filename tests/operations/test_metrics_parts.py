@@ -15,7 +15,7 @@ import pytest
 
 from corral.operations.metrics import LATENCY_BUCKETS
 from corral.storage import Event
-from tests.actors.webhooks.receiver import Receiver, https_receiver
+from tests.actors.webhooks.receiver import Receiver
 from tests.http.database_support import DATABASE_SETTINGS, create_db, credentials, sql, wait_status
 from tests.http.test_sandboxes import create, run
 from tests.net.egress_support import INTERNET, internet
@@ -110,11 +110,6 @@ async def test_every_histogram_is_sane(metrics_api: Api) -> None:
 
 # -- webhooks -------------------------------------------------------------------------------------
 
-
-@pytest.fixture
-async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
-    async with https_receiver(tmp_path / "receiver") as running:
-        yield running
 
 
 @pytest.fixture

@@ -269,9 +269,8 @@ class WarmPool:
         driver = await self.runtime.driver()
         for instance_id in ids:
             try:
-                await driver.destroy(instance_id)
-            except InstanceNotFound:
-                pass
+                with contextlib.suppress(InstanceNotFound):
+                    await driver.destroy(instance_id)
             except Exception as exc:
                 log.warning("could not destroy pooled instance %s: %s", instance_id, exc)
 

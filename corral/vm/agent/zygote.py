@@ -64,6 +64,7 @@ LAUNCH_TIMEOUT = 15.0
 MAX_REQUEST = 2 << 20
 STAGES = ("namespaces", "root", "init_pid", "ready")
 WARM_UP_TOKEN = "zygote-warm-up"
+WARM_UP_SECONDS = 5.0
 WARM_UP_REQUEST = b"GET /health HTTP/1.1\r\nhost: zygote\r\nauthorization: Bearer " + WARM_UP_TOKEN.encode() + b"\r\n\r\n"
 
 
@@ -99,12 +100,17 @@ def _warm_up() -> None:
         async with trio.open_nursery() as nursery:
             agent = app.Agent(app.AgentConfig("127.0.0.1", port, WARM_UP_TOKEN), nursery)
             nursery.start_soon(httpserver.serve, [listener], agent.handle)
-            for _ in range(2):
-                stream = await trio.open_tcp_stream("127.0.0.1", port)
-                await stream.send_all(WARM_UP_REQUEST)
-                while b"\r\n\r\n" not in await stream.receive_some(65536):
-                    pass
-                await stream.aclose()
+            with trio.move_on_after(WARM_UP_SECONDS):  # never the zygote's start held up by it
+                for _ in range(2):
+                    stream = await trio.open_tcp_stream("127.0.0.1", port)
+                    await stream.send_all(WARM_UP_REQUEST)
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        chunk = await stream.receive_some(65536)
+                        if not chunk:  # closed before a whole head: warm enough
+                            break
+                        head += chunk
+                    await stream.aclose()
             nursery.cancel_scope.cancel()
 
     with contextlib.suppress(Exception):  # a warm-up is worth having, never worth failing for

@@ -20,7 +20,7 @@ import trio
 from corral.actors.webhooks import runtime_of, store
 from corral.ids import new_uuid
 from corral.storage import Event, iso_in
-from tests.actors.webhooks.receiver import Receiver, https_receiver, verify_signatures
+from tests.actors.webhooks.receiver import Receiver, verify_signatures
 from tests.pg_server import create_database
 from tests.support import ADMIN_KEY, API, Api, Tenant, free_port, running_server
 
@@ -64,11 +64,6 @@ async def wait_for_attempts(api: Api, tenant: Tenant, hook_id: str, count: int, 
             await trio.sleep(0.05)
     return rows
 
-
-@pytest.fixture
-async def receiver(tmp_path: Path) -> AsyncIterator[Receiver]:
-    async with https_receiver(tmp_path / "receiver") as running:
-        yield running
 
 
 async def test_fails_twice_then_succeeds_shows_three_attempts(tmp_path: Path, database_url: str, receiver: Receiver) -> None:
