@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import trio
 
@@ -65,6 +64,7 @@ from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressPr
 from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.net.preview import RouteTable
 from corral.operations import NodeMetrics, run_metrics_listener
+from corral.request_observers import RequestObservers
 from corral.storage import (
     BlobStore,
     Database,
@@ -133,9 +133,9 @@ class Platform:
     custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
     """Custom domains in memory: what the router and the TLS edge's question read."""
     preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
-    request_observers: list[Callable[[Any], None]] = field(default_factory=list)
-    """Called with each API request's `corral.http.observe.RequestRecord` once answered
-    (metrics, the access log)."""
+    request_observers: RequestObservers = field(default_factory=RequestObservers)
+    """Called with each API request's `corral.http.observe.RequestRecord` once answered,
+    in batches (metrics, the access log, the operator views)."""
     operation_timings: OperationTimings = field(default_factory=OperationTimings)
     """Observers of instance operations' durations (`corral.actors.timings`): the metrics."""
     metrics: NodeMetrics | None = None
@@ -305,6 +305,7 @@ async def _start_parts(platform: Platform) -> None:
     platform.system.register(*databases.ACTORS)
     sandboxes.register_with_billing(platform)
     computers.register_with_billing(platform)
+    await platform.nursery.start(platform.request_observers.run)  # metrics and access lines, in batches
     if platform.settings.prepare_templates:
         platform.nursery.start_soon(platform.runtime.prepare_templates)
     if platform.runtime.has_instances():

@@ -4,9 +4,9 @@
 `RequestRecord` (its request id made here, so every log line written while it is
 served can carry it: `current()`), filled in as the request goes (`route`, the
 template the front or Quart matched; `tenant_id` once authenticated; the status and
-the bytes of the answer) and handed to each observer when the answer is sent. An
-observer is a plain function called on the event loop: it must be quick and must not
-raise (one that does is logged and skipped).
+the bytes of the answer) and handed to the node's observers once the answer's last
+bytes are sent (the duration is taken before: the time to answer); they see it in a
+batch a moment later (`corral.request_observers`).
 
 When a tracer provider is installed (`corral.operations.tracing`, only when spans are
 exported) each request also gets a server span, current for the whole handling, so the
@@ -15,9 +15,8 @@ spans of the actors, agent calls and store transactions it causes are its childr
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +25,8 @@ from opentelemetry import trace
 
 from corral import current_request
 from corral.ids import new_ulid
+from corral.request_observers import RequestObservers
 from corral.tracer import recording_tracer
-
-log = logging.getLogger("corral.http")
 
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -54,21 +52,12 @@ class RequestRecord:
     kind: str = "api"
 
 
-Observer = Callable[[RequestRecord], None]
 
 def current() -> RequestRecord | None:
     """The request being served in this task (the tasks it started, and the actors'
     handlers of the messages it sent: `corral.current_request`), if any."""
     record = current_request.current()
     return record if isinstance(record, RequestRecord) else None
-
-
-def notify(observers: Iterable[Observer], record: RequestRecord) -> None:
-    for observer in observers:
-        try:
-            observer(record)
-        except Exception:
-            log.exception("a request observer failed")
 
 
 def _start_span(record: RequestRecord) -> trace.Span | None:
@@ -94,7 +83,7 @@ def _end_span(span: trace.Span, record: RequestRecord) -> None:
     span.end()
 
 
-def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
+def observed(app: AsgiApp, observers: RequestObservers) -> AsgiApp:
     """`app` with a `RequestRecord` per HTTP request, handed to `observers` when answered."""
 
     async def wrapped(scope: dict[str, Any], receive: Receive, send: Send) -> None:
@@ -116,10 +105,14 @@ def observed(app: AsgiApp, observers: list[Observer]) -> AsgiApp:
                 record.response_bytes += len(message.get("body", b""))
                 if not message.get("more_body", False):
                     record.duration_seconds = time.perf_counter() - record.started
-                    notify(observers, record)
-                    if span is not None:  # ended with the answer, as the access line is written
+                    if span is not None:  # ended with the answer (spans are exported only when traced)
                         _end_span(span, record)
                         span = None
+                    try:
+                        await send(message)
+                    finally:  # the client has its answer; the observers get it in a batch
+                        observers.record(record)
+                    return
             await send(message)
 
         try:

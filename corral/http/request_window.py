@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from corral.request_observers import RequestObservers
+
 BUCKET_SECONDS = 10
 KEPT_BUCKETS = 30
 """Five minutes of ten-second buckets."""
@@ -100,7 +102,7 @@ class RequestWindow:
         }
 
 
-def request_window(observers: list[Callable[[Any], None]]) -> RequestWindow:
+def request_window(observers: RequestObservers) -> RequestWindow:
     """The window among `observers`, added there first if there is none (idempotent:
     `create_app` installs it, and a route asks for it the same way)."""
     for observer in observers:

@@ -44,6 +44,7 @@ def metrics_app(metrics: NodeMetrics) -> Callable[[Scope, Receive, Send], Awaita
         if scope["method"] not in ("GET", "HEAD"):
             await _plain(send, 405, b"method not allowed\n")
             return
+        metrics.platform.request_observers.drain()  # every request answered until now is counted
         await metrics.refresh()
         await exposition(scope, receive, send)
 

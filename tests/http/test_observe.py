@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import trio
+
 from corral.http.observe import UNMATCHED, RequestRecord
 from tests.support import Api, Tenant
 
@@ -15,6 +17,10 @@ async def test_each_request_is_recorded_with_its_route_tenant_status_and_id(api:
     missing = await api.request("GET", f"{API}/no/such/route", key=tenant.key)
     refused = await api.request("GET", f"{API}/tenant")
     health = await api.request("GET", "/healthz")
+    wanted = {response.headers["x-request-id"] for response in (ok, missing, refused)}
+    with trio.fail_after(10):  # observers hear of a request just after its answer went out
+        while not (wanted <= {record.request_id for record in seen} and any(record.path == "/healthz" for record in seen)):
+            await trio.sleep(0.01)
     api.platform.request_observers.remove(seen.append)
 
     by_id = {record.request_id: record for record in seen}

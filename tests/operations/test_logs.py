@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +36,15 @@ class Captured:
     def access(self) -> list[dict[str, Any]]:
         return [line for line in self.lines() if line["logger"] == "corral.access"]
 
+    async def access_of(self, responses: list[httpx.Response]) -> dict[str, dict[str, Any]]:
+        """The access lines of `responses` by request id, once all are written (just
+        after each answer went out)."""
+        wanted = {response.headers["X-Request-Id"] for response in responses}
+        with trio.fail_after(10):
+            while not wanted <= {line["request_id"] for line in self.access()}:
+                await trio.sleep(0.01)
+        return {line["request_id"]: line for line in self.access()}
+
 
 @pytest.fixture
 def captured() -> Iterator[Captured]:
@@ -49,6 +59,7 @@ def captured() -> Iterator[Captured]:
         yield capture
     finally:
         root.removeHandler(handler)
+        handler.close()
         root.setLevel(level)
 
 
@@ -148,9 +159,7 @@ async def test_an_access_line_per_api_request_with_the_response_request_id(api: 
         await api.request("GET", f"{API}/nowhere/at/all"),
         await api.request("GET", f"{API}/tenant", key="msk_u_wrong-key-that-is-secret"),
     ]
-    await trio.sleep(0)
-    access = captured.access()
-    by_id = {line["request_id"]: line for line in access}
+    by_id = await captured.access_of(responses)
     for response in responses:
         line = by_id[response.headers["X-Request-Id"]]
         assert line["status"] == response.status_code
@@ -200,7 +209,8 @@ async def test_no_secret_reaches_the_log_after_real_work(runtime_api: Api, captu
     assert secret.status_code == 201, secret.text
     key = await create_key(api, owner.key)
     assert (await api.request("GET", f"{API}/tenant", key=key["key"])).status_code == 200
-    await api.request("DELETE", f"{API}/sandboxes/{sandbox_id}", key=owner.key)
+    deleted = await api.request("DELETE", f"{API}/sandboxes/{sandbox_id}", key=owner.key)
+    await captured.access_of([created, executed, secret, deleted])
     text = captured.stream.getvalue()
     assert len(captured.access()) >= 6
     for value in (env_value, vault_value, key["key"], owner.key, ADMIN_KEY):
@@ -232,3 +242,38 @@ def test_the_direct_access_line_is_the_line_logging_would_write(log_format: str,
         assert direct_fields == logged_fields
     else:
         assert direct.split(" ", 2)[2] == through_logging.split(" ", 2)[2]
+
+
+def test_the_node_handler_writes_a_warning_at_once_and_an_info_line_soon_after(tmp_path: Any) -> None:
+    """Lines below WARNING wait in the buffer a moment (no system call per request);
+    one the operator must see now does not, and closing writes what is left."""
+    path = tmp_path / "node.log"
+    with open(path, "w", buffering=1 << 16, encoding="utf-8") as stream:
+        _write_through_the_node_handler(stream, path)
+
+
+def _write_through_the_node_handler(stream: Any, path: Any) -> None:
+    handler = logs.make_handler("text", stream, node="n1")
+    logger = logging.getLogger("corral.test.flushing")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        logger.warning("disk reserve reached")
+        assert "disk reserve reached" in path.read_text()  # no wait at all
+        logger.info("an info line")
+        deadline = time.monotonic() + 10
+        while "an info line" not in path.read_text():  # the flushing thread, within FLUSH_SECONDS
+            assert time.monotonic() < deadline, "an info line never reached the file"
+            time.sleep(0.02)
+        handler.acquire()
+        try:  # a line written while the thread cannot flush (it needs this lock) ...
+            handler.stream.write("last words\n")
+            handler._dirty = True
+        finally:
+            handler.release()
+        handler.close()  # ... is written by close
+        assert "last words" in path.read_text()
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = True

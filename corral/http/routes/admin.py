@@ -180,6 +180,7 @@ async def show_actor(ctx: RequestContext, kind: str, id: str) -> Reply:
 )
 async def show_node(ctx: RequestContext) -> Reply:
     picture = await node_status.describe_node(ctx.platform)
+    ctx.platform.request_observers.drain()  # the requests answered until now, this one's excepted
     window = request_window(ctx.platform.request_observers)
     picture["node"].update(window.started())
     picture["requests"] = window.summary()
