@@ -1,0 +1,166 @@
+"""As an operator follows a slow request: `corral serve` with JSON logs and an OTLP
+endpoint; the access line of a request names its request id, and the trace that
+reaches a real OTLP/HTTP receiver carries the same id on its server span."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from tests.support import ADMIN_KEY, PASSWORD, free_port
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP traces endpoint (protobuf, as the SDK's exporter sends): every span
+    received, flattened to a dict, with its service name."""
+
+    def __init__(self) -> None:
+        self.spans: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                receiver.take(self.path, ExportTraceServiceRequest.FromString(body))
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def take(self, path: str, request: ExportTraceServiceRequest) -> None:
+        for resource_spans in request.resource_spans:
+            resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attributes = {kv.key: _value(kv.value) for kv in span.attributes}
+                    with self.lock:
+                        self.spans.append({
+                            "path": path, "name": span.name, "kind": span.kind, "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(), "parent": span.parent_span_id.hex(),
+                            "attributes": attributes, "service": resource.get("service.name"),
+                            "node": resource.get("service.instance.id"),
+                        })
+
+    def spans_of(self, request_id: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return [span for span in self.spans if span["attributes"].get("corral.request_id") == request_id]
+
+
+def _value(value: Any) -> Any:
+    kind = value.WhichOneof("value")
+    return getattr(value, kind) if kind else None
+
+
+@pytest.fixture
+def receiver() -> Iterator[OtlpReceiver]:
+    found = OtlpReceiver()
+    thread = threading.Thread(target=found.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield found
+    finally:
+        found.server.shutdown()
+        found.server.server_close()
+
+
+def wait_for(what: str, check: Any, seconds: float = 30) -> Any:
+    deadline = time.monotonic() + seconds
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.05)
+
+
+def test_a_request_is_followed_from_its_access_line_to_its_exported_trace(tmp_path: Path, receiver: OtlpReceiver) -> None:
+    port = free_port()
+    log_path = tmp_path / "node.log"
+    env = {
+        **os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0", "CORRAL_NODE_NAME": "otlp-node",
+        "CORRAL_LOG_FORMAT": "json", "CORRAL_LOG_LEVEL": "info",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
+    }
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "serve", "--port", str(port), "--preview-port", str(free_port()), "--data-dir", str(tmp_path / "data")],
+            env=env, stdout=log_file, stderr=log_file,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def healthy() -> bool:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for("healthy server", healthy)
+        created = httpx.post(
+            f"{base}/api/v1/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            json={"name": "Traced", "owner_email": "ops@traced.test", "owner_password": PASSWORD},
+        )
+        assert created.status_code == 201, created.text
+        key = created.json()["data"]["api_key"]["key"]
+        answered = httpx.get(f"{base}/api/v1/tenant", headers={"Authorization": f"Bearer {key}"})
+        assert answered.status_code == 200
+        request_id = answered.headers["X-Request-Id"]
+
+        def access_line() -> dict[str, Any] | None:
+            for line in log_path.read_text().splitlines():
+                if line.startswith("{") and request_id in line:
+                    fields = json.loads(line)
+                    if fields["logger"] == "corral.access":
+                        return fields  # type: ignore[no-any-return]
+            return None
+
+        line = wait_for("access line", access_line)
+        assert (line["route"], line["status"], line["node"]) == ("/api/v1/tenant", 200, "otlp-node")
+
+        [server_span] = wait_for("exported server span", lambda: [s for s in receiver.spans_of(request_id) if s["kind"] == 2])  # SERVER
+        assert server_span["path"] == "/v1/traces"
+        assert server_span["name"] == "GET /api/v1/tenant"
+        assert server_span["attributes"]["http.status_code"] == 200
+        assert server_span["attributes"]["corral.tenant_id"] == line["tenant_id"]
+        assert (server_span["service"], server_span["node"]) == ("corral", "otlp-node")
+
+        # The admin's create wrote to the store: its transaction spans are children of its request's span.
+        creating = wait_for(
+            "spans of the create", lambda: (spans := receiver.spans_of(created.headers["X-Request-Id"])) and len(spans) > 1 and spans
+        )
+        [root] = [span for span in creating if span["kind"] == 2]
+        assert {span["trace_id"] for span in creating} == {root["trace_id"]}
+        assert any(span["parent"] == root["span_id"] for span in creating if span is not root)
+        assert key not in json.dumps(receiver.spans) and ADMIN_KEY not in json.dumps(receiver.spans)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert ADMIN_KEY not in log_path.read_text()
