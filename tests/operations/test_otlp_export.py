@@ -6,12 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,7 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.support import ADMIN_KEY, PASSWORD, free_port
+from tests.operations.serve_support import corral_serve, wait_for
+from tests.support import ADMIN_KEY, free_port
 
 
 class OtlpReceiver:
@@ -91,45 +87,14 @@ def receiver() -> Iterator[OtlpReceiver]:
         found.server.server_close()
 
 
-def wait_for(what: str, check: Any, seconds: float = 30) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
-        time.sleep(0.05)
-
-
 def test_a_request_is_followed_from_its_access_line_to_its_exported_trace(tmp_path: Path, receiver: OtlpReceiver) -> None:
-    port = free_port()
-    log_path = tmp_path / "node.log"
     env = {
-        **os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0", "CORRAL_NODE_NAME": "otlp-node",
-        "CORRAL_LOG_FORMAT": "json", "CORRAL_LOG_LEVEL": "info",
+        "CORRAL_NODE_NAME": "otlp-node", "CORRAL_LOG_FORMAT": "json", "CORRAL_LOG_LEVEL": "info",
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
     }
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "serve", "--port", str(port), "--preview-port", str(free_port()), "--data-dir", str(tmp_path / "data")],
-            env=env, stdout=log_file, stderr=log_file,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def healthy() -> bool:
-            assert proc.poll() is None, log_path.read_text()
-            try:
-                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for("healthy server", healthy)
-        created = httpx.post(
-            f"{base}/api/v1/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
-            json={"name": "Traced", "owner_email": "ops@traced.test", "owner_password": PASSWORD},
-        )
-        assert created.status_code == 201, created.text
-        key = created.json()["data"]["api_key"]["key"]
+    with corral_serve(tmp_path, env) as served:
+        base, log_path = served.base, served.log_path
+        key = served.owner_key("Traced", "ops@traced.test")
         answered = httpx.get(f"{base}/api/v1/tenant", headers={"Authorization": f"Bearer {key}"})
         assert answered.status_code == 200
         request_id = answered.headers["X-Request-Id"]
@@ -152,15 +117,14 @@ def test_a_request_is_followed_from_its_access_line_to_its_exported_trace(tmp_pa
         assert server_span["attributes"]["corral.tenant_id"] == line["tenant_id"]
         assert (server_span["service"], server_span["node"]) == ("corral", "otlp-node")
 
-        # The admin's create wrote to the store: its transaction spans are children of its request's span.
+        # The tenant's creation wrote to the store: its transaction spans are children of its request's span.
+        creation = [span for span in receiver.spans if span["kind"] == 2 and span["name"] == "POST /api/v1/admin/tenants"]
+        assert len(creation) == 1
         creating = wait_for(
-            "spans of the create", lambda: (spans := receiver.spans_of(created.headers["X-Request-Id"])) and len(spans) > 1 and spans
+            "spans of the creation", lambda: (spans := receiver.spans_of(creation[0]["attributes"]["corral.request_id"])) and len(spans) > 1 and spans
         )
-        [root] = [span for span in creating if span["kind"] == 2]
+        root = creation[0]
         assert {span["trace_id"] for span in creating} == {root["trace_id"]}
-        assert any(span["parent"] == root["span_id"] for span in creating if span is not root)
+        assert any(span["parent"] == root["span_id"] for span in creating if span["span_id"] != root["span_id"])
         assert key not in json.dumps(receiver.spans) and ADMIN_KEY not in json.dumps(receiver.spans)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    assert ADMIN_KEY not in log_path.read_text()
+    assert ADMIN_KEY not in log_path.read_text() and key not in log_path.read_text()

@@ -1,0 +1,82 @@
+"""A real `corral serve` process for the operator's-eye tests: its log in a file (a
+pipe nobody reads would fill and stop it), stopped with SIGTERM at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+from tests.support import ADMIN_KEY, PASSWORD, free_port
+
+T = TypeVar("T")
+
+
+@dataclass
+class Served:
+    base: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def owner_key(self, name: str, email: str) -> str:
+        """A new tenant's owner key."""
+        created = httpx.post(
+            f"{self.base}/api/v1/admin/tenants", headers={"Authorization": f"Bearer {ADMIN_KEY}"},
+            json={"name": name, "owner_email": email, "owner_password": PASSWORD}, timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        return str(created.json()["data"]["api_key"]["key"])
+
+
+def wait_for(what: str, check: Callable[[], T | None], seconds: float = 60) -> T:
+    """`check()`'s first true answer, asked every 50 ms; fails after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"no {what} within {seconds} s"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def corral_serve(directory: Path, env: dict[str, str]) -> Iterator[Served]:
+    """`corral serve` on free ports with `env` (besides the admin key; no template
+    builds), healthy when entered; it must exit 0 on SIGTERM."""
+    port = free_port()
+    log_path = directory / "node.log"
+    with open(log_path, "wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "corral", "serve", "--port", str(port), "--preview-port", str(free_port()),
+             "--data-dir", str(directory / "data")],
+            env={**os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0", **env},
+            stdout=log_file, stderr=log_file,
+        )
+    served = Served(f"http://127.0.0.1:{port}", log_path, process)
+    try:
+        def healthy() -> bool:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                return httpx.get(f"{served.base}/healthz", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for("healthy server", healthy)
+        yield served
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            assert process.wait(timeout=30) == 0, log_path.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
