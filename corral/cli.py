@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -41,6 +42,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     serve.add_argument("--preview-port", type=int, default=None, help="preview router port (CORRAL_PREVIEW_PORT, default 8081)")
     serve.add_argument("--public-domain", default=None, help="service domain (CORRAL_PUBLIC_DOMAIN, default corral.localhost)")
+    serve.add_argument("--node-name", default=None, help="this node's name in the cluster (CORRAL_NODE_NAME, default: the host name)")
+    serve.add_argument(
+        "--advertise", default=None, metavar="URL",
+        help="where the other nodes reach this one (CORRAL_ADVERTISE_URL, default http://HOST:PORT)",
+    )
     serve.add_argument("--metrics-port", type=int, default=None, help="Prometheus metrics port, GET /metrics without authentication (CORRAL_METRICS_PORT, default: none)")
     serve.add_argument("--log-level", default=None, help=LOG_HELP)
     serve.add_argument("--edge", action="store_true", help="also run the TLS edge (Caddy) in front of the preview router")
@@ -120,9 +126,23 @@ def templates_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings_error(exc: BaseException) -> SettingsError | None:
+    """`exc` if it is a `SettingsError`, else the first one in its exception group."""
+    if isinstance(exc, SettingsError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _settings_error(inner)
+            if found is not None:
+                return found
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = commands.parse(build_parser(), sys.argv[1:] if argv is None else argv)
     if args.subcommand == "serve":
+        if args.node_name:  # the logs' and traces' `node` too (they read the variable)
+            os.environ["CORRAL_NODE_NAME"] = args.node_name
         if not _setup_logging(args.log_level):
             return 2
         from corral.http.server import serve
@@ -136,8 +156,13 @@ def main(argv: list[str] | None = None) -> int:
         provider = tracing.configure()  # OTLP export only when OTEL_EXPORTER_OTLP_ENDPOINT is set
         try:
             trio.run(serve, settings, args.edge)
-        except SettingsError as exc:  # found while starting: a configuration file that cannot be used
-            print(f"corral: {exc}", file=sys.stderr)
+        except (SettingsError, BaseExceptionGroup) as exc:
+            # Found while starting (a configuration file that cannot be used, a second
+            # node on a SQLite store), perhaps inside the node's task group.
+            found = _settings_error(exc)
+            if found is None:
+                raise
+            print(f"corral: {found}", file=sys.stderr)
             return 2
         finally:
             tracing.shutdown(provider)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 def _env_flag(name: str, default: bool = False) -> bool:
@@ -39,6 +42,8 @@ def _env_int(name: str, default: int | None) -> int | None:
         raise SettingsError(f"{name} must be an integer, not {value!r}") from None
 
 
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+"""What a node's name may be (a host name fits)."""
 ADMIN_KEY_PREFIX = "msk_a_"
 MIN_ADMIN_KEY_LENGTH = 32
 
@@ -186,6 +191,14 @@ class Settings:
     metrics_port: int | None = None
     """Prometheus metrics at `GET /metrics` on this port of `host`, without authentication
     (`CORRAL_METRICS_PORT`); None: no metrics listener."""
+    # Several nodes (contract §20; docs/api.md "Nodes").
+    node_name: str = ""
+    """This node's name in the cluster (`--node-name`, `CORRAL_NODE_NAME`); empty: the host name."""
+    advertise_url: str = ""
+    """Where the other nodes reach this one (`--advertise`, `CORRAL_ADVERTISE_URL`); empty:
+    `http://<host>:<port>` (the host name for a wildcard `host`)."""
+    node_region: str = ""
+    """This node's region (`CORRAL_NODE_REGION`), one of `regions`; empty: the first."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -207,6 +220,7 @@ class Settings:
             raise SettingsError("CORRAL_METRICS_PORT must be a TCP port from 1 to 65535 (or unset: no metrics listener)")
         if self.metrics_port is not None and self.metrics_port in (self.port, self.preview_port):
             raise SettingsError("CORRAL_METRICS_PORT must differ from the API and preview ports")
+        self._settle_node()
         if self.memory_reserve_mb is not None and self.memory_reserve_mb < 0:
             raise SettingsError("CORRAL_MEMORY_RESERVE_MB must be a non-negative number of MiB")
         if self.admin_key is not None and (
@@ -218,6 +232,26 @@ class Settings:
                 f"CORRAL_ADMIN_KEY must start with {ADMIN_KEY_PREFIX} and be at least"
                 f" {MIN_ADMIN_KEY_LENGTH} characters long (or leave it unset to have one generated)"
             )
+
+    def _settle_node(self) -> None:
+        """Defaults and checks of the node's name, address and region."""
+        self.node_name = self.node_name or socket.gethostname()
+        if not NODE_NAME.fullmatch(self.node_name):
+            raise SettingsError(
+                "CORRAL_NODE_NAME (--node-name) must be 1 to 63 letters, digits, dots, dashes or underscores,"
+                " starting with a letter or digit"
+            )
+        if not self.advertise_url:
+            host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+            self.advertise_url = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        parsed = urlsplit(self.advertise_url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/") or parsed.query:
+            raise SettingsError("CORRAL_ADVERTISE_URL (--advertise) must be an http:// or https:// URL of a host (and port), e.g. http://10.0.0.5:8080")
+        self.advertise_url = self.advertise_url.rstrip("/")
+        regions = [region.strip() for region in self.regions.split(",") if region.strip()]
+        self.node_region = self.node_region or (regions[0] if regions else "local")
+        if regions and self.node_region not in regions:
+            raise SettingsError(f"CORRAL_NODE_REGION {self.node_region!r} is not one of CORRAL_REGIONS ({', '.join(regions)})")
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -279,6 +313,9 @@ class Settings:
             "database_host": env.get("CORRAL_DATABASE_HOST", ""),
             "database_check_seconds": float(env.get("CORRAL_DATABASE_CHECK_SECONDS", "1")),
             "metrics_port": _env_int("CORRAL_METRICS_PORT", None),
+            "node_name": env.get("CORRAL_NODE_NAME", ""),
+            "advertise_url": env.get("CORRAL_ADVERTISE_URL", ""),
+            "node_region": env.get("CORRAL_NODE_REGION", ""),
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),
@@ -298,6 +335,8 @@ class Settings:
             edge_https_port=getattr(args, "https_port", None),
             edge_http_port=getattr(args, "http_port", None),
             metrics_port=getattr(args, "metrics_port", None),
+            node_name=getattr(args, "node_name", None),
+            advertise_url=getattr(args, "advertise", None),
         )
 
     def preview_origin(self, host: str, *, websocket: bool = False) -> str:

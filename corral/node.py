@@ -37,6 +37,7 @@ from corral.actors import (
     domains,
     egress,
     instances,
+    nodes,
     sandboxes,
     templates,
 )
@@ -298,6 +299,13 @@ async def _start_metrics(platform: Platform) -> None:
     log.info("Corral metrics listening on http://%s:%d/metrics", platform.settings.host, port)
 
 
+async def _join_cluster(platform: Platform) -> None:
+    """This node's row in `nodes` (contract §20), then its heartbeat."""
+    platform.system.register(*nodes.ACTORS)
+    await nodes.join(platform)
+    await platform.nursery.start(nodes.keep_alive, platform)
+
+
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
@@ -411,6 +419,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
             await nursery.start(platform.system.run)
+            await _join_cluster(platform)  # first: a second node on a SQLite store stops here
             await _start_metrics(platform)
             if proxy is not None:
                 proxy.hooks = PolicyHooks(platform, platform.runtime)

@@ -3,7 +3,7 @@ views), called in batches rather than once per request.
 
 `observe.py` hands each answered request's record to `RequestObservers.record`, which
 only keeps it. The records are passed to the observers `BATCH_SECONDS` later by `run`
-(a task of the API server), or at once when `BATCH_SIZE` have piled up, or when a
+(a task of the node), or at once when `BATCH_SIZE` have piled up, or when a
 reader needs them current (`drain()`: the `/metrics` exposition and `GET /admin/node`
 call it before they read). Why: in the live server each observer found its code and
 data out of the CPU's caches after a request's worth of other work, and the three of

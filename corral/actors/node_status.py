@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,11 +45,6 @@ class NodeSources(Protocol):
 
     @property
     def warm_pool(self) -> WarmPool | None: ...
-
-
-def node_name(environ: Mapping[str, str] = os.environ) -> str:
-    """`CORRAL_NODE_NAME`, else the host name (the rule the JSON logs' `node` follows)."""
-    return environ.get("CORRAL_NODE_NAME") or socket.gethostname()
 
 
 def capacity(settings: Settings) -> dict[str, Any]:
@@ -120,7 +113,7 @@ def warm_pool_summary(pool: WarmPool | None, settings: Settings) -> dict[str, An
 async def describe_node(sources: NodeSources) -> dict[str, Any]:
     """The picture, JSON-ready (the request rate is the HTTP layer's to add)."""
     return {
-        "node": {"name": node_name()},
+        "node": {"name": sources.settings.node_name},
         "capacity": capacity(sources.settings),
         "load": await instance_load(sources),
         "actors": actor_summary(sources.system.introspect()),

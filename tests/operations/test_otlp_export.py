@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.operations.serve_support import corral_serve, wait_for
+from tests.serve_process import corral_serve, wait_for
 from tests.support import ADMIN_KEY, free_port
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.operations.serve_support import corral_serve, wait_for
+from tests.serve_process import corral_serve, wait_for
 from tests.support import free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from corral.actors import billing, node_status, tenancy
+from corral.actors import billing, node_status, nodes, tenancy
 from corral.actors.tenancy import api_keys, store
 from corral.actors.tenancy.scopes import PRODUCT_SCOPES
 from corral.errors import not_found, validation_error
@@ -185,3 +185,21 @@ async def show_node(ctx: RequestContext) -> Reply:
     picture["node"].update(window.started())
     picture["requests"] = window.summary()
     return data(picture)
+
+
+@router.get(
+    "/admin/nodes",
+    summary="The cluster's nodes: address, region, state (active, draining, lost), capacity, load",
+    auth="admin",
+)
+async def list_nodes(ctx: RequestContext) -> Reply:
+    return data(await nodes.describe(ctx.platform.db))
+
+
+@router.post(
+    "/admin/nodes/{name}/drain",
+    summary="Place no new work on a node (until it restarts); answers the node, draining",
+    auth="admin",
+)
+async def drain_node(ctx: RequestContext, name: str) -> Reply:
+    return data(await nodes.drain(ctx.platform, name))

@@ -49,15 +49,18 @@ def wait_for(what: str, check: Callable[[], T | None], seconds: float = 60) -> T
 
 
 @contextlib.contextmanager
-def corral_serve(directory: Path, env: dict[str, str]) -> Iterator[Served]:
+def corral_serve(
+    directory: Path, env: dict[str, str], *args: str, data_dir: Path | None = None, log_name: str = "node.log"
+) -> Iterator[Served]:
     """`corral serve` on free ports with `env` (besides the admin key; no template
-    builds), healthy when entered; it must exit 0 on SIGTERM."""
+    builds) and `args`, healthy when entered; unless the test killed it, it must exit 0
+    on SIGTERM."""
     port = free_port()
-    log_path = directory / "node.log"
+    log_path = directory / log_name
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "corral", "serve", "--port", str(port), "--preview-port", str(free_port()),
-             "--data-dir", str(directory / "data")],
+             "--data-dir", str(data_dir or directory / "data"), *args],
             env={**os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0", **env},
             stdout=log_file, stderr=log_file,
         )
@@ -73,9 +76,12 @@ def corral_serve(directory: Path, env: dict[str, str]) -> Iterator[Served]:
         wait_for("healthy server", healthy)
         yield served
     finally:
-        process.send_signal(signal.SIGTERM)
+        killed = process.poll() is not None
+        if not killed:
+            process.send_signal(signal.SIGTERM)
         try:
-            assert process.wait(timeout=30) == 0, log_path.read_text()
+            code = process.wait(timeout=30)
+            assert killed or code == 0, log_path.read_text()
         finally:
             if process.poll() is None:
                 process.kill()

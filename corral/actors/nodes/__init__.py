@@ -1,0 +1,22 @@
+"""The nodes of a cluster on one store (contract §20): membership, heartbeats, drain."""
+
+from .actor import NodeActor, NodeLoad, SecondNodeRefused
+from .service import describe, drain, join, keep_alive, measure
+from .store import HEARTBEAT_SECONDS, LOST_AFTER_SECONDS, NodeRecord
+
+ACTORS = (NodeActor,)
+
+__all__ = [
+    "ACTORS",
+    "HEARTBEAT_SECONDS",
+    "LOST_AFTER_SECONDS",
+    "NodeActor",
+    "NodeLoad",
+    "NodeRecord",
+    "SecondNodeRefused",
+    "describe",
+    "drain",
+    "join",
+    "keep_alive",
+    "measure",
+]

@@ -1,0 +1,74 @@
+"""The `nodes` table: one row per node of the cluster (contract §20), as `NodeRecord`s.
+
+Only the node's actor writes its row (`actor.py`); anyone reads. Whether a node is
+`lost` is not stored but seen: its heartbeat is older than `LOST_AFTER_SECONDS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from corral.actors.record import RowStore
+from corral.storage import Database, Transaction, to_iso, utc_now
+
+HEARTBEAT_SECONDS = 2.0
+"""How often a node renews its heartbeat (and reports its load)."""
+LOST_AFTER_SECONDS = 6.0
+"""A node whose heartbeat is older than this is `lost` (issue 30: within 10 s)."""
+
+ACTIVE, DRAINING, LOST = "active", "draining", "lost"
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    name: str
+    advertise_url: str
+    region: str
+    state: str
+    """`active` or `draining` as stored; `lost` is seen, never stored (`seen_state`)."""
+    boot_id: str
+    """This run of the node: a restarted node has a new one."""
+    started_at: str
+    heartbeat_at: str
+    cores: int
+    memory_mb: int
+    disk_free_mb: int
+    instances: int
+    """Instances the node runs, its warm pool's included."""
+    pooled: int
+    """Of those, the warm pool's (booted, unassigned)."""
+    memory_mb_used: int
+    templates: list[str] = field(hash=False)
+    updated_at: str
+
+
+NODES = RowStore("nodes", NodeRecord, id_column="name", json_columns=("templates",))
+
+
+def lost_before() -> str:
+    """Heartbeats older than this (ISO 8601) are of lost nodes."""
+    return to_iso(utc_now() - timedelta(seconds=LOST_AFTER_SECONDS))
+
+
+def seen_state(record: NodeRecord, lost_since: str) -> str:
+    return LOST if record.heartbeat_at < lost_since else record.state
+
+
+async def all_nodes(db: Database) -> list[NodeRecord]:
+    return await NODES.where(db, [], order_by="name")
+
+
+async def find(db: Database, name: str) -> NodeRecord | None:
+    return await NODES.load(db, name)
+
+
+def live_others(tx: Transaction, name: str, lost_since: str) -> list[str]:
+    """Names of the other nodes whose heartbeat is fresh."""
+    rows = tx.fetch_all("SELECT name FROM nodes WHERE name <> ? AND heartbeat_at >= ? ORDER BY name", (name, lost_since))
+    return [str(row["name"]) for row in rows]
+
+
+def forget_others(tx: Transaction, name: str) -> None:
+    """Every row but `name`'s (a one-node store's rows of names it no longer has)."""
+    tx.execute("DELETE FROM nodes WHERE name <> ?", (name,))
