@@ -16,6 +16,7 @@ from ._types import UNSET, Unset
 __all__ = ["OPERATIONS", "AsyncOperations", "Operations"]
 
 OPERATIONS: dict[str, tuple[str, str]] = {
+    'admin_node_drain': ('POST', '/api/v1/admin/nodes/{name}/drain'),
     'agent_run_cancel': ('POST', '/api/v1/agent-runs/{run_id}/cancel'),
     'agent_runs_usage': ('POST', '/api/v1/agent-runs/usage'),
     'auth_login': ('POST', '/api/v1/auth/login'),
@@ -211,6 +212,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     'get_workspace_projects': ('GET', '/api/v1/workspaces/{id}/projects'),
     'invite_accept': ('POST', '/api/v1/invites/{token}/accept'),
     'list_admin_actors': ('GET', '/api/v1/admin/actors'),
+    'list_admin_nodes': ('GET', '/api/v1/admin/nodes'),
     'list_admin_tenants': ('GET', '/api/v1/admin/tenants'),
     'list_agent_run_artifacts': ('GET', '/api/v1/agent-runs/{run_id}/artifacts'),
     'list_agent_runs': ('GET', '/api/v1/agent-runs'),
@@ -301,6 +303,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 
 class Operations(SyncBase):
     """Every operation of the API, blocking."""
+
+    def admin_node_drain(self, name: str, *, request_timeout: float | None = None) -> Any:
+        """Place no new work on a node (until it restarts); answers the node, draining.
+
+        `POST /api/v1/admin/nodes/{name}/drain`. Admin key (`msk_a_`).
+        """
+        return self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, request_timeout=request_timeout)
 
     def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.
@@ -1694,6 +1703,13 @@ class Operations(SyncBase):
         """
         return self._call('GET', '/api/v1/admin/actors', query={'kind': kind}, request_timeout=request_timeout)
 
+    def list_admin_nodes(self, *, request_timeout: float | None = None) -> Any:
+        """The cluster's nodes: address, region, state (active, draining, lost), capacity, load.
+
+        `GET /api/v1/admin/nodes`. Admin key (`msk_a_`).
+        """
+        return self._call('GET', '/api/v1/admin/nodes', request_timeout=request_timeout)
+
     def list_admin_tenants(self, *, request_timeout: float | None = None) -> Any:
         """List every tenant.
 
@@ -2298,6 +2314,13 @@ class Operations(SyncBase):
 
 class AsyncOperations(AsyncBase):
     """Every operation of the API, async (trio or asyncio)."""
+
+    async def admin_node_drain(self, name: str, *, request_timeout: float | None = None) -> Any:
+        """Place no new work on a node (until it restarts); answers the node, draining.
+
+        `POST /api/v1/admin/nodes/{name}/drain`. Admin key (`msk_a_`).
+        """
+        return await self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, request_timeout=request_timeout)
 
     async def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.
@@ -3690,6 +3713,13 @@ class AsyncOperations(AsyncBase):
         `GET /api/v1/admin/actors`. Admin key (`msk_a_`).
         """
         return await self._call('GET', '/api/v1/admin/actors', query={'kind': kind}, request_timeout=request_timeout)
+
+    async def list_admin_nodes(self, *, request_timeout: float | None = None) -> Any:
+        """The cluster's nodes: address, region, state (active, draining, lost), capacity, load.
+
+        `GET /api/v1/admin/nodes`. Admin key (`msk_a_`).
+        """
+        return await self._call('GET', '/api/v1/admin/nodes', request_timeout=request_timeout)
 
     async def list_admin_tenants(self, *, request_timeout: float | None = None) -> Any:
         """List every tenant.

@@ -1,6 +1,6 @@
 """The console's operator page (contract §19) in a real headless Chromium against a real
-server: the admin key asked for and kept in the tab only, the node panel, a live actor
-in the table, and the charts filling as the page polls."""
+server: the admin key asked for and kept in the tab only, the node panel, the cluster's
+nodes, a live actor in the table, and the charts filling as the page polls."""
 
 from __future__ import annotations
 
@@ -31,6 +31,11 @@ async def test_the_operator_page_shows_the_node_and_a_live_actor(api: Api, tenan
         assert name == (await api.admin("GET", "/api/v1/admin/node")).json()["data"]["node"]["name"]
         cores = await expect(page, "document.querySelector('[data-figure=cores] strong')?.textContent")
         assert int(cores) >= 1
+        node_row = f"document.querySelector('#nodes tr[data-node=\"{name}\"]')"
+        await expect(page, node_row)
+        node_cells = await page.evaluate(f"[...{node_row}.children].map(td => td.textContent)")
+        assert node_cells[:3] == [name, "active", "local"], node_cells
+        assert node_cells[3] == f"http://127.0.0.1:{api.platform.settings.port}" and node_cells[4].endswith("s ago"), node_cells
         row = f"document.querySelector('#actors tr[data-id=\"{machine_id}\"]')"
         await expect(page, row)
         cells = await page.evaluate(f"[...{row}.children].map(td => td.textContent)")

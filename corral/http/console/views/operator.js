@@ -1,6 +1,7 @@
-// The operator page (#/operator): the node's capacity and load, its live actors, and
-// sparklines of request rate, latency, instances and mailbox depth over the last
-// minutes, from GET /admin/node and /admin/actors polled every 2 s. It takes the admin
+// The operator page (#/operator): the node's capacity and load, the cluster's nodes, its
+// live actors, and sparklines of request rate, latency, instances and mailbox depth
+// over the last minutes, from GET /admin/node, /admin/nodes and /admin/actors polled
+// every 2 s. It takes the admin
 // key, kept in this tab's sessionStorage only (never in the URL), apart from any tenant
 // session: an operator need not be signed in as a tenant.
 
@@ -92,6 +93,21 @@ function nodePanel(node) {
   ];
 }
 
+function ago(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  return seconds < 60 ? `${seconds.toFixed(0)} s ago` : `${duration(seconds)} ago`;
+}
+
+function nodeRows(nodes) {
+  if (!nodes.length) return [h("tr", {}, h("td", {colspan: 8, class: "muted"}, "No node has registered."))];
+  return nodes.map((node) => h("tr", {dataset: {node: node.name}},
+    h("td", {}, node.name), h("td", {}, status(node.state)), h("td", {}, node.region),
+    h("td", {}, h("code", {}, node.advertise_url)), h("td", {}, ago(node.heartbeat_at)),
+    h("td", {}, `${node.capacity.cores} cores, ${mib(node.load.memory_mb_used)} of ${mib(node.capacity.memory_mb)}`),
+    h("td", {}, `${node.capacity.disk_free_gb} GiB`),
+    h("td", {}, `${node.resources} (${node.load.instances} with the pool)`)));
+}
+
 function actorRows(actors) {
   const sorted = [...actors].sort((a, b) => (b.mailbox_depth - a.mailbox_depth) || (b.restarts - a.restarts)
     || a.kind.localeCompare(b.kind) || a.id.localeCompare(b.id)).slice(0, ACTORS_SHOWN);
@@ -127,12 +143,17 @@ function dashboard(root, key, signOut, refused) {
   };
   for (const [name, chart] of Object.entries(charts)) chart.element.id = `chart-${name}`;
   const rows = h("tbody", {id: "actors"});
+  const nodeList = h("tbody", {id: "nodes"});
   const state = h("span", {class: "muted", id: "operator-state"});
   replace(root,
     h("div", {class: "row"}, h("h1", {}, "Operator"), state,
       h("button", {type: "button", class: "link", id: "forget-admin-key", onclick: signOut}, "Forget the admin key")),
     panel,
     h("div", {class: "card charts"}, Object.values(charts).map((c) => c.element)),
+    h("h2", {}, "Nodes"),
+    h("table", {id: "nodes-table"},
+      h("thead", {}, h("tr", {}, ["Name", "State", "Region", "Address", "Heartbeat", "Cores, memory", "Disk free", "Instances"].map((t) => h("th", {}, t)))),
+      nodeList),
     h("h2", {}, "Live actors"),
     h("table", {id: "actors-table"},
       h("thead", {}, h("tr", {}, ["Kind", "Id", "State", "Mailbox", "Restarts", "Crashes", "Last error", "Age"].map((t) => h("th", {}, t)))),
@@ -143,7 +164,8 @@ function dashboard(root, key, signOut, refused) {
   let last = null;  // the previous sample: {at, total}
   async function poll() {
     try {
-      const [{data: node}, {data: actors}] = await Promise.all([callWith(key, "GET", "/admin/node"), callWith(key, "GET", "/admin/actors")]);
+      const [{data: node}, {data: actors}, {data: nodes}] = await Promise.all(
+        [callWith(key, "GET", "/admin/node"), callWith(key, "GET", "/admin/actors"), callWith(key, "GET", "/admin/nodes")]);
       if (stopped) return;
       const at = Date.now();
       if (last === null) {
@@ -157,6 +179,7 @@ function dashboard(root, key, signOut, refused) {
       charts.mailbox.push(node.actors.mailbox_depth);
       replace(panel, nodePanel(node));
       replace(rows, actorRows(actors));
+      replace(nodeList, nodeRows(nodes));
       state.textContent = `updated ${new Date(at).toLocaleTimeString()}`;
     } catch (error) {
       if (stopped) return;
