@@ -1,6 +1,8 @@
 """`corral admin top`: the node's live picture in a terminal (contract §19), from the
-same endpoints as the console's operator page (`GET /admin/node`, `/admin/actors`),
-refreshed every 2 s; `--once` prints one frame, `--json` the endpoints' data.
+same endpoints as the console's operator page (`GET /admin/node`, `/admin/nodes`,
+`/admin/actors`), refreshed every 2 s; `--once` prints one frame, `--json` the
+endpoints' data. `corral admin nodes` lists the cluster's nodes, `corral admin drain
+NAME` drains one (contract §20).
 
 The admin key comes from `--api-key`, else `CORRAL_ADMIN_KEY`, else the usual
 `CORRAL_API_KEY` / `corral login` chain (which holds a tenant's key, refused here)."""
@@ -20,13 +22,21 @@ from .context import Context, leaf
 __all__ = ["frame", "register"]
 
 ACTOR_COLUMNS = ("kind", "id", "state", "mailbox", "restarts", "crashes", "last_error")
+NODE_COLUMNS = ("name", "state", "region", "advertise_url", "heartbeat_at", "resources")
+
+
+def _use_admin_key(ctx: Context) -> None:
+    """`--api-key`, else `CORRAL_ADMIN_KEY`, else the usual chain."""
+    if ctx.args.api_key is None and ctx.env.get("CORRAL_ADMIN_KEY"):
+        ctx.args.api_key = ctx.env["CORRAL_ADMIN_KEY"]
 
 
 def snapshot(ctx: Context) -> dict[str, Any]:
-    """One sample: the node's picture and its live actors."""
+    """One sample: the node's picture, the cluster's nodes and this node's live actors."""
     node = unwrap(ctx.client.get_admin_node())
+    nodes = unwrap(ctx.client.list_admin_nodes())
     actors = unwrap(ctx.client.list_admin_actors())
-    return {"node": node, "actors": actors}
+    return {"node": node, "nodes": nodes, "actors": actors}
 
 
 def top_actors(actors: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
@@ -67,6 +77,11 @@ def frame(sample: dict[str, Any], limit: int, width: int = 120) -> list[str]:
     if pool is not None:
         lines.append(f"warm pool {pool['ready_total']} ready of {pool['target']}  booting {pool['default_small']['booting']}"
                      f"  taken {pool['default_small']['taken']}  boot failures {pool['default_small']['boot_failures']}")
+    for other in sample.get("nodes", []):
+        lines.append(_cut(
+            f"  node {other['name']} {other['state']}  {other['region']}  {other['advertise_url']}"
+            f"  {other['resources']} instances  {other['load']['memory_mb_used']}/{other['capacity']['memory_mb']} MiB used", width,
+        ))
     lines.append("")
     rows = [
         {
@@ -95,8 +110,7 @@ def frame(sample: dict[str, Any], limit: int, width: int = 120) -> list[str]:
 
 def top(ctx: Context) -> int:
     args = ctx.args
-    if args.api_key is None and ctx.env.get("CORRAL_ADMIN_KEY"):
-        args.api_key = ctx.env["CORRAL_ADMIN_KEY"]
+    _use_admin_key(ctx)
     interactive = ctx.console.out.isatty() and not ctx.console.as_json
     while True:
         sample = snapshot(ctx)
@@ -116,6 +130,20 @@ def top(ctx: Context) -> int:
         time.sleep(args.interval)
 
 
+def nodes(ctx: Context) -> int:
+    _use_admin_key(ctx)
+    listed = unwrap(ctx.client.list_admin_nodes())
+    ctx.console.table(listed, NODE_COLUMNS, raw=listed)
+    return 0
+
+
+def drain(ctx: Context) -> int:
+    _use_admin_key(ctx)
+    node = unwrap(ctx.client.admin_node_drain(ctx.args.name))
+    ctx.console.table([node], NODE_COLUMNS, raw=node)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     admin = sub.add_parser("admin", help="operator commands (the admin key: --api-key or CORRAL_ADMIN_KEY)")
     actions = admin.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -123,3 +151,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--once", action="store_true", help="print one frame and exit")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     parser.add_argument("--limit", type=int, default=None, help="actors shown (default: what fits the terminal, else 15)")
+    leaf(actions, "nodes", nodes, "the cluster's nodes: state (active, draining, lost), region, address, heartbeat")
+    drainer = leaf(actions, "drain", drain, "place no new work on a node (until it restarts)")
+    drainer.add_argument("name", help="the node's name (corral admin nodes)")
