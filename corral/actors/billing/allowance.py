@@ -1,8 +1,9 @@
-"""The gate before an instance is created or started: the node's disk reserve (a
-create), credits, then quotas."""
+"""The gate before an instance is created or started: the node's disk reserve and
+its drain (a create), credits, then quotas."""
 
 from __future__ import annotations
 
+from corral.actors.nodes.gate import require_accepting_work
 from corral.actors.runtime import require_disk_reserve
 from corral.errors import ApiError
 
@@ -26,9 +27,10 @@ async def require_run_allowance(
 
     `resource_id` is None for a create and the instance's id for a start; a create is
     refused first with `503 SERVICE_UNAVAILABLE` while the node's data directory is
-    below its disk reserve (contract §18)."""
+    below its disk reserve (contract §18) or the node is draining (contract §20)."""
     if resource_id is None:
         require_disk_reserve(platform.settings)
+        await require_accepting_work(platform.db, platform.settings.node_name)
     need = hourly_credits(size)
     available = await available_credits(platform, tenant_id)
     if available < need:

@@ -8,6 +8,7 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from corral.actors.nodes.gate import require_accepting_work
 from corral.actors.ref import ActorRef
 from corral.actors.runtime import require_disk_reserve
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
@@ -159,6 +160,7 @@ async def _create(
     pg_user: str | None = None, pg_database: str | None = None, password: str | None = None,
 ) -> tuple[DatabaseRecord, ActorRef[DatabaseActor]]:
     require_disk_reserve(platform.settings)  # 503 below the node's disk reserve (contract §18)
+    await require_accepting_work(platform.db, platform.settings.node_name)  # 503 while draining (§20)
     database_id = new_uuid()
     database = pg_database or pg_identifier(name, "db")
     draft = DatabaseDraft(

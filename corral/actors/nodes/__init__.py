@@ -1,6 +1,7 @@
 """The nodes of a cluster on one store (contract §20): membership, heartbeats, drain."""
 
 from .actor import NodeActor, NodeLoad, SecondNodeRefused
+from .gate import require_accepting_work
 from .service import describe, drain, join, keep_alive, measure
 from .store import HEARTBEAT_SECONDS, LOST_AFTER_SECONDS, NodeRecord
 
@@ -19,4 +20,5 @@ __all__ = [
     "join",
     "keep_alive",
     "measure",
+    "require_accepting_work",
 ]

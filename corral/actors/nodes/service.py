@@ -16,12 +16,11 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from corral.actors.runtime import RuntimeHolder
-from corral.actors.sandboxes.warm_pool import WarmPool, memory_available_mb, memory_total_mb
 from corral.actors.system import ActorSystem
 from corral.config import Settings
 from corral.ids import new_ulid
@@ -40,6 +39,9 @@ from .actor import (
     node_not_found,
 )
 from .store import HEARTBEAT_SECONDS, NodeRecord
+
+if TYPE_CHECKING:
+    from corral.actors.sandboxes.warm_pool import WarmPool
 
 log = logging.getLogger("corral.nodes")
 
@@ -67,6 +69,9 @@ class NodeServices(Protocol):
 
 async def measure(platform: NodeServices) -> NodeLoad:
     """This node's capacity and load now (cheap: a few file reads)."""
+    # Here, not at the top: the sandboxes package's billing gate imports this package.
+    from corral.actors.sandboxes.warm_pool import memory_available_mb, memory_total_mb
+
     settings = platform.settings
     data_dir = Path(settings.data_dir)
     try:

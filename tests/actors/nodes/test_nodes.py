@@ -71,6 +71,17 @@ async def test_a_drained_node_stays_draining_through_its_heartbeats(api: Api, te
     assert node["state"] == "draining"
 
 
+async def test_a_draining_node_takes_no_new_instances(api: Api, tenant: Tenant) -> None:
+    name = api.platform.settings.node_name
+    assert (await api.admin("POST", f"{API}/admin/nodes/{name}/drain")).status_code == 200
+    for path, body in ((f"{API}/sandboxes", {}), (f"{API}/databases", {"name": "orders"})):
+        refused = await api.request("POST", path, key=tenant.key, json=body)
+        assert refused.status_code == 503, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "SERVICE_UNAVAILABLE" and f"node {name} is draining" in error["message"]
+    assert (await api.request("GET", f"{API}/sandboxes", key=tenant.key)).json()["data"] == []  # nothing half-made
+
+
 async def test_draining_needs_the_admin_key_and_a_known_node(api: Api, tenant: Tenant) -> None:
     name = api.platform.settings.node_name
     missing = await api.admin("POST", f"{API}/admin/nodes/no-such-node/drain")
