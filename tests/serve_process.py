@@ -48,6 +48,19 @@ def wait_for(what: str, check: Callable[[], T | None], seconds: float = 60) -> T
         time.sleep(0.05)
 
 
+def wait_until_answering(what: str, url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    """Until `url` answers 200; fails with the process's log when it exits first."""
+
+    def answering() -> bool:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(what, answering)
+
+
 @contextlib.contextmanager
 def corral_serve(
     directory: Path, env: dict[str, str], *args: str, data_dir: Path | None = None, log_name: str = "node.log"
@@ -66,14 +79,7 @@ def corral_serve(
         )
     served = Served(f"http://127.0.0.1:{port}", log_path, process)
     try:
-        def healthy() -> bool:
-            assert process.poll() is None, log_path.read_text()
-            try:
-                return httpx.get(f"{served.base}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for("healthy server", healthy)
+        wait_until_answering("healthy server", f"{served.base}/healthz", process, log_path)
         yield served
     finally:
         killed = process.poll() is not None

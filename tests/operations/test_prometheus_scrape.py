@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.serve_process import corral_serve, wait_for
+from tests.serve_process import corral_serve, wait_for, wait_until_answering
 from tests.support import free_port
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -42,14 +42,7 @@ def prometheus(directory: Path, target: str) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        def ready() -> bool:
-            assert process.poll() is None, (directory / "prometheus.log").read_text()
-            try:
-                return httpx.get(f"{base}/-/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_for("ready Prometheus", ready)
+        wait_until_answering("ready Prometheus", f"{base}/-/ready", process, directory / "prometheus.log")
         yield base
     finally:
         process.terminate()

@@ -6,7 +6,7 @@ sends a `Heartbeat` with the node's capacity and load every `HEARTBEAT_SECONDS`;
 `describe` is the shape of `GET /api/v1/admin/nodes`, where a node whose heartbeat is
 older than `LOST_AFTER_SECONDS` is `lost`.
 
-Only membership is here so far: placement, one home per resource, forwarding and
+Only membership (and the drain's gate, `gate.py`) is here so far: placement, one home per resource, forwarding and
 re-placing a lost node's work are issue 30's next steps (docs/api.md "Nodes").
 """
 
@@ -16,13 +16,10 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from corral.actors.runtime import RuntimeHolder
-from corral.actors.system import ActorSystem
-from corral.config import Settings
 from corral.ids import new_ulid
 from corral.storage import Database
 from corral.vm.templates import RECIPES
@@ -40,31 +37,13 @@ from .actor import (
 )
 from .store import HEARTBEAT_SECONDS, NodeRecord
 
-if TYPE_CHECKING:
-    from corral.actors.sandboxes.warm_pool import WarmPool
+if TYPE_CHECKING:  # a type only (what the operator views read; the `Platform` is one):
+    # at run time node_status would import the sandboxes package, whose billing gate imports this one.
+    from corral.actors.node_status import NodeSources as NodeServices
 
 log = logging.getLogger("corral.nodes")
 
 MIB = 1024 * 1024
-
-
-class NodeServices(Protocol):
-    """What membership reads (the node's `Platform` is one)."""
-
-    @property
-    def settings(self) -> Settings: ...
-
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def system(self) -> ActorSystem: ...
-
-    @property
-    def runtime(self) -> RuntimeHolder: ...
-
-    @property
-    def warm_pool(self) -> WarmPool | None: ...
 
 
 async def measure(platform: NodeServices) -> NodeLoad:
