@@ -437,6 +437,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                         platform.webhooks.worker.drain()
                     if platform.warm_pool is not None:
                         await platform.warm_pool.stop()
+                    await nodes.leave(platform)  # lost at once, not 6 s from now
                     await platform.system.shutdown()
                     await platform.agents.aclose()
                     await platform.runtime.aclose()

@@ -24,7 +24,7 @@ FULL_FIELDS = {
     "id", "tenant_id", "owner_user_id", "name", "slug", "template_type", "size", "vcpus", "memory_mb", "status",
     "vm_id", "workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id",
     "sandbox_url", "desktop_url", "selected_apps", "settings", "ai_config", "agent_session_id", "agent_status",
-    "resolution", "auto_stop", "region", "created_at", "updated_at",
+    "resolution", "auto_stop", "region", "node", "created_at", "updated_at",
 }
 
 
@@ -51,6 +51,7 @@ async def test_create_answers_provisioning_then_runs_with_every_field(runtime_ap
     assert created["selected_apps"] == [] and created["settings"] == {} and created["ai_config"] == {}
     assert created["agent_session_id"] is None and created["agent_status"] is None
     assert created["auto_stop"] == 0 and created["region"] == "local" and created["resolution"] == "1280x800"
+    assert created["node"] == runtime_api.platform.settings.node_name  # contract §20
     slug = created["slug"]
     assert slug.startswith("design-box-") and len(slug) <= 63
     port = runtime_api.platform.settings.preview_port  # the preview router serves the desktop

@@ -54,6 +54,7 @@ async def test_stop_keeps_the_data_and_start_brings_it_back(db_api: Api, owner: 
 async def test_restart_wake_resize_and_move(db_api: Api, owner: Tenant) -> None:
     database = await running_db(db_api, owner, name="ops")
     did = database["id"]
+    assert database["node"] == db_api.platform.settings.node_name  # contract §20
     creds = await credentials(db_api, owner, did)
     await sql(creds["url"], "CREATE TABLE t (v int)", "INSERT INTO t VALUES (7)")
     restarted = await db_api.request("POST", f"{API}/databases/{did}/restart", key=owner.key)

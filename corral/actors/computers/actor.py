@@ -121,7 +121,7 @@ class ComputerActor(SnapshotHandlers, InstanceActor):
     # -- the kind's hooks ---------------------------------------------------------------
 
     async def create_record(self, draft: ComputerDraft) -> ComputerRecord:
-        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
+        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft, self.services.settings.node_name))
         self.tenant_id = record.tenant_id
         data = {"computer_id": record.id, "name": record.name, "size": record.size, "template_type": record.template_type}
         await self.emit("created", data)

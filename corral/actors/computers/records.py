@@ -86,6 +86,7 @@ def computer_public(row: ComputerRecord, settings: Settings) -> dict[str, Any]:
         "resolution": row.resolution,
         "auto_stop": int(row.auto_stop),
         "region": row.region,
+        "node": row.node,
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }

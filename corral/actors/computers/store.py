@@ -53,6 +53,8 @@ class ComputerRecord:
     updated_at: str
     from_snapshot_id: str | None
     """The snapshot whose files the computer was created with."""
+    node: str | None = None
+    """The node that hosts it (contract §20); None for a record made before nodes were recorded."""
 
 
 COMPUTERS = RowStore("computers", ComputerRecord, json_columns=("selected_apps", "settings", "ai_config"))
@@ -125,10 +127,11 @@ def unique_slug(tx: Transaction, base: str) -> str:
 # -- writes (the computer actor's) ------------------------------------------------------------
 
 
-def create(tx: Transaction, computer_id: str, draft: ComputerDraft) -> ComputerRecord:
+def create(tx: Transaction, computer_id: str, draft: ComputerDraft, node: str) -> ComputerRecord:
     """Insert the new computer, `provisioning`."""
     record = ComputerRecord(
         **draft.fresh_columns(),
+        node=node,
         id=computer_id,
         name=draft.name,
         slug=unique_slug(tx, slugify(draft.name, "computer")),

@@ -196,7 +196,7 @@ class DatabaseActor(InstanceActor):
         return await super().make_instance(driver, env, clone_source, snapshot_source)
 
     async def create_record(self, draft: DatabaseDraft) -> DatabaseRecord:
-        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
+        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft, self.services.settings.node_name))
         self.tenant_id = record.tenant_id
         return record
 

@@ -51,7 +51,7 @@ ASK_TIMEOUT = 180.0
 STORAGE_BYTES = {"small": 10 << 30, "medium": 20 << 30, "large": 40 << 30}
 """Storage each size is allotted (reported as `storage_bytes`)."""
 PUBLIC_FIELDS = (
-    "id", "name", "engine", "engine_version", "status", "size", "region", "role", "parent_id", "primary_id",
+    "id", "name", "engine", "engine_version", "status", "size", "region", "node", "role", "parent_id", "primary_id",
     "auto_suspend_seconds", "workspace_id", "project_id", "external_workspace_id", "external_user_id",
     "external_project_id", "created_at", "updated_at",
 )

@@ -49,6 +49,8 @@ class DatabaseRecord:
     last_activity_at: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """The node that hosts it (contract §20); None for a record made before nodes were recorded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ def name_taken() -> Exception:
     return conflict("DATABASE_NAME_TAKEN", "a database of this name exists in the project")
 
 
-def create(tx: Transaction, database_id: str, draft: DatabaseDraft) -> DatabaseRecord:
+def create(tx: Transaction, database_id: str, draft: DatabaseDraft, node: str) -> DatabaseRecord:
     """Insert the new database (`creating`): its name free in its project, its port free."""
     project_id = draft.attribution.project_id
     if tx.fetch_one(f"SELECT 1 FROM databases WHERE project_id = ? AND name = ? AND {LIVE}", (project_id, draft.name)):
@@ -181,6 +183,7 @@ def create(tx: Transaction, database_id: str, draft: DatabaseDraft) -> DatabaseR
         raise conflict("DATABASE_PORTS_EXHAUSTED", "no free database port is left on this node")
     record = DatabaseRecord(
         **draft.fresh_columns(),
+        node=node,
         id=database_id,
         name=draft.name,
         engine=ENGINE,

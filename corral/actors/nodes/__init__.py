@@ -2,7 +2,7 @@
 
 from .actor import NodeActor, NodeLoad, SecondNodeRefused
 from .gate import require_accepting_work
-from .service import describe, drain, join, keep_alive, measure
+from .service import describe, drain, join, keep_alive, leave, measure
 from .store import HEARTBEAT_SECONDS, LOST_AFTER_SECONDS, NodeRecord
 
 ACTORS = (NodeActor,)
@@ -19,6 +19,7 @@ __all__ = [
     "drain",
     "join",
     "keep_alive",
+    "leave",
     "measure",
     "require_accepting_work",
 ]

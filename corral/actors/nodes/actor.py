@@ -3,13 +3,16 @@
 A node joins when it starts (`Join`: its address, region and capacity, a new boot id,
 state `active`), renews its heartbeat with its load every `HEARTBEAT_SECONDS`
 (`Heartbeat`), and is drained by an operator (`Drain`: `active` or `draining` ->
-`draining`; draining twice is the same). A restart joins as `active` again: a drain
-lasts until the node's next start. `lost` is never written: it is what a node whose
+`draining`; draining twice is the same), and leaves when it stops cleanly (`Leave`).
+A restart joins as `active` again: a drain lasts until the node's next start. `lost` is never written: it is what a node whose
 heartbeat stopped looks like (`store.seen_state`).
 
 On SQLite, which one node serves, `Join` also forgets the rows of other names (a node
-that was renamed; `service.join` has refused to start beside a live one): nothing
-else can be writing them.
+that was renamed; `service.join` has refused to start beside a live one) and gives
+every resource without this node's name its `node` (made before nodes were recorded,
+or under the old name): nothing else can be writing them, and no other node hosts
+anything there. It is the one write of those rows outside their own actors, a
+migration's.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ class Drain:
 
 
 @dataclass(frozen=True)
+class Leave:
+    """The node stops cleanly: it is lost at once, and its name frees a SQLite store."""
+
+
+@dataclass(frozen=True)
 class GetNode:
     pass
 
@@ -99,6 +107,7 @@ class NodeActor(RecordActor):
         def write(tx: Transaction) -> None:
             if draft.single_node:
                 store.forget_others(tx, self.id)
+                store.adopt_homeless(tx, self.id)
             NODES.insert(tx, record)
 
         await self.db.transaction(write)
@@ -118,6 +127,7 @@ class NodeActor(RecordActor):
             def write(tx: Transaction) -> None:
                 if message.single_node:
                     store.forget_others(tx, self.id)
+                    store.adopt_homeless(tx, self.id)
                 tx.execute(
                     f"UPDATE nodes SET {', '.join(f'{name} = ?' for name in values)} WHERE name = ?",
                     (*NODES.row(values).values(), self.id),
@@ -139,6 +149,12 @@ class NodeActor(RecordActor):
             raise self.not_found()
         self.record = NODES.replaced(self.record, values)
         return self.record
+
+    @handles(Leave)
+    async def leave(self, message: Leave) -> None:
+        values = {"boot_id": "", "updated_at": utc_now_iso()}
+        if await NODES.update(self.db, self.id, values):
+            self.record = NODES.replaced(self.record, values)
 
     @handles(Drain)
     async def drain(self, message: Drain) -> NodeRecord:

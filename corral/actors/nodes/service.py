@@ -30,6 +30,7 @@ from .actor import (
     GetNode,
     Heartbeat,
     Join,
+    Leave,
     NodeActor,
     NodeLoad,
     SecondNodeRefused,
@@ -109,8 +110,18 @@ async def keep_alive(platform: NodeServices, *, task_status: trio.TaskStatus[Non
             log.warning("this node's heartbeat could not be stored", exc_info=True)
 
 
-def public(record: NodeRecord, lost_since: str) -> dict[str, Any]:
-    """A node as `GET /admin/nodes` shows it (contract §20)."""
+async def leave(platform: NodeServices) -> None:
+    """Mark this node stopped (lost at once); a store that cannot be reached is logged."""
+    try:
+        ref = await platform.system.get(NodeActor, platform.settings.node_name)
+        await ref.ask(Leave())
+    except Exception:
+        log.warning("this node's leaving could not be stored: it is lost after its heartbeat goes stale", exc_info=True)
+
+
+def public(record: NodeRecord, lost_since: str, resources: int) -> dict[str, Any]:
+    """A node as `GET /admin/nodes` shows it (contract §20); `resources`: the live
+    sandboxes, computers and database servers it hosts."""
     return {
         "name": record.name,
         "advertise_url": record.advertise_url,
@@ -119,15 +130,16 @@ def public(record: NodeRecord, lost_since: str) -> dict[str, Any]:
         "heartbeat_at": record.heartbeat_at,
         "started_at": record.started_at,
         "capacity": {"cores": record.cores, "memory_mb": record.memory_mb, "disk_free_gb": round(record.disk_free_mb / 1024, 1)},
-        "load": {"instances": record.instances, "memory_mb_used": record.memory_mb_used},
-        "resources": record.instances - record.pooled,
+        "load": {"instances": record.instances, "warm_pool": record.pooled, "memory_mb_used": record.memory_mb_used},
+        "resources": resources,
         "templates": record.templates,
     }
 
 
 async def describe(db: Database) -> list[dict[str, Any]]:
     lost_since = store.lost_before()
-    return [public(record, lost_since) for record in await store.all_nodes(db)]
+    hosted = await store.hosted_counts(db)
+    return [public(record, lost_since, hosted.get(record.name, 0)) for record in await store.all_nodes(db)]
 
 
 async def drain(platform: NodeServices, name: str) -> dict[str, Any]:
@@ -137,4 +149,4 @@ async def drain(platform: NodeServices, name: str) -> dict[str, Any]:
     ref = await platform.system.get(NodeActor, name)
     await ref.ask(Drain())
     record: NodeRecord = await ref.ask(GetNode())
-    return public(record, store.lost_before())
+    return public(record, store.lost_before(), (await store.hosted_counts(platform.db)).get(name, 0))

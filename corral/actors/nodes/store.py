@@ -1,7 +1,8 @@
 """The `nodes` table: one row per node of the cluster (contract §20), as `NodeRecord`s.
 
 Only the node's actor writes its row (`actor.py`); anyone reads. Whether a node is
-`lost` is not stored but seen: its heartbeat is older than `LOST_AFTER_SECONDS`.
+`lost` is not stored but seen: its heartbeat is older than `LOST_AFTER_SECONDS`, or it
+stopped cleanly (its `boot_id` cleared as it left).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class NodeRecord:
     state: str
     """`active` or `draining` as stored; `lost` is seen, never stored (`seen_state`)."""
     boot_id: str
-    """This run of the node: a restarted node has a new one."""
+    """This run of the node: a restarted node has a new one; empty once it stopped cleanly."""
     started_at: str
     heartbeat_at: str
     cores: int
@@ -52,7 +53,8 @@ def lost_before() -> str:
 
 
 def seen_state(record: NodeRecord, lost_since: str) -> str:
-    return LOST if record.heartbeat_at < lost_since else record.state
+    """`lost` for a node whose heartbeat stopped or that stopped cleanly, else as stored."""
+    return LOST if record.heartbeat_at < lost_since or not record.boot_id else record.state
 
 
 async def all_nodes(db: Database) -> list[NodeRecord]:
@@ -64,9 +66,35 @@ async def find(db: Database, name: str) -> NodeRecord | None:
 
 
 def live_others(tx: Transaction, name: str, lost_since: str) -> list[str]:
-    """Names of the other nodes whose heartbeat is fresh."""
-    rows = tx.fetch_all("SELECT name FROM nodes WHERE name <> ? AND heartbeat_at >= ? ORDER BY name", (name, lost_since))
+    """Names of the other nodes running now: a fresh heartbeat, and not stopped cleanly."""
+    rows = tx.fetch_all(
+        "SELECT name FROM nodes WHERE name <> ? AND heartbeat_at >= ? AND boot_id <> '' ORDER BY name", (name, lost_since)
+    )
     return [str(row["name"]) for row in rows]
+
+
+HOSTED = {
+    "sandboxes": "status != 'destroyed'",
+    "computers": "TRUE",  # a deleted computer's row is gone
+    "databases": "status != 'deleted'",
+}
+"""The tables of resources with a home (`node`), and which of their rows still live."""
+
+
+async def hosted_counts(db: Database) -> dict[str | None, int]:
+    """Live resources by the node that hosts them."""
+    counts: dict[str | None, int] = {}
+    for table, live in HOSTED.items():
+        for row in await db.fetch_all(f"SELECT node, COUNT(*) AS n FROM {table} WHERE {live} GROUP BY node"):
+            counts[row["node"]] = counts.get(row["node"], 0) + int(row["n"])
+    return counts
+
+
+def adopt_homeless(tx: Transaction, name: str) -> None:
+    """On a one-node store: every resource without a node is `name`'s (made before nodes
+    were recorded, or under a name the store no longer has)."""
+    for table in HOSTED:
+        tx.execute(f"UPDATE {table} SET node = ? WHERE node IS NULL OR node <> ?", (name, name))
 
 
 def forget_others(tx: Transaction, name: str) -> None:

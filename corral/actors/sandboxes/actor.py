@@ -61,7 +61,7 @@ class SandboxActor(InstanceActor):
         return ApiError(404, "NOT_FOUND", "sandbox not found")
 
     async def create_record(self, draft: SandboxDraft) -> SandboxRecord:
-        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft))
+        record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft, self.services.settings.node_name))
         self.tenant_id = record.tenant_id
         self.created_now = True
         await self.emit("created", self.subject)

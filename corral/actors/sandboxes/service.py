@@ -29,7 +29,7 @@ MAX_LINE_EVENTS = 2000
 """Line events one exec may publish; the response always has the whole output."""
 
 PUBLIC_FIELDS = (
-    "id", "tenant_id", "name", "slug", "template_id", "size", "status", "region", "auto_stop",
+    "id", "tenant_id", "name", "slug", "template_id", "size", "status", "region", "node", "auto_stop",
     "workspace_id", "project_id", "external_workspace_id", "external_user_id", "external_project_id",
     "metadata", "created_at", "updated_at",
 )

@@ -47,6 +47,8 @@ class SandboxRecord:
     last_activity_at: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """The node that hosts it (contract §20); None for a record made before nodes were recorded."""
 
 
 SANDBOXES = RowStore("sandboxes", SandboxRecord, json_columns=("metadata",))
@@ -127,7 +129,7 @@ def limit_reached(limit: int) -> ApiError:
     return conflict("SANDBOX_LIMIT_REACHED", f"concurrent sandbox limit of {limit} reached")
 
 
-def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxRecord:
+def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft, node: str) -> SandboxRecord:
     """Insert the new sandbox (`creating`) within the tenant's concurrent-sandbox cap."""
     tenant_id = draft.attribution.tenant_id
     limit = sandbox_limit(tx, tenant_id)
@@ -135,6 +137,7 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft) -> SandboxReco
         raise limit_reached(limit)
     record = SandboxRecord(
         **draft.fresh_columns(),
+        node=node,
         id=sandbox_id,
         name=draft.name or "sandbox",
         slug=unique_slug(tx, slugify(draft.name or "sbx", "sbx")),

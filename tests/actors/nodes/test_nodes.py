@@ -18,11 +18,19 @@ import httpx
 import pytest
 import trio
 
-from corral.actors.nodes import HEARTBEAT_SECONDS, LOST_AFTER_SECONDS
+from corral.actors.nodes import HEARTBEAT_SECONDS
 from corral.config import Settings, SettingsError
 from tests.pg_server import create_database
 from tests.serve_process import corral_serve, wait_for
-from tests.support import ADMIN_KEY, Api, Tenant, free_port
+from tests.support import (
+    ADMIN_KEY,
+    RUNTIME_SETTINGS,
+    Api,
+    Tenant,
+    destroy_instances_and_databases,
+    free_port,
+    running_server,
+)
 
 API = "/api/v1"
 _databases = itertools.count()
@@ -44,7 +52,7 @@ async def test_a_node_lists_itself_active_and_renews_its_heartbeat(api: Api) -> 
     )
     assert node["capacity"]["cores"] == os.cpu_count()
     assert node["capacity"]["memory_mb"] > 0 and node["capacity"]["disk_free_gb"] > 0
-    assert node["load"] == {"instances": 0, "memory_mb_used": node["load"]["memory_mb_used"]} and node["resources"] == 0
+    assert node["load"] == {"instances": 0, "warm_pool": 0, "memory_mb_used": node["load"]["memory_mb_used"]} and node["resources"] == 0
     with trio.fail_after(HEARTBEAT_SECONDS * 5):
         while True:
             await trio.sleep(0.2)
@@ -52,6 +60,33 @@ async def test_a_node_lists_itself_active_and_renews_its_heartbeat(api: Api) -> 
             if again["heartbeat_at"] > node["heartbeat_at"]:
                 break
     assert again["started_at"] == node["started_at"]
+
+
+async def test_every_new_resource_names_its_node_and_the_node_counts_it(tmp_path: Path, runtime_host: None) -> None:
+    async with running_server(tmp_path / "data", node_name="node-x", **RUNTIME_SETTINGS) as api:
+        try:
+            tenant = await api.create_tenant()
+            created = await api.request("POST", f"{API}/sandboxes", key=tenant.key, json={})
+            assert created.status_code in (200, 201, 202), created.text
+            sandbox_id = created.json()["data"]["id"]
+            assert created.json()["data"]["node"] == "node-x"
+            [node] = (await api.admin("GET", f"{API}/admin/nodes")).json()["data"]
+            assert node["resources"] == 1
+            await api.platform.db.execute("UPDATE sandboxes SET node = NULL WHERE id = ?", (sandbox_id,))  # as made before nodes were recorded
+        except BaseException:
+            await destroy_instances_and_databases(api.platform)
+            raise
+    async with running_server(tmp_path / "data", node_name="node-y", **RUNTIME_SETTINGS) as api:  # renamed
+        try:
+            shown = (await api.request("GET", f"{API}/sandboxes/{sandbox_id}", key=tenant.key)).json()["data"]
+            assert shown["node"] == "node-y"  # a one-node store's records follow its node
+            [node] = (await api.admin("GET", f"{API}/admin/nodes")).json()["data"]
+            assert (node["name"], node["resources"]) == ("node-y", 1)
+            assert (await api.request("DELETE", f"{API}/sandboxes/{sandbox_id}", key=tenant.key)).status_code == 200
+            [node] = (await api.admin("GET", f"{API}/admin/nodes")).json()["data"]
+            assert node["resources"] == 0
+        finally:
+            await destroy_instances_and_databases(api.platform)
 
 
 async def test_a_drained_node_stays_draining_through_its_heartbeats(api: Api, tenant: Tenant) -> None:
@@ -110,7 +145,7 @@ def test_a_node_name_address_or_region_that_cannot_work_is_refused(tmp_path: Pat
     assert (settled.node_name, settled.advertise_url, settled.node_region) == ("node-a.example", "http://10.0.0.5:9000", "eu-west")
 
 
-def test_a_sqlite_store_refuses_a_second_node_until_the_first_is_gone(tmp_path: Path) -> None:
+def test_a_sqlite_store_refuses_a_second_node_until_the_first_has_stopped(tmp_path: Path) -> None:
     data_dir = tmp_path / "shared"
     quiet = {"CORRAL_EGRESS_PROXY": "0"}
     with corral_serve(tmp_path, quiet, "--node-name", "node-a", data_dir=data_dir, log_name="a.log") as first:
@@ -125,7 +160,7 @@ def test_a_sqlite_store_refuses_a_second_node_until_the_first_is_gone(tmp_path: 
         assert "served by node 'node-a'" in second.stderr and "PostgreSQL" in second.stderr
         assert "Traceback" not in second.stderr
         assert list(nodes_of(first.base)) == ["node-a"]
-    time.sleep(LOST_AFTER_SECONDS + 0.5)  # node-a's heartbeat is stale now: the store is free
+    # node-a stopped cleanly: it left, and the store is free at once (no waiting for its heartbeat to go stale)
     with corral_serve(tmp_path, quiet, "--node-name", "node-b", data_dir=data_dir, log_name="b.log") as renamed:
         assert list(nodes_of(renamed.base)) == ["node-b"]  # a one-node store keeps no row of a name it lost
 
@@ -158,4 +193,5 @@ def test_nodes_on_one_postgresql_see_each_other_and_a_killed_one_is_lost_within_
     with corral_serve(tmp_path / "b", common, "--node-name", "node-b", log_name="again.log") as back:
         node = nodes_of(back.base)["node-b"]
         assert node["state"] == "active" and node["started_at"] > both["node-b"]["started_at"]
+        assert nodes_of(back.base)["node-a"]["state"] == "lost"  # stopped cleanly: lost at once
         assert node["region"] == "eu-west"  # what this run was given
