@@ -195,6 +195,14 @@ def _attached_loops() -> dict[str, tuple[str, int]]:
     return found
 
 
+DETACH_WAIT_SECONDS = 30.0
+"""How long an offline resize waits for the stopped instance's loop device to detach.
+It detaches only when the last user of the file system is gone: the instance's last
+process exiting, and any mount namespace that copied the mount (an instance launched
+at that moment, until it pivots into its own root). On a loaded machine that took
+more than 5 s (CI, three test workers); the resize of a stopped instance can wait."""
+
+
 def _loop_of(image: Path) -> tuple[str, int] | None:
     """(device, device number) of the loop device over `image`, if one is attached."""
     return _attached_loops().get(os.path.realpath(image))
@@ -526,7 +534,7 @@ class DiskStore:
         if size == current:
             return
         _unmount(mount)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + DETACH_WAIT_SECONDS
         while _loop_of(image) is not None:  # its loop device detaches once the file system is gone
             if time.monotonic() > deadline:
                 self._mount_image(image, mount)
