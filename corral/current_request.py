@@ -34,8 +34,8 @@ def leave(token: contextvars.Token[Any]) -> None:
 @contextlib.contextmanager
 def serving(record: Any) -> Iterator[None]:
     """`record` is the current request within the block (None: no request)."""
-    token = _current.set(record)
+    token = enter(record)
     try:
         yield
     finally:
-        _current.reset(token)
+        leave(token)

@@ -14,13 +14,15 @@ import shutil
 from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from corral.actors.runtime import RuntimeHolder
-from corral.actors.sandboxes.warm_pool import WarmPool, memory_available_mb, memory_total_mb
+from corral.actors.runtime import RuntimeHolder, memory_available_mb, memory_total_mb
 from corral.actors.system import ActorSystem
 from corral.config import Settings
 from corral.storage import Database
+
+if TYPE_CHECKING:  # a type only: the sandboxes package's create gate reads the nodes package, which reads this
+    from corral.actors.sandboxes.warm_pool import WarmPool
 
 GIB = 1024**3
 
@@ -47,22 +49,34 @@ class NodeSources(Protocol):
     def warm_pool(self) -> WarmPool | None: ...
 
 
-def capacity(settings: Settings) -> dict[str, Any]:
-    """Cores, memory (MiB) and the data directory's disk (GiB) of this node."""
+def data_disk(settings: Settings) -> tuple[int, int] | None:
+    """(total, free) bytes of the file system of the data directory; None if unknown."""
     data_dir = Path(settings.data_dir)
-    total_gb: float | None = None
-    free_gb: float | None = None
     try:
         disk = shutil.disk_usage(data_dir if data_dir.exists() else data_dir.parent)
-        total_gb, free_gb = round(disk.total / GIB, 2), round(disk.free / GIB, 2)
     except OSError:
-        pass  # the figures say unknown
+        return None
+    return disk.total, disk.free
+
+
+async def running_instances(runtime: RuntimeHolder) -> int:
+    """Instances this node's runtime runs now, warm pool included; 0 before the runtime
+    made its first (it is not started to count them)."""
+    driver = runtime.started_driver
+    if driver is None:
+        return 0
+    return sum(1 for info in await driver.instances() if info.address is not None)
+
+
+def capacity(settings: Settings) -> dict[str, Any]:
+    """Cores, memory (MiB) and the data directory's disk (GiB) of this node."""
+    disk = data_disk(settings)
     return {
         "cpu_cores": os.cpu_count() or 1,
         "memory_total_mb": memory_total_mb(),
         "memory_available_mb": memory_available_mb(),
-        "disk_total_gb": total_gb,
-        "disk_free_gb": free_gb,
+        "disk_total_gb": round(disk[0] / GIB, 2) if disk else None,
+        "disk_free_gb": round(disk[1] / GIB, 2) if disk else None,
         "disk_reserve_gb": settings.disk_reserve_gb,
     }
 
@@ -70,10 +84,7 @@ def capacity(settings: Settings) -> dict[str, Any]:
 async def instance_load(sources: NodeSources) -> dict[str, Any]:
     """Instances this node's runtime runs now (warm pool included), and instance
     records by kind and status (the store's: the same on every node of a cluster)."""
-    driver = sources.runtime.started_driver
-    running = 0
-    if driver is not None:
-        running = sum(1 for info in await driver.instances() if info.address is not None)
+    running = await running_instances(sources.runtime)
     by_kind: dict[str, dict[str, int]] = {}
     for kind, table in INSTANCE_TABLES.items():
         rows = await sources.db.fetch_all(f"SELECT status, COUNT(*) AS n FROM {table} GROUP BY status")

@@ -10,6 +10,7 @@ module only knows the runtime's `InstanceNetwork` interface.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -60,6 +61,19 @@ def database_disk_gb(settings: Settings, size: str) -> float:
     if settings.database_disk_gb is not None:
         return settings.database_disk_gb
     return COMPUTER_DISK_GB.get(size, max(COMPUTER_DISK_GB.values()))
+
+
+def memory_available_mb() -> int:
+    """`MemAvailable` of /proc/meminfo, in MiB."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def memory_total_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
 
 
 def reserve_bytes(settings: Settings) -> int:

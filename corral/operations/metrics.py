@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -34,8 +32,8 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from corral.actors.node_status import INSTANCE_TABLES
-from corral.actors.sandboxes.warm_pool import memory_available_mb, memory_total_mb
+from corral.actors.node_status import INSTANCE_TABLES, data_disk
+from corral.actors.runtime import memory_available_mb, memory_total_mb
 from corral.storage import utc_now_iso
 
 if TYPE_CHECKING:
@@ -261,13 +259,10 @@ class NodeCollector(Collector):
         yield GaugeMetricFamily("corral_node_cpu_cores", "CPU cores of this node.", value=os.cpu_count() or 1)
         yield GaugeMetricFamily("corral_node_memory_bytes", "Memory of this node.", value=memory_total_mb() * 1024**2)
         yield GaugeMetricFamily("corral_node_memory_available_bytes", "Memory available on this node.", value=memory_available_mb() * 1024**2)
-        try:
-            disk = shutil.disk_usage(Path(settings.data_dir))
-        except OSError:
-            disk = None
+        disk = data_disk(settings)
         if disk is not None:
-            yield GaugeMetricFamily("corral_node_disk_bytes", "Size of the data directory's filesystem.", value=disk.total)
-            yield GaugeMetricFamily("corral_node_disk_free_bytes", "Free space of the data directory's filesystem.", value=disk.free)
+            yield GaugeMetricFamily("corral_node_disk_bytes", "Size of the data directory's filesystem.", value=disk[0])
+            yield GaugeMetricFamily("corral_node_disk_free_bytes", "Free space of the data directory's filesystem.", value=disk[1])
         yield GaugeMetricFamily(
             "corral_node_disk_reserve_bytes", "Free space below which new instances are refused (CORRAL_DISK_RESERVE_GB).",
             value=settings.disk_reserve_gb * 1024**3,

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -152,10 +152,17 @@ def _limiter_stats(limiter: trio.CapacityLimiter) -> PoolStats:
     return PoolStats(int(limiter.total_tokens), stats.borrowed_tokens, stats.tasks_waiting)
 
 
-async def _timed(observer: Callable[[str, float], None], run: Callable[[], Awaitable[T]]) -> T:
+async def _on_worker(
+    db: Database, run: Callable[[Callable[[Transaction], T]], T], work: Callable[[Transaction], T], limiter: trio.CapacityLimiter
+) -> T:
+    """A transaction on a worker thread (both stores), timed for `db.query_observer`
+    when there is one."""
+    observer = db.query_observer
+    if observer is None:
+        return await _run_traced(db.dialect, run, work, limiter)
     started = time.perf_counter()
     try:
-        return await run()
+        return await _run_traced(db.dialect, run, work, limiter)
     finally:
         observer("transaction", time.perf_counter() - started)
 
@@ -212,10 +219,7 @@ class SqliteDatabase(Database):
             return result
 
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
-        observer = self.query_observer
-        if observer is not None:
-            return await _timed(observer, lambda: _run_traced(self.dialect, self._run, work, self._write_limiter))
-        return await _run_traced(self.dialect, self._run, work, self._write_limiter)
+        return await _on_worker(self, self._run, work, self._write_limiter)
 
     def pool_stats(self) -> PoolStats:
         """The one writer connection (reads take the reader on the trio thread)."""
@@ -298,10 +302,7 @@ class PostgresDatabase(Database):
             return work(_PostgresTransaction(conn))
 
     async def transaction(self, work: Callable[[Transaction], T]) -> T:
-        observer = self.query_observer
-        if observer is not None:
-            return await _timed(observer, lambda: _run_traced(self.dialect, self._run, work, self._limiter))
-        return await _run_traced(self.dialect, self._run, work, self._limiter)
+        return await _on_worker(self, self._run, work, self._limiter)
 
     def pool_stats(self) -> PoolStats:
         """The connection pool's slots (one worker thread each)."""

@@ -46,7 +46,7 @@ class OtlpReceiver:
                 self.wfile.write(answer)
 
             def log_message(self, *args: Any) -> None:
-                pass
+                """Quiet: the test reads the spans it received, not the server's log."""
 
         self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -260,25 +260,21 @@ class DatabaseActor(InstanceActor):
 
     @handles(Start, Wake)
     async def start(self, message: Start | Wake) -> DatabaseRecord:
-        if isinstance(message, Wake) and self.state == "running":
+        waking = isinstance(message, Wake)
+        if waking and self.state == "running":
             return self.record
-        if isinstance(message, Wake):
-            with timed(self.services, self.kind, "wake"):
-                return await self._start(message)
-        return await self._start(message)
-
-    async def _start(self, message: Start | Wake) -> DatabaseRecord:
-        next_state = self.transition(message)
-        await self.persist(state="starting")
-        try:
-            await self.start_instance()
-        except BaseException:
-            await self.persist(state="error", error="the server did not start")
-            raise
-        await self.persist(state=next_state, error=None)
-        await self.on_running(booted=False)
-        if isinstance(message, Wake):
-            await self.emit("woken", self.subject_data())
+        with timed(self.services, self.kind, "wake") if waking else contextlib.nullcontext():
+            next_state = self.transition(message)
+            await self.persist(state="starting")
+            try:
+                await self.start_instance()
+            except BaseException:
+                await self.persist(state="error", error="the server did not start")
+                raise
+            await self.persist(state=next_state, error=None)
+            await self.on_running(booted=False)
+            if waking:
+                await self.emit("woken", self.subject_data())
         return self.record
 
     @handles(Upstream)

@@ -65,17 +65,12 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Drain:
-    pass
+    """Place no new work on the node until it restarts; answers its record."""
 
 
 @dataclass(frozen=True)
 class Leave:
     """The node stops cleanly: it is lost at once, and its name frees a SQLite store."""
-
-
-@dataclass(frozen=True)
-class GetNode:
-    pass
 
 
 class SecondNodeRefused(SettingsError):
@@ -162,11 +157,6 @@ class NodeActor(RecordActor):
         if self.state != DRAINING:
             await self.apply(message)
             log.info("node %s is draining: no new work is placed on it", self.id)
-        return self.record
-
-    @handles(GetNode)
-    async def get(self, message: GetNode) -> NodeRecord:
-        await self.reload()
         return self.record
 
     async def reload(self) -> None:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from corral.actors.node_status import NodeSources, data_disk, running_instances
+from corral.actors.runtime import memory_available_mb, memory_total_mb
 from corral.ids import new_ulid
 from corral.storage import Database
 from corral.vm.templates import RECIPES
@@ -27,7 +27,6 @@ from corral.vm.templates import RECIPES
 from . import store
 from .actor import (
     Drain,
-    GetNode,
     Heartbeat,
     Join,
     Leave,
@@ -38,35 +37,24 @@ from .actor import (
 )
 from .store import HEARTBEAT_SECONDS, NodeRecord
 
-if TYPE_CHECKING:  # a type only (what the operator views read; the `Platform` is one):
-    # at run time node_status would import the sandboxes package, whose billing gate imports this one.
-    from corral.actors.node_status import NodeSources as NodeServices
-
 log = logging.getLogger("corral.nodes")
+
+NodeServices = NodeSources
+"""What membership reads: what the operator views read (the node's `Platform` is one)."""
 
 MIB = 1024 * 1024
 
 
 async def measure(platform: NodeServices) -> NodeLoad:
-    """This node's capacity and load now (cheap: a few file reads)."""
-    # Here, not at the top: the sandboxes package's billing gate imports this package.
-    from corral.actors.sandboxes.warm_pool import memory_available_mb, memory_total_mb
-
-    settings = platform.settings
-    data_dir = Path(settings.data_dir)
-    try:
-        disk_free_mb = shutil.disk_usage(data_dir if data_dir.exists() else data_dir.parent).free // MIB
-    except OSError:
-        disk_free_mb = 0
-    driver = platform.runtime.started_driver
-    instances = 0
-    if driver is not None:
-        instances = sum(1 for info in await driver.instances() if info.address is not None)
+    """This node's capacity and load now (cheap: a few file reads), as the operator
+    views read them."""
+    disk = data_disk(platform.settings)
+    instances = await running_instances(platform.runtime)
     pooled = len(platform.warm_pool.pooled_ids()) if platform.warm_pool is not None else 0
     templates = platform.runtime.templates
     total = memory_total_mb()
     return NodeLoad(
-        cores=os.cpu_count() or 1, memory_mb=total, disk_free_mb=int(disk_free_mb), instances=instances,
+        cores=os.cpu_count() or 1, memory_mb=total, disk_free_mb=disk[1] // MIB if disk else 0, instances=instances,
         pooled=min(pooled, instances), memory_mb_used=max(0, total - memory_available_mb()),
         templates=sorted(name for name in RECIPES if templates.is_built(name)),
     )
@@ -147,6 +135,5 @@ async def drain(platform: NodeServices, name: str) -> dict[str, Any]:
     if await store.find(platform.db, name) is None:
         raise node_not_found()
     ref = await platform.system.get(NodeActor, name)
-    await ref.ask(Drain())
-    record: NodeRecord = await ref.ask(GetNode())
+    record: NodeRecord = await ref.ask(Drain())
     return public(record, store.lost_before(), (await store.hosted_counts(platform.db)).get(name, 0))

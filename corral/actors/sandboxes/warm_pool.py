@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,7 +33,13 @@ from pathlib import Path
 import trio
 
 from corral.actors.agents import AgentPool
-from corral.actors.runtime import RuntimeHolder, disk_mb, sandbox_disk_gb
+from corral.actors.runtime import (
+    RuntimeHolder,
+    disk_mb,
+    memory_available_mb,
+    memory_total_mb,
+    sandbox_disk_gb,
+)
 from corral.config import Settings
 from corral.ids import new_uuid
 from corral.storage import Database
@@ -67,19 +72,6 @@ def sandbox_spec(settings: Settings, instance_id: str, template: str, size: str,
         hostname=sandbox_hostname(instance_id),
         boot_env=boot_env or {},
     )
-
-
-def memory_available_mb() -> int:
-    """`MemAvailable` of /proc/meminfo, in MiB."""
-    with open("/proc/meminfo") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) // 1024
-    return 0
-
-
-def memory_total_mb() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
 
 
 def memory_reserve_mb(settings: Settings) -> int:
