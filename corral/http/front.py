@@ -35,7 +35,6 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 from werkzeug.routing import Map, MapAdapter, Rule
 
-from .keepalive import declared_length
 from .replies import Answer, JsonAnswer
 from .routing import Route
 
@@ -49,6 +48,17 @@ FORM_TYPES = (b"multipart/", b"application/x-www-form-urlencoded")
 """Bodies Quart parses into `form` and `files`: their requests are Quart's to serve."""
 BODY_TIMEOUT = 60.0
 """As Quart's `BODY_TIMEOUT`: a body that does not arrive within this is a 408."""
+
+
+def declared_length(scope: dict[str, Any]) -> int | None:
+    """The request's `Content-Length`, if it declared a valid one."""
+    for name, value in scope.get("headers", ()):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 class _Body:

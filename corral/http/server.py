@@ -1,4 +1,5 @@
-"""`corral serve`: the platform and its HTTP API on hypercorn's trio worker.
+"""`corral serve`: the platform and its HTTP API on Corral's own HTTP/1.1 server
+(`asgi_server.py`, on trio and h11: it says why not hypercorn).
 
 SIGTERM or SIGINT shuts down gracefully: the listener stops accepting, in-flight
 requests finish, actors stop; instances are left running for the next start.
@@ -11,28 +12,21 @@ import logging
 import signal
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 from corral.actors.previews import run_preview
+from corral.asgi_server import ServerConfig
+from corral.asgi_server import serve as serve_http
 from corral.config import Settings
 from corral.node import Platform, check_edge, open_node, run_edge
 
 from .app import MAX_BODY_BYTES, api_front, create_app
-from .keepalive import whole_request_first
 from .observe import observed
 
 log = logging.getLogger("corral")
 
 
-def hypercorn_config(host: str, port: int) -> Config:
-    config = Config()
-    config.bind = [f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.keep_alive_timeout = 75
-    config.graceful_timeout = 10
-    return config
+def server_config(host: str, port: int) -> ServerConfig:
+    return ServerConfig(host, port, keep_alive_seconds=75, grace_seconds=10, max_body_bytes=MAX_BODY_BYTES)
 
 
 async def _wait_for_signal(stop: trio.Event) -> None:
@@ -49,14 +43,13 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
 
     settings = platform.settings
     app = create_app(platform)
-    config = hypercorn_config(settings.host, settings.port)
+    config = server_config(settings.host, settings.port)
     async with trio.open_nursery() as nursery:
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
         if access_line not in platform.request_observers:
             platform.request_observers.append(access_line)  # one `corral.access` line per request
         front = observed(api_front(app), platform.request_observers)  # a record of every request (observe.py)
-        served = whole_request_first(front, MAX_BODY_BYTES)  # keep-alive past early answers (keepalive.py)
-        await hypercorn_serve(served, config, shutdown_trigger=stop.wait, task_status=task_status)  # type: ignore[arg-type]
+        await serve_http(front, config, shutdown_trigger=stop.wait, task_status=task_status)
 
 
 async def serve(settings: Settings, edge: bool = False) -> None:

@@ -1,7 +1,7 @@
 """The operator listener: `GET /metrics` on `CORRAL_METRICS_PORT` (contract §19).
 
 A port of its own, without authentication (operators bind it to a private interface),
-served by hypercorn on trio like the API. The exposition is prometheus_client's own
+served by the API's own HTTP/1.1 server (`corral.asgi_server`). The exposition is prometheus_client's own
 ASGI app (content negotiation, OpenMetrics, gzip); before it runs, the store-derived
 figures are refreshed (`NodeMetrics.refresh`), which needs the event loop.
 """
@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 from prometheus_client import make_asgi_app
+
+from corral.asgi_server import ServerConfig, serve
 
 from .metrics import NodeMetrics
 
@@ -61,9 +61,5 @@ async def run_metrics_listener(
     metrics: NodeMetrics, host: str, port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve `metrics` at `http://host:port/metrics` until cancelled; started once listening."""
-    config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.accesslog = None
-    config.errorlog = logging.getLogger("hypercorn.error")
-    config.graceful_timeout = 1
-    await serve(metrics_app(metrics), config, task_status=task_status)  # type: ignore[arg-type]
+    await serve(metrics_app(metrics), ServerConfig(host, port, grace_seconds=1), shutdown_trigger=trio.sleep_forever,
+                task_status=task_status)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from corral.http import keepalive
+from corral import asgi_server
 from tests.support import Api
 
 BODY = b'{"provider": "openai", "model": "gpt", "input_tokens": 1, "output_tokens": 1}'
@@ -64,11 +64,21 @@ async def test_the_next_request_is_answered_after_an_answer_that_came_before_the
 
 
 async def test_an_answer_whose_body_never_comes_closes_the_connection(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(keepalive, "BODY_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(asgi_server, "DRAIN_SECONDS", 0.5)
     async with await trio.open_tcp_stream("127.0.0.1", port_of(api)) as stream:
         await stream.send_all(usage_request())
         with trio.fail_after(5):
-            head, _ = await read_answer(stream)
+            head, _ = await read_answer(stream)  # answered at once, without waiting for the body
             assert head.startswith(b"HTTP/1.1 401"), head
+        with trio.fail_after(5):
+            assert await stream.receive_some(65536) == b""  # then closed: the body never came
+
+
+async def test_a_body_declared_past_the_limit_gets_its_413_with_connection_close(api: Api) -> None:
+    async with await trio.open_tcp_stream("127.0.0.1", port_of(api)) as stream:
+        await stream.send_all(usage_request(b"x" * 100).replace(b"Content-Length: 100", b"Content-Length: %d" % (64 * 1024 * 1024)))
+        with trio.fail_after(5):
+            head, _ = await read_answer(stream)
+            assert head.startswith(b"HTTP/1.1 4"), head
             assert b"connection: close" in head.lower(), head
-            assert await stream.receive_some(65536) == b""  # closed: the client knows not to reuse it
+            assert await stream.receive_some(65536) == b""

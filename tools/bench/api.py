@@ -1,9 +1,12 @@
 """API throughput: an authenticated GET through Corral beside a raw hypercorn-trio ASGI app.
 
-Both servers run on the same hypercorn trio worker in the same run; wrk drives them
-in alternating short rounds at 1 and 16 connections, and the medians are reported.
-The ratio of requests per second is the figure to watch (issue 28's goal: at least
-0.8 of the raw baseline at 1 and 16 connections, and a p99 of at most 15 ms at 16).
+The baseline is a raw ASGI hello world on hypercorn's trio worker; Corral serves on
+its own HTTP/1.1 server (`corral/http/asgi_server.py`), and the same hello world on
+that server is shown too, so the run tells the server's cost from Corral's own.
+wrk drives them in alternating short rounds at 1 and 16 connections, and the medians
+are reported. The ratio of requests per second against raw hypercorn is the figure
+to watch (issue 28's goal: at least 0.8 at 1 and 16 connections, and a p99 of at most
+15 ms at 16).
 
     .venv/bin/python -m tools.bench.api [--seconds 3] [--rounds 5] [--observed]
 
@@ -115,15 +118,17 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    raw_port, api_port, observed_port, metrics_port = free_port(), free_port(), free_port(), free_port()
+    raw_port, api_port, observed_port, metrics_port, lean_port = free_port(), free_port(), free_port(), free_port(), free_port()
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
     ratios: dict[int, list[float]] = {1: [], 16: []}
     costs: dict[int, list[float]] = {1: [], 16: []}
     raw_name, api_name, observed_name = "raw ASGI hello world", "corral GET /api/v1/tenant", "  metrics + json logs"
+    lean_name = "  same, on corral's server"
     base_env = {"CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0"}
     with contextlib.ExitStack() as stack:
         hypercorn = [str(VENV_BIN / "hypercorn"), "--worker-class", "trio", "--bind", f"127.0.0.1:{raw_port}", "tools.bench.raw_asgi:app"]
         stack.enter_context(process(hypercorn, {}))
+        stack.enter_context(process([sys.executable, "-m", "tools.bench.raw_asgi", str(lean_port)], {}))
         plain_dir = stack.enter_context(tempfile.TemporaryDirectory())
         stack.enter_context(process(corral_serve(plain_dir, api_port), {**base_env, "CORRAL_LOG_LEVEL": "warning"}))
         servers = [(api_name, f"http://127.0.0.1:{api_port}")]
@@ -135,8 +140,9 @@ def main() -> None:
                 observed_name = "  control: plain again"
             stack.enter_context(process(corral_serve(observed_dir, observed_port), observed_env))
             servers.append((observed_name, f"http://127.0.0.1:{observed_port}"))
-        raw_url = f"http://127.0.0.1:{raw_port}/"
+        raw_url, lean_url = f"http://127.0.0.1:{raw_port}/", f"http://127.0.0.1:{lean_port}/"
         wait_http(raw_url)
+        wait_http(lean_url)
         owners: dict[str, str] = {}
         for name, base in servers:
             wait_http(f"{base}/healthz")
@@ -153,6 +159,7 @@ def main() -> None:
             for round_number in range(args.rounds):
                 raw = run_wrk(raw_url, connections, args.seconds)
                 rounds.setdefault((raw_name, connections), []).append(raw)
+                rounds.setdefault((lean_name, connections), []).append(run_wrk(lean_url, connections, args.seconds))
                 results = {}
                 for name, base in servers if round_number % 2 == 0 else servers[::-1]:
                     results[name] = run_wrk(f"{base}/api/v1/tenant", connections, args.seconds, fresh_key(name))
