@@ -10,7 +10,10 @@ HTTP/1.1, wsproto does the WebSocket handshake and frames) and does the rest in 
 connection's own task:
 
 - the application runs in the connection's task; `receive()` reads the socket itself
-  when the application asks for body, so backpressure is the application's pace;
+  when the application asks for body, so backpressure is the application's pace; a
+  body that came in whole with the head is also offered in the scope, as the
+  extension `corral.whole_body` (bytes), so that an application may skip `receive()`
+  for it (the API's front then needs no task to read it);
 - a response's head and a whole body go out in one write (a JSON answer is one
   `send` system call), with `Content-Length` added when the application gave none;
 - `Expect: 100-continue` is answered when the application first asks for the body;
@@ -138,11 +141,40 @@ class _Http:
         self.head_method = request.method == b"HEAD"
         self.disconnected = False
         self.close_after = False
+        self.whole_body: bytes | None = None
+        self.whole_body_taken = False
+        self._early: list[bytes] = []
+
+    def prefetch(self) -> bytes | None:
+        """The whole body, when it came in with the head (nearly every request: a GET,
+        a small JSON POST); else None, and what did come waits for `receive()`."""
+        h = self.conn.h11
+        chunks: list[bytes] = []
+        while True:
+            try:
+                event = h.next_event()
+            except h11.RemoteProtocolError:
+                event = None
+            if isinstance(event, h11.Data):
+                chunks.append(bytes(event.data))
+                continue
+            if isinstance(event, h11.EndOfMessage):
+                self.body_done = True
+                self.whole_body = b"".join(chunks)
+                return self.whole_body
+            self._early = chunks
+            return None
 
     async def receive(self) -> Message:
         conn = self.conn
         if self.disconnected or self.response_done:
             return {"type": "http.disconnect"}
+        if self.whole_body is not None:  # prefetched: handed over once
+            body, self.whole_body = self.whole_body, None
+            self.whole_body_taken = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        if self._early:
+            return {"type": "http.request", "body": self._early.pop(0), "more_body": True}
         if self.body_done:
             await conn.wait_for_close(self)
             return {"type": "http.disconnect"}
@@ -256,12 +288,18 @@ class _Connection:
         application learns of it from `receive()`)."""
         if self.closed:
             return
-        async with self._send_lock:
-            try:
-                await self.stream.send_all(data)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-                self.closed = True
-                self._closed_waiters.set()
+        lock = self._send_lock
+        try:
+            lock.acquire_nowait()  # nearly always free: no extra trip through the scheduler
+        except trio.WouldBlock:
+            await lock.acquire()  # a WebSocket's pong beside the application's frame
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            self.closed = True
+            self._closed_waiters.set()
+        finally:
+            lock.release()
 
     def response_finished(self) -> None:
         self._response_finished.set()
@@ -335,8 +373,12 @@ class _Connection:
                 return
             exchange = _Http(self, event)
             self._response_finished = trio.Event()
+            asgi_scope = self._http_scope(event)
+            whole = exchange.prefetch()
+            if whole is not None:
+                asgi_scope["extensions"]["corral.whole_body"] = whole
             try:
-                await self.app(self._http_scope(event), exchange.receive, exchange.send)
+                await self.app(asgi_scope, exchange.receive, exchange.send)
             except _ClientGone:
                 return
             except Exception:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import re
 import secrets
@@ -18,29 +17,49 @@ def new_uuid() -> str:
 
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
-_TO_CROCKFORD = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _CROCKFORD)
+
+
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+"""Every 10-bit value as its two Crockford symbols."""
 
 
 class MonotonicUlid:
     """ULIDs that strictly increase within this process, even within one millisecond.
 
-    Encoded directly (48-bit milliseconds, 80 random bits, Crockford base32): about
-    ten times cheaper than building `ulid.ULID` objects, and this runs on every request.
+    The ULID specification's monotonic form: 48-bit milliseconds, then 80 random bits
+    drawn once a millisecond and incremented for each further id within it (and
+    while the clock stands or steps back). Encoded directly, ten symbols of time kept
+    for the millisecond and the rest two symbols a lookup: an id costs about a
+    microsecond, and a request makes several (its id, events, audit row).
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last = 0
+        self._ms = -1
+        self._random = 0
+        self._time_text = ""
 
     def new(self) -> str:
-        candidate = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+        ms = time.time_ns() // 1_000_000
         with self._lock:
-            if candidate <= self._last:
-                candidate = self._last + 1
-            self._last = candidate
-        # 128 bits in 20 bytes: base32 gives 32 symbols of which the first 6 are the
-        # 30 zero bits in front; the other 26, in Crockford's alphabet, are the ULID.
-        return base64.b32encode(candidate.to_bytes(20, "big"))[6:].decode().translate(_TO_CROCKFORD)
+            if ms > self._ms:
+                self._ms = ms
+                self._random = int.from_bytes(os.urandom(10), "big")
+                self._time_text = _encode(ms, 10)
+            else:
+                self._random += 1
+                if self._random >> 80:  # 2**80 ids in one millisecond: borrow the next one
+                    self._ms += 1
+                    self._random = 0
+                    self._time_text = _encode(self._ms, 10)
+            time_text, random = self._time_text, self._random
+        p = _PAIRS
+        return (time_text + p[random >> 70 & 1023] + p[random >> 60 & 1023] + p[random >> 50 & 1023] + p[random >> 40 & 1023]
+                + p[random >> 30 & 1023] + p[random >> 20 & 1023] + p[random >> 10 & 1023] + p[random & 1023])
+
+
+def _encode(value: int, symbols: int) -> str:
+    return "".join(_CROCKFORD[(value >> (5 * (symbols - 1 - i))) & 31] for i in range(symbols))
 
 
 _ulids = MonotonicUlid()

@@ -197,6 +197,13 @@ class Actor:
 
     # --- hooks -----------------------------------------------------------------------
 
+    def published_view(self) -> Any:
+        """What readers on this node may see of the actor without sending a message
+        (`ActorSystem.view_of`): None by default. Taken after each message is handled
+        and withdrawn while the next one is, so a reader never sees a view that a
+        message in progress may be changing; a reader that finds none asks."""
+        return None
+
     async def on_activate(self) -> None:
         """Load the record, set `self.state`, reconcile with the runtime.
 

@@ -97,6 +97,8 @@ class ActorCell:
         self.actor_class = actor_class
         self.kind = actor_class.kind
         self.id = actor_id
+        self.view: Any = None
+        """The actor's `published_view()` as of its last message (None while one is handled)."""
         self.mailbox_size = mailbox_size
         self.idle_timeout = idle_timeout
         self.policy = policy
@@ -186,6 +188,7 @@ class ActorCell:
             self.activation_error = self.activation_error or self._crashed(error)
         finally:
             self.actor = None
+            self.view = None
             if self.status not in (CellStatus.FAILED,):
                 self.status = CellStatus.STOPPED
             self._refuse(self.mailbox.close(self._stopped), self._stopped)
@@ -282,6 +285,7 @@ class ActorCell:
 
     async def _handle(self, actor: Actor, envelope: Envelope) -> None:
         self.current = envelope
+        self.view = None
         # The handler runs as part of the sender's request and trace (`Envelope`).
         request_token = current_request.enter(envelope.request)
         trace_token = otel_context.attach(envelope.trace_context)
@@ -289,6 +293,7 @@ class ActorCell:
             result = await actor.receive(envelope.message)
         except ApiError as error:
             self._check_persisted(actor)
+            self.view = actor.published_view()
             envelope.fail(error)
         except Exception as error:
             envelope.fail(self._crashed(error))
@@ -305,6 +310,7 @@ class ActorCell:
             except Exception as error:
                 envelope.fail(self._crashed(error))
                 raise
+            self.view = actor.published_view()
             envelope.succeed(result)
         finally:
             otel_context.detach(trace_token)

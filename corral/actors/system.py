@@ -162,6 +162,12 @@ class ActorSystem:
             raise LookupError(f"no actor kind {kind!r} is registered")
         return ActorRef(self, actor_class, actor_id)
 
+    def view_of(self, actor_class: type[Actor], actor_id: str) -> Any:
+        """The live actor's `published_view()`, without a message; None when it is not
+        active on this node, is handling a message, or publishes nothing."""
+        cell = self._cells.get((actor_class.kind, actor_id))
+        return cell.view if cell is not None else None
+
     async def get(self, actor_class: type[A], actor_id: str) -> ActorRef[A]:
         """Activate the actor if needed (raising its activation error) and return a ref.
 

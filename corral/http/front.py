@@ -12,13 +12,14 @@ as before: unknown paths and methods (the 404 and 405 envelopes), `HEAD`, multip
 bodies (Quart parses forms and files), WebSockets, `/healthz`, the OpenAPI document,
 lifespan.
 
-As Quart does, a mutation's body is read by a task of its own while the handler
-runs, and a client that goes away cancels the handler (its call to the agent is cut;
-the agent lets an exec's command run to its end, as it did under Quart); a body
-larger than the server takes is a 413, one that stalls a 408. A
-read whose (empty) body came with its head, nearly every GET, skips that task (it
-costs as much as the rest of the front); only a streamed answer then follows the
-client, to stop when it leaves. Whole JSON answers go out as `replies.JsonAnswer`.
+A body that came in whole with its head (nearly every request: the server offers it
+as `corral.whole_body`) is taken from the scope, and the handler runs alone, without
+a task that follows the client (such a task cost a tenth of an exec); only a streamed
+answer then follows the client, to stop when it leaves. A body still on its way is
+read by a task of its own while the handler runs, as Quart does, and a client that
+goes away then cancels the handler (its call to the agent is cut; the agent lets an
+exec's command run to its end, as it did under Quart); a body larger than the server
+takes is a 413, one that stalls a 408. Whole JSON answers go out as `replies.JsonAnswer`.
 """
 
 from __future__ import annotations
@@ -111,6 +112,8 @@ class ApiRequest:
         client = scope.get("client")
         self.remote_addr: str | None = client[0] if client else None
         self._body = body
+        self.after_answer: list[Callable[[], Awaitable[None]]] = []
+        """Work the pipeline leaves until the answer is out (the audit row)."""
 
     @cached_property
     def headers(self) -> RequestHeaders:
@@ -184,6 +187,21 @@ class ApiFront:
         route, params = matched
         length = declared_length(scope)
         body = _Body(length, self.max_body_bytes)
+        whole = scope.get("extensions", {}).get("corral.whole_body")
+        if whole is not None:
+            # The server had the whole body with the head (`corral.asgi_server`): no task
+            # reads it, and none follows the client while the handler runs (a client that
+            # hangs up mid-exec gets no answer; the exec and its events complete as if it
+            # had stayed). A streamed answer still stops when the client leaves.
+            body.append(whole)
+            body.complete.set()
+            request = ApiRequest(scope, body)
+            answer = await self.run(route, params, request)
+            try:
+                await _send_response(send, answer, receive)
+            finally:
+                await _after_answer(request)
+            return
         if not route.is_mutation and not length and not _chunked(scope):
             # A read without a body: its one (empty) body message is already in, so no
             # task follows the body; a client leaving only matters to a stream, which
@@ -191,14 +209,30 @@ class ApiFront:
             if (await receive())["type"] == "http.disconnect":
                 return
             body.complete.set()
-            answer = await self.run(route, params, ApiRequest(scope, body))
-            await _send_response(send, answer, receive)
+            request = ApiRequest(scope, body)
+            answer = await self.run(route, params, request)
+            try:
+                await _send_response(send, answer, receive)
+            finally:
+                await _after_answer(request)
             return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_read_body, receive, body, nursery.cancel_scope)
-            answer = await self.run(route, params, ApiRequest(scope, body))
-            await _send_response(send, answer, None)
-            nursery.cancel_scope.cancel()
+        request = ApiRequest(scope, body)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_read_body, receive, body, nursery.cancel_scope)
+                answer = await self.run(route, params, request)
+                await _send_response(send, answer, None)
+                nursery.cancel_scope.cancel()
+        finally:
+            await _after_answer(request)
+
+
+async def _after_answer(request: ApiRequest) -> None:
+    """What the pipeline left for after the answer (its audit row), also when the
+    client went away or the handler was cancelled with it."""
+    with trio.CancelScope(shield=True):
+        for work in request.after_answer:
+            await work()
 
 
 def _chunked(scope: dict[str, Any]) -> bool:

@@ -8,6 +8,7 @@ unexpected exception is logged with its request id and answered 500 INTERNAL_ERR
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -126,7 +127,11 @@ class Pipeline:
             # A refusal before admission (401, 429) carries the bucket it hit, if any.
             response.headers.update(self.anonymous_decision(ip).headers())
         if route.is_mutation and ctx.principal_or_none is not None:
-            await self._audit(ctx, route, response.status_code)
+            after_answer = getattr(incoming, "after_answer", None)
+            if after_answer is not None:  # the front's request: written once the answer is out
+                after_answer.append(functools.partial(self._audit, ctx, route, response.status_code))
+            else:
+                await self._audit(ctx, route, response.status_code)
         return response
 
     async def _handle(self, ctx: RequestContext, route: Route, params: dict[str, Any]) -> Answer:

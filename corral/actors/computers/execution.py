@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import trio
 
-from corral.actors.instances import ExecTimeout, InstanceFiles, clamp_timeout, record_activity
+from corral.actors.instances import (
+    ExecTimeout,
+    InstanceFiles,
+    RunningInstance,
+    clamp_timeout,
+    record_activity,
+)
 from corral.ids import new_ulid
 from corral.models import Rule, model
 from corral.vm import AgentClient, InstanceInfo, RuntimeErrorBase
@@ -48,8 +54,8 @@ async def agent_for(platform: ComputerServices, row: ComputerRecord, *, record_a
     """The agent of a running computer; `409 COMPUTER_NOT_RUNNING` otherwise."""
     if row.status != "running":
         raise not_running()
-    ref = await platform.system.get(ComputerActor, row.id)
-    info: InstanceInfo = await ref.ask(Connect())
+    running: RunningInstance | None = platform.system.view_of(ComputerActor, row.id)  # no message while it runs
+    info: InstanceInfo = running.info if running is not None else await (await platform.system.get(ComputerActor, row.id)).ask(Connect())
     if record_activity:
         await touch(platform, row.id)
     try:

@@ -1,7 +1,7 @@
 """What every kind of instance-owning actor shares (DESIGN.md "Instances share one base")."""
 
 from .activity import InstanceDraft, record_activity
-from .actor import InstanceActor, failure_summary
+from .actor import InstanceActor, RunningInstance, failure_summary
 from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
@@ -23,6 +23,7 @@ __all__ = [
     "InstanceDraft",
     "InstanceFiles",
     "Refusals",
+    "RunningInstance",
     "SealedEnv",
     "SealedEnvTable",
     "clamp_timeout",

@@ -9,6 +9,8 @@ enough.
 from __future__ import annotations
 
 import contextlib
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +22,28 @@ from corral.storage import utc_now_iso
 
 from .messages import Touch
 
+TOUCH_EVERY = 0.25
+"""Seconds within which a further use of an instance is not told again: a tight loop of
+execs then wakes the actor a few times a second instead of once an exec (issue 28),
+and auto-stop, counted in whole seconds, sees activity at most this much older."""
+_MAX_REMEMBERED = 10_000
+
+_told: weakref.WeakKeyDictionary[object, dict[str, float]] = weakref.WeakKeyDictionary()
+"""When each instance was last told, per actor system (tests run several in one process)."""
+
 
 async def record_activity(ref: ActorRef[Any]) -> None:
-    """Tell the instance's actor that it was used now."""
+    """Tell the instance's actor that it was used now (unless it was told within
+    `TOUCH_EVERY`)."""
+    told = _told.get(ref.system)
+    if told is None:
+        told = _told[ref.system] = {}
+    now = time.monotonic()
+    if now - told.get(ref.id, -TOUCH_EVERY) < TOUCH_EVERY:
+        return
+    if len(told) >= _MAX_REMEMBERED:
+        told.clear()
+    told[ref.id] = now
     with contextlib.suppress(MailboxFull, ActorStopped, ApiError):
         await ref.tell(Touch())
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import trio
@@ -54,6 +54,16 @@ from .network_policy.store import NetworkPolicyRecord
 from .refusals import Refusals, runtime_refusals
 
 log = logging.getLogger("corral.instances")
+
+
+@dataclass(frozen=True)
+class RunningInstance:
+    """A running instance's actor's published view (`ActorSystem.view_of`): its record as
+    the actor holds it (activity times may lag the store by the write-behind) and the
+    instance's info."""
+
+    record: Any
+    info: InstanceInfo
 
 
 def failure_summary(exc: BaseException) -> str:
@@ -359,6 +369,17 @@ class InstanceActor(RecordActor):
         return record
 
     # -- access ---------------------------------------------------------------------
+
+    def published_view(self) -> RunningInstance | None:
+        """While the instance runs: its record and info, what `Connect` would answer now.
+        Readers on this node skip the message (and the store) on the way to the agent
+        (issue 28: an exec's cost on top of the agent's)."""
+        info = self.info
+        if info is None or info.state is not InstanceState.RUNNING or self.transitions is None:
+            return None
+        if not self.transitions.allows(self.state, Connect):
+            return None
+        return RunningInstance(self.record, info)
 
     @handles(Connect)
     async def connect(self, message: Connect) -> InstanceInfo:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import trio
 
 from corral.actors.bus import SubscriberLagged
-from corral.actors.instances import InstanceFiles
+from corral.actors.instances import InstanceFiles, RunningInstance
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError
 from corral.vm import AgentClient, InstanceInfo
@@ -45,7 +45,18 @@ async def wait_until_settled(platform: SandboxServices, sandbox_id: str, timeout
 
 
 async def agent_for(platform: SandboxServices, sandbox_id: str, *, record_activity: bool = True) -> AgentClient:
-    """The agent of a running sandbox; waits for one still being created."""
+    """The agent of a running sandbox; waits for one still being created.
+
+    A running sandbox's actor publishes what `Connect` would answer (its
+    `published_view`), so the usual exec or file call sends it no message."""
+    running: RunningInstance | None = platform.system.view_of(SandboxActor, sandbox_id)
+    info = running.info if running is not None else await _connect(platform, sandbox_id)
+    if record_activity:
+        await touch(platform, sandbox_id)
+    return platform.agents.client(info)
+
+
+async def _connect(platform: SandboxServices, sandbox_id: str) -> InstanceInfo:
     ref = await platform.system.get(SandboxActor, sandbox_id)
     try:
         info: InstanceInfo = await ref.ask(Connect())
@@ -54,9 +65,7 @@ async def agent_for(platform: SandboxServices, sandbox_id: str, *, record_activi
         if settled.status == "creating":
             raise ApiError(409, "SANDBOX_RUNTIME_UNAVAILABLE", "sandbox is still starting; it has no address yet") from None
         info = await ref.ask(Connect())  # running now, or the actor's own refusal
-    if record_activity:
-        await touch(platform, sandbox_id)
-    return platform.agents.client(info)
+    return info
 
 
 async def files_for(platform: SandboxServices, sandbox_id: str) -> InstanceFiles:

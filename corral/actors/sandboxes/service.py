@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from corral.actors.instances import ExecTimeout, clamp_timeout
+from corral.actors.instances import ExecTimeout, RunningInstance, clamp_timeout
 from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
@@ -154,6 +154,20 @@ async def find_sandbox(
     if record is None or (key_workspace_id is not None and record.workspace_id != key_workspace_id):
         raise not_found("sandbox not found")
     return record
+
+
+async def find_running_sandbox(
+    platform: SandboxServices, tenant_id: str, sandbox_id: str, *, key_workspace_id: str | None = None
+) -> SandboxRecord:
+    """`find_sandbox` for a call on the running instance (exec): the record the running
+    sandbox's actor publishes, without a store read, when it is the tenant's; else the
+    store's answer. Its activity times may lag the store's by the write-behind."""
+    running: RunningInstance | None = platform.system.view_of(SandboxActor, sandbox_id)
+    if running is not None:
+        record: SandboxRecord = running.record
+        if record.tenant_id == tenant_id and (key_workspace_id is None or record.workspace_id == key_workspace_id):
+            return record
+    return await find_sandbox(platform, tenant_id, sandbox_id, key_workspace_id=key_workspace_id)
 
 
 async def list_sandboxes(

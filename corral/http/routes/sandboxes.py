@@ -27,9 +27,10 @@ def _audit(ctx: RequestContext, sandbox: sandboxes.SandboxRecord) -> None:
     )
 
 
-async def _sandbox(ctx: RequestContext, id: str) -> sandboxes.SandboxRecord:
+async def _sandbox(ctx: RequestContext, id: str, *, for_exec: bool = False) -> sandboxes.SandboxRecord:
     sandbox_id = require_uuid(id, "sandbox id")
-    row = await sandboxes.find_sandbox(ctx.platform, ctx.tenant_id, sandbox_id, key_workspace_id=ctx.principal.workspace_id)
+    find = sandboxes.find_running_sandbox if for_exec else sandboxes.find_sandbox
+    row = await find(ctx.platform, ctx.tenant_id, sandbox_id, key_workspace_id=ctx.principal.workspace_id)
     _audit(ctx, row)
     return row
 
@@ -91,7 +92,7 @@ async def delete(ctx: RequestContext, id: str) -> Reply:
     request=sandboxes.ExecRequest,
 )
 async def exec_(ctx: RequestContext, id: str) -> Reply:
-    row = await _sandbox(ctx, id)
+    row = await _sandbox(ctx, id, for_exec=True)
     return raw(await sandboxes.exec_command(ctx.platform, row, await ctx.body(sandboxes.ExecRequest)))
 
 
