@@ -71,7 +71,10 @@ from corral.storage import (
     Database,
     EventLog,
     LocalBlobStore,
+    Notices,
+    RemoteEvents,
     SecretBox,
+    SharedRateCounts,
     load_or_create_kek,
     migrate,
     open_database,
@@ -106,6 +109,9 @@ class Platform:
     agents: AgentPool
     blobs: BlobStore
     """Content-addressed artifacts: deployment versions, database backups, run artifacts."""
+    notices: Notices
+    """Notices ("read it again") to and from the other nodes of a PostgreSQL store, for the
+    routing tables whose changes have no event (`corral.storage.notices`)."""
     system: ActorSystem = field(init=False)
     """The actor system; its actors see this platform as `self.services`."""
     # Services of the parts, typed; the node sets each one explicitly.
@@ -152,6 +158,9 @@ class Platform:
     """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
     deployment_sites: deployments.DeploymentSites | None = None
     """The router's in-memory table of deployment hosts (set when the parts start)."""
+    rate_counts: SharedRateCounts | None = None
+    """Where the nodes of a PostgreSQL store add up their rate-limit counts (the API's
+    limiter shares through it); None on SQLite, whose one node counts alone."""
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -353,6 +362,17 @@ async def _start_parts(platform: Platform) -> None:
     await _start_deployments(platform)
 
 
+async def _hear_other_nodes(platform: Platform) -> None:
+    """On a PostgreSQL store (several nodes), this node's subscribers (SSE, webhooks,
+    the parts that follow events) also get the events the other nodes publish."""
+    if platform.db.dialect != "postgresql":
+        return
+    remote = RemoteEvents(platform.events, platform.bus.deliver)
+    platform.bus.published_here = remote.published_here
+    platform.db.later.delay = RemoteEvents.commit_delay  # the others hear an event once it commits
+    await platform.nursery.start(remote.run)
+
+
 async def _start_deployments(platform: Platform) -> None:
     """Route every live deployment (services re-adopted by their actors on the way)."""
     platform.system.register(*deployments.ACTORS)
@@ -406,18 +426,23 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 runtime=RuntimeHolder(settings, partial(node_network, settings, nursery, proxy), trust),
                 agents=AgentPool(settings.agent_timeout),
                 blobs=LocalBlobStore(data_dir / "blobs"),
+                notices=Notices(db, events.origin),
                 egress_proxy=proxy,
             )
             platform.databases = database_node(settings)
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
             platform.run_profiles = agent_profiles.RunProfileResolver(platform)
             platform.sandbox_templates = templates.TemplateResolver()
+            if db.dialect == "postgresql":
+                platform.rate_counts = SharedRateCounts(db, settings.node_name)
             platform.system = ActorSystem(
                 db,
                 bus=platform.bus,
                 services=platform,
                 config=ActorConfig(shutdown_grace=settings.shutdown_grace_seconds),
             )
+            await _hear_other_nodes(platform)  # before anything subscribes or publishes
+            await nursery.start(platform.notices.run)  # before any routing table is loaded
             await nursery.start(platform.system.run)
             await _join_cluster(platform)  # first: a second node on a SQLite store stops here
             await _start_metrics(platform)

@@ -9,6 +9,10 @@ Subscribers are bounded and never block publishers: one that falls `capacity`
 events behind is dropped. Its iterator yields what it had buffered, then raises
 `SubscriberLagged`; the consumer should re-subscribe and replay from the log after
 the last id it saw.
+
+With several nodes on one PostgreSQL store, the events other nodes publish come in
+through `deliver` (`corral.storage.RemoteEvents` reads them from the shared log), and
+`published_here` tells that listener which ids this node offered itself.
 """
 
 from __future__ import annotations
@@ -168,8 +172,12 @@ class EventBus:
         self._subscriptions: set[Subscription] = set()
         self._lock = trio.Lock()
         self.published = 0
+        self.received = 0
+        """Events other nodes published, offered here through `deliver`."""
         self.dropped = 0
         """Subscribers dropped for lagging a full buffer behind."""
+        self.published_here: Callable[[str], None] | None = None
+        """Told each id this node offers (several nodes only: None on a one-node store)."""
 
     @property
     def subscribers(self) -> int:
@@ -195,6 +203,15 @@ class EventBus:
 
     def _offer(self, event: Event) -> None:
         self.published += 1
+        if self.published_here is not None:
+            self.published_here(event.id)
+        for subscription in list(self._subscriptions):
+            subscription.offer(event)
+
+    def deliver(self, event: Event) -> None:
+        """Offer an event another node published (already in the shared log) to this
+        node's subscribers."""
+        self.received += 1
         for subscription in list(self._subscriptions):
             subscription.offer(event)
 

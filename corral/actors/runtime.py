@@ -128,6 +128,12 @@ class RuntimeHolder:
     def has_instances(self) -> bool:
         return self.instances_dir.is_dir() and any(self.instances_dir.iterdir())
 
+    def holds(self, instance_id: str) -> bool:
+        """Whether this node's runtime has the instance (its directory), read without
+        starting the runtime: another node's instance is not, and its actor must not be
+        activated here (it would find no instance and mark it failed)."""
+        return (self.instances_dir / instance_id).is_dir()
+
     @property
     def started_driver(self) -> RuntimeDriver | None:
         """The driver if one was made (None before the first instance): for readers that

@@ -10,14 +10,17 @@ from quart import Response
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from corral.actors.nodes.homes import Homes
 from corral.errors import internal_error, not_found
 from corral.node import Platform
 
 from . import egress_tail
+from .forward import Forwarder, forwarding_key
 from .front import ApiFront
 from .observe import current
 from .openapi import build_document
 from .pipeline import Pipeline, client_ip, error_response, http_error, new_request_id
+from .ratelimit import SharedRateLimiter
 from .replies import json_response
 from .request_window import request_window
 from .routes import all_routers
@@ -47,6 +50,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.config["JSON_SORT_KEYS"] = False
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     pipeline = Pipeline(platform)
+    share_rate_limits(pipeline, platform)
     request_window(platform.request_observers)  # the operator views' request rate (GET /admin/node)
     routes: list[Route] = [route for router in (routers or default_routers()) for route in router.routes]
     app.extensions["corral.routes"] = routes
@@ -86,11 +90,32 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     return app
 
 
+def share_rate_limits(pipeline: Pipeline, platform: Platform) -> None:
+    """On a store several nodes share, the pipeline's limits hold across them: its limiter
+    becomes a `SharedRateLimiter`, its batches sent for as long as the node runs. On
+    SQLite the pipeline keeps its node-local `RateLimiter`, as it was."""
+    if platform.rate_counts is None:
+        return
+    limiter = SharedRateLimiter(platform.rate_counts)
+    pipeline.limiter = limiter
+    platform.nursery.start_soon(limiter.run)
+
+
 def api_front(app: QuartTrio) -> ApiFront:
     """The ASGI application to serve: the routes straight through the pipeline, the
     rest through `app` (`front.py` says why)."""
     pipeline: Pipeline = app.extensions["corral.pipeline"]
-    return ApiFront(routes_of(app), pipeline.run, app, MAX_BODY_BYTES)  # type: ignore[arg-type]
+    forwarder = node_forwarder(app.extensions["corral.platform"])
+    return ApiFront(routes_of(app), pipeline.run, app, MAX_BODY_BYTES, forwarder)  # type: ignore[arg-type]
+
+
+def node_forwarder(platform: Platform) -> Forwarder | None:
+    """On a store several nodes share (PostgreSQL), what sends a resource's requests to
+    the node it lives on (`forward.py`); on SQLite, nothing: every resource is here."""
+    if platform.db.dialect != "postgresql":
+        return None
+    homes = Homes(platform.db, platform.settings.node_name, shared=True)
+    return Forwarder(homes, forwarding_key(platform.jwt_secret))
 
 
 def named(route: str) -> None:

@@ -36,6 +36,8 @@ from werkzeug.datastructures import MultiDict
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTimeout
 from werkzeug.routing import Map, MapAdapter, Rule
 
+from .forward import Forwarder
+from .observe import current
 from .replies import Answer, JsonAnswer
 from .routing import Route
 
@@ -47,6 +49,8 @@ RunRoute = Callable[[Route, dict[str, Any], "ApiRequest"], Awaitable[Answer]]
 
 FORM_TYPES = (b"multipart/", b"application/x-www-form-urlencoded")
 """Bodies Quart parses into `form` and `files`: their requests are Quart's to serve."""
+FORWARDED = "forwarded"
+"""The route of a request this node sent on to the resource's home (its record's label)."""
 BODY_TIMEOUT = 60.0
 """As Quart's `BODY_TIMEOUT`: a body that does not arrive within this is a 408."""
 
@@ -158,7 +162,11 @@ class ApiRequest:
 class ApiFront:
     """The ASGI application `corral serve` runs: `routes` through `run`, the rest through `fallback`."""
 
-    def __init__(self, routes: Iterable[Route], run: RunRoute, fallback: AsgiApp, max_body_bytes: int) -> None:
+    def __init__(
+        self, routes: Iterable[Route], run: RunRoute, fallback: AsgiApp, max_body_bytes: int, forwarder: Forwarder | None = None
+    ) -> None:
+        self.forwarder = forwarder
+        """On a store several nodes share: sends a resource's requests to its home node."""
         self.routes = list(routes)
         self.run = run
         self.fallback = fallback
@@ -180,6 +188,15 @@ class ApiFront:
         return self.routes[index], dict(params)
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        forwarder = self.forwarder
+        if forwarder is not None and scope["type"] == "http" and not forwarder.arrived_forwarded(scope):
+            home = await forwarder.home_of(scope)
+            if home is not None:  # the resource lives on another node: its request goes there
+                record = current()
+                if record is not None:
+                    record.route = FORWARDED
+                await forwarder.forward(scope, receive, send, home)
+                return
         matched = self.match(scope)
         if matched is None:
             await self.fallback(scope, receive, send)

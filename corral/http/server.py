@@ -48,8 +48,14 @@ async def run_api(platform: Platform, stop: trio.Event, *, task_status: trio.Tas
         await nursery.start(run_preview, platform, stop)  # the preview router, beside the API
         if access_line not in platform.request_observers:
             platform.request_observers.append(access_line)  # one `corral.access` line per request
-        front = observed(api_front(app), platform.request_observers)  # a record of every request (observe.py)
-        await serve_http(front, config, shutdown_trigger=stop.wait, task_status=task_status)
+        api = api_front(app)
+        front = observed(api, platform.request_observers)  # a record of every request (observe.py)
+        try:
+            await serve_http(front, config, shutdown_trigger=stop.wait, task_status=task_status)
+        finally:
+            if api.forwarder is not None:
+                with trio.CancelScope(shield=True):
+                    await api.forwarder.aclose()
 
 
 async def serve(settings: Settings, edge: bool = False) -> None:

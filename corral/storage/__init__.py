@@ -14,6 +14,9 @@ from corral.storage.database import (
 )
 from corral.storage.event_log import Event, EventLog, new_event_id
 from corral.storage.migrate import load_migrations, migrate
+from corral.storage.notices import Notices
+from corral.storage.rate_counts import RateTotals, SharedRateCounts
+from corral.storage.remote_events import RemoteEvents
 from corral.storage.write_behind import WriteBehind
 
 __all__ = [
@@ -26,9 +29,13 @@ __all__ = [
     "Event",
     "EventLog",
     "LocalBlobStore",
+    "Notices",
     "PostgresDatabase",
+    "RateTotals",
+    "RemoteEvents",
     "Row",
     "SecretBox",
+    "SharedRateCounts",
     "SqliteDatabase",
     "Transaction",
     "WriteBehind",

@@ -3,11 +3,15 @@
 ULIDs are generated monotonically within this process (`corral.ids`), so the ids
 of one resource's events sort in the order they were appended even within one
 millisecond; that is what `Last-Event-ID` replay relies on.
+
+On PostgreSQL the row's insert also notifies the other nodes (`remote_events`), in the
+same statement, so the notification goes out when the row commits.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,6 +22,15 @@ from corral.storage.clock import to_iso, utc_now, utc_now_iso
 from corral.storage.database import Database
 
 DEFAULT_RETENTION_SECONDS = 15 * 60
+
+_INSERT = (
+    "INSERT INTO events (id, tenant_id, resource_type, resource_id, type, data, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+NOTIFY_CHANNEL = "corral_events"
+_INSERT_AND_NOTIFY = f"WITH e AS ({_INSERT} RETURNING id) SELECT pg_notify('{NOTIFY_CHANNEL}', ? || id) FROM e"
+"""One statement, so batching in the write-behind queue costs no extra round trip;
+the payload is `<origin>:<event id>`."""
 
 
 def new_event_id() -> str:
@@ -62,6 +75,10 @@ class EventLog:
     def __init__(self, db: Database, retention_seconds: int = DEFAULT_RETENTION_SECONDS) -> None:
         self.db = db
         self.retention_seconds = retention_seconds
+        self.origin = secrets.token_hex(6)
+        """Names this process in its notifications: its listener skips its own."""
+        self.notify_prefix = f"{self.origin}:"
+        self._notifies = db.dialect == "postgresql"
 
     @property
     def queues_appends(self) -> bool:
@@ -71,19 +88,19 @@ class EventLog:
     async def append(self, event: Event) -> Event:
         """Queue the event's row (`Database.later`): publishing waits for no commit;
         this node's replays flush first, so none of them misses it."""
-        await self.db.later.add(
-            "INSERT INTO events (id, tenant_id, resource_type, resource_id, type, data, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                event.id,
-                event.tenant_id,
-                event.resource_type,
-                event.resource_id,
-                event.type,
-                json.dumps(event.data, separators=(",", ":")),
-                event.created_at,
-            ),
+        row = (
+            event.id,
+            event.tenant_id,
+            event.resource_type,
+            event.resource_id,
+            event.type,
+            json.dumps(event.data, separators=(",", ":")),
+            event.created_at,
         )
+        if self._notifies:
+            await self.db.later.add(_INSERT_AND_NOTIFY, (*row, self.notify_prefix))
+        else:
+            await self.db.later.add(_INSERT, row)
         return event
 
     async def of_types(self, types: Sequence[str], *, after: str = "", limit: int = 1000) -> list[Event]:
@@ -95,6 +112,19 @@ class EventLog:
             f"SELECT * FROM events WHERE created_at >= ? AND id > ? AND type IN ({marks}) ORDER BY id LIMIT ?",
             (self._cutoff(), after, *types, limit),
         )
+        return [_from_row(row) for row in rows]
+
+    async def with_ids(self, ids: Sequence[str]) -> list[Event]:
+        """The committed events of `ids` (those still retained), in id order: what another
+        node's notifications name. No flush: this node's own queue is not in question."""
+        marks = ", ".join("?" for _ in ids)
+        rows = await self.db.fetch_all(f"SELECT * FROM events WHERE id IN ({marks}) ORDER BY id", tuple(ids))
+        return [_from_row(row) for row in rows]
+
+    async def after(self, after: str, *, limit: int = 1000) -> list[Event]:
+        """Committed events of every resource with ids after `after`, in id order (a
+        catch-up after a lost LISTEN connection). No flush, as for `with_ids`."""
+        rows = await self.db.fetch_all("SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit))
         return [_from_row(row) for row in rows]
 
     async def list(

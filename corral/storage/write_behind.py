@@ -48,6 +48,9 @@ class WriteBehind:
         self._lock = trio.Lock()
         self.running = False
         self.written = 0
+        self.delay = DELAY
+        """How long a batch waits for company before it commits (`DELAY`; a node whose
+        events other nodes wait for commits sooner, `remote_events.COMMIT_DELAY`)."""
 
     @property
     def pending(self) -> int:
@@ -89,7 +92,7 @@ class WriteBehind:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 if len(self._queued) < MAX_BATCH:
-                    await trio.sleep(DELAY)
+                    await trio.sleep(self.delay)
                 await self.flush()
         finally:
             self.running = False

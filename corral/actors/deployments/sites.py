@@ -14,6 +14,11 @@ sandboxes); None means "not a deployment", and the computer resolver answers.
 `live_deployment_host` and `deployment_host` are the domains part's interface:
 a synchronous in-memory answer to "does this host name a live deployment", and
 a deployment's own host (a custom domain's `verification_target`).
+
+Every node routes every deployment. The node whose actor changed what a deployment
+serves reloads its entry, then tells the other nodes (`SITE_CHANGED`, a notice:
+not every such change has an event), which reload theirs; a change of preview
+domains reloads every entry.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from .static_site import FileCache, StaticSite
 from .store import DeploymentRecord, VersionRecord
 
 log = logging.getLogger("corral.deployments.sites")
+
+SITE_CHANGED = "deployment.site"
+"""Notice topic (`corral.storage.Notices`): what this deployment serves changed."""
 
 VERSION_LABEL = re.compile(r"v(?P<number>[0-9]{1,9})-(?P<slug>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)")
 HOST = re.compile(r"(?P<label>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)\.(?P<domain>[a-z0-9.-]+)")
@@ -95,18 +103,37 @@ class DeploymentSites:
         self._slug_of: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._reloading: dict[str, trio.Lock] = {}
+        platform.notices.listen(SITE_CHANGED, self._changed_elsewhere)
+        platform.notices.listen(preview_domains.PREVIEW_DOMAINS_CHANGED, lambda _: self.domains_changed())
 
     # -- building the table ----------------------------------------------------------
 
     async def load_all(self) -> int:
-        """At start: every live deployment's entry."""
+        """At start: every live deployment's entry (and the entries of deployments no
+        longer live dropped, after another node's notices may have been missed)."""
         deployments = await store.live(self.platform.db)
+        live = {deployment.id for deployment in deployments}
+        for deployment_id in [known for known in self._slug_of if known not in live]:
+            await self.refresh(deployment_id)
         for deployment in deployments:
             try:
-                await self.reload(deployment.id)
+                await self.refresh(deployment.id)
             except Exception:
                 log.exception("deployment %s could not be routed", deployment.id)
         return len(deployments)
+
+    def _changed_elsewhere(self, deployment_id: str | None) -> None:
+        """Another node's actor changed this deployment (None: notices may have been missed)."""
+        if deployment_id is None:
+            self.platform.nursery.start_soon(self.load_all)
+        else:
+            self.platform.nursery.start_soon(self._refresh_logged, deployment_id)
+
+    async def _refresh_logged(self, deployment_id: str) -> None:
+        try:
+            await self.refresh(deployment_id)
+        except Exception:
+            log.exception("deployment %s could not be routed", deployment_id)
 
     def domains_changed(self) -> None:
         """Preview domains changed: every entry's routable domains are read again."""
@@ -143,8 +170,8 @@ class DeploymentSites:
 
     async def _upstream(self, version: VersionRecord) -> Upstream | None:
         service = await running_service_of(self.platform.db, version.id)
-        if service is None:
-            return None
+        if service is None or not self.platform.runtime.holds(service.id):
+            return None  # not running, or on another node (reaching it from here: forwarding)
         address = await _service_address(self.platform, service.id)
         if address is None:
             return None
@@ -152,6 +179,14 @@ class DeploymentSites:
         return Upstream(address, service.port, netns, f"service {service.id}")
 
     async def reload(self, deployment_id: str) -> None:
+        """What the deployment serves changed here: swap this node's entry, then tell
+        the other nodes to swap theirs."""
+        try:
+            await self.refresh(deployment_id)
+        finally:
+            self.platform.notices.tell_others(SITE_CHANGED, deployment_id)
+
+    async def refresh(self, deployment_id: str) -> None:
         """Re-read one deployment and swap its entry (or drop it when deleted). One reload
         of a deployment at a time: a slower, older read never lands after a newer one."""
         lock = self._reloading.setdefault(deployment_id, trio.Lock())

@@ -10,9 +10,13 @@ the answer comes from memory and fails closed. A name is allowed when it is
 - a host the deployments part says is live (`live_deployment_host` of its sites).
 
 The index is loaded at start and follows the bus (`computer.created/deleted`,
-`sandbox.created/destroyed`); preview domains are re-read every few seconds and
-everything is reloaded every minute, in case an event was missed. The same task
-removes the custom domains of a deleted computer or deployment.
+`sandbox.created/destroyed`, and `custom_domain.*`, on which the node's `DomainMap`
+re-reads that domain); the bus brings the events of every node sharing the store,
+so a change made through any node shows here within milliseconds. Preview domains
+are re-read when a notice says they changed (`PREVIEW_DOMAINS_CHANGED`, from any
+node), and every few seconds; everything is reloaded every minute (and after the
+notices' connection was lost), in case something was missed. The same task removes
+the custom domains of a deleted computer or deployment.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import trio
 
 from corral.actors.bus import SubscriberLagged
 from corral.actors.previews.desktops import COMPUTER_HOST_PATTERN
+from corral.actors.previews.domains import PREVIEW_DOMAINS_CHANGED
 from corral.actors.previews.urls import SANDBOX_HOST_PATTERN, service_domain
 
 from . import store
@@ -35,7 +40,7 @@ log = logging.getLogger("corral.domains.edge")
 
 PREVIEW_DOMAINS_REFRESH = 5.0
 FULL_RELOAD = 60.0
-FOLLOWED = ("computer.created", "computer.deleted", "sandbox.created", "sandbox.destroyed", "deployment.deleted")
+FOLLOWED = ("computer.created", "computer.deleted", "sandbox.created", "sandbox.destroyed", "deployment.deleted", "custom_domain.*")
 
 _SANDBOX = re.compile(SANDBOX_HOST_PATTERN)
 _COMPUTER = re.compile(COMPUTER_HOST_PATTERN)
@@ -48,6 +53,15 @@ class EdgeHosts:
         self.hosts: dict[str, dict[str, Owner]] = {"computer": {}, "sandbox": {}}
         self.preview_domains: dict[str, tuple[str, str]] = {}
         self.loaded = False
+        self._stale = trio.Event()
+        """Set when preview domains changed (on any node): the refresher reads them now."""
+        self._everything_stale = False
+        platform.notices.listen(PREVIEW_DOMAINS_CHANGED, self._preview_domains_changed)
+
+    def _preview_domains_changed(self, subject: str | None) -> None:
+        if subject is None:  # the notices' connection was lost: anything may have changed
+            self._everything_stale = True
+        self._stale.set()
 
     # -- the question ---------------------------------------------------------------
 
@@ -99,18 +113,22 @@ class EdgeHosts:
             task_status.started()
 
     async def _refresh_preview_domains(self) -> None:
-        ticks = 0
+        """One reader at a time, so an older read never lands after a newer one."""
+        full_at = trio.current_time() + FULL_RELOAD
         while True:
-            await trio.sleep(PREVIEW_DOMAINS_REFRESH)
-            ticks += 1
+            with trio.move_on_after(PREVIEW_DOMAINS_REFRESH):
+                await self._stale.wait()
+            self._stale = trio.Event()
             try:
-                if ticks * PREVIEW_DOMAINS_REFRESH >= FULL_RELOAD:
-                    ticks = 0
+                if self._everything_stale or trio.current_time() >= full_at:
+                    self._everything_stale = False
+                    full_at = trio.current_time() + FULL_RELOAD
                     await self.reload()
                 else:
                     self.preview_domains = await store.preview_domain_scopes(self.platform.db)
             except Exception:
                 log.exception("refreshing the TLS edge's hosts failed")
+                await trio.sleep(1.0)
 
     async def _follow(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Subscribe first, then load: nothing that happens in between is missed. A lagging
@@ -134,6 +152,9 @@ class EdgeHosts:
 
     async def _apply(self, event_type: str, kind: str, resource_id: str) -> None:
         try:
+            if kind == "custom_domain":
+                await self.platform.custom_domains.refresh(self.platform.db, resource_id)
+                return
             if event_type == "deployment.deleted":
                 await remove_domains_of(self.platform, "deployment_id", resource_id)
                 return

@@ -3,9 +3,11 @@
 The preview router and `GET /tls/ask` answer from this map without a store round
 trip (contract §12: Caddy asks before every certificate). It is loaded at start and
 kept current by the domain actors, which call `put` or `drop` after each change is
-persisted; `reload` (every minute, with the edge's index) catches up with changes
-made by the actors of other nodes sharing the store. Listeners (the router's table) hear about every FQDN that starts or
-stops routing. Only `verified` and `active` domains route; `pending` ones are kept
+persisted. Every change also publishes a `custom_domain.*` event, which every node
+hears: the edge's index (`EdgeHosts`) then re-reads that one domain (`refresh`), so
+a change made through another node routes here within milliseconds; `reload` (every
+minute) is the safety net. Listeners (the router's table) hear about every FQDN that
+starts or stops routing. Only `verified` and `active` domains route; `pending` ones are kept
 so that a new registration is seen at once but route nowhere.
 """
 
@@ -69,6 +71,21 @@ class DomainMap:
                 continue
             if current is None or (current.status, current.target) != (record.status, record.verification_target):
                 self.put(record)
+
+    async def refresh(self, db: Database, domain_id: str) -> None:
+        """Catch up with one domain as the store has it now (an event said it changed)."""
+        record = await store.DOMAINS.load(db, domain_id)
+        if record is None or record.status == store.REMOVED:
+            for fqdn, route in list(self._routes.items()):
+                if route.id == domain_id:
+                    self.drop(fqdn, domain_id)
+            self._removed.add(domain_id)
+            return
+        current = self._routes.get(record.fqdn)
+        if record.id in self._removed or (current is not None and current.updated_at > record.updated_at):
+            return
+        if current is None or (current.id, current.status, current.target) != (record.id, record.status, record.verification_target):
+            self.put(record)
 
     def listen(self, listener: Listener) -> None:
         """Hear every change from now on, after being told every routable domain now."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from corral.actors.previews.urls import service_domain
+from corral.errors import ApiError
 from corral.ids import new_uuid
 
 from . import store
@@ -92,12 +93,21 @@ async def remove_domain(platform: CustomDomainServices, record: CustomDomainReco
 
 
 async def remove_domains_of(platform: CustomDomainServices, column: str, resource_id: str) -> int:
-    """Remove every domain of a deleted computer (`computer_id`) or deployment (`deployment_id`)."""
+    """Remove every domain of a deleted computer (`computer_id`) or deployment
+    (`deployment_id`). Every node hears the deletion and runs this: a domain another
+    node removed first is skipped."""
     ids = await store.ids_of_resource(platform.db, column, resource_id)
+    removed = 0
     for domain_id in ids:
-        ref = await platform.system.get(CustomDomainActor, domain_id)
-        await ref.ask(Remove())
-    return len(ids)
+        try:
+            ref = await platform.system.get(CustomDomainActor, domain_id)
+            await ref.ask(Remove())
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            continue
+        removed += 1
+    return removed
 
 
 async def mark_issued(platform: CustomDomainServices, domain_id: str, at: str) -> None:

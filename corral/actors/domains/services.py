@@ -7,12 +7,15 @@ from typing import Protocol
 
 from corral.actors.computers.services import ComputerServices
 from corral.net.preview import RouteTable
+from corral.storage import Notices
 
 from .routing_map import DomainMap
 from .targets import DeploymentHosts
 
 
 class CustomDomainServices(ComputerServices, Protocol):
+    notices: Notices
+    """Preview domains changed on another node: the TLS edge's index reads them again."""
     custom_domains: DomainMap
     """The node's domains in memory, for the router and the TLS edge's question."""
 

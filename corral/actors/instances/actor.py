@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 import trio
 
 from corral.actors.actor import handles
+from corral.actors.nodes.homes import node_is_live
 from corral.actors.record import RecordActor
 from corral.actors.runtime import disk_mb, sandbox_disk_gb
 from corral.actors.runtime_errors import public_text
@@ -192,7 +193,21 @@ class InstanceActor(RecordActor):
 
     async def on_activate(self) -> None:
         await super().on_activate()
+        await self.refuse_if_homed_elsewhere()
         await self.reconcile()
+
+    async def refuse_if_homed_elsewhere(self) -> None:
+        """One home per resource (issue 30): the actor of a resource whose row names
+        another live node as its home is not activated here (its instance is there;
+        here it would find none and mark the resource failed). Requests for it are
+        forwarded to that node (`corral.http.forward`); whatever else on this node
+        reaches for it (a background job) gets this refusal. A resource of a lost node
+        is activated where it is asked for, and finds its instance gone."""
+        home = getattr(self.record, "node", None)
+        if not home or home == self.services.settings.node_name:
+            return
+        if await node_is_live(self.db, home):
+            raise ApiError(503, "SERVICE_UNAVAILABLE", f"this {self.kind} lives on node {home}; ask that node")
 
     async def reconcile(self) -> None:
         """Bring the record and the runtime into agreement after a (re)activation."""

@@ -18,9 +18,13 @@ request to `{port}-{slug}.sandbox.{domain}`. In order:
    the sandbox active (at most once every 10 s per sandbox) for auto-stop.
 
 Everything per request is served from memory: sandbox entries live 5 s and are
-dropped at once on the sandbox's lifecycle events, on expose, and on preview-domain
-changes; share tokens are re-read every second and dropped at once when revoked on
-this node (other nodes follow within that second).
+dropped at once on the sandbox's lifecycle events (other nodes' too, through the
+shared event log), on expose and on preview-domain changes; share tokens are re-read
+every second and dropped at once when revoked. Expose, revoke and preview domains
+have no event: the node that made the change tells the others with a notice
+(`corral.storage.Notices`, topics `SANDBOX_CHANGED`, `SHARE_REVOKED` and
+`domains.PREVIEW_DOMAINS_CHANGED`), so every node's router follows within
+milliseconds.
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ ENTRY_TTL = 5.0
 NEGATIVE_TTL = 1.0
 SHARE_TTL = 1.0
 MAX_ENTRIES = 10_000
+SANDBOX_CHANGED = "preview.sandbox"
+"""Notice topic: what the router holds of this sandbox (its exposed ports) changed."""
+SHARE_REVOKED = "preview.share"
+"""Notice topic: this share link was revoked."""
 LIFECYCLE_EVENTS = ("sandbox.started", "sandbox.stopped", "sandbox.suspended", "sandbox.destroyed", "sandbox.error", "sandbox.ready")
 
 
@@ -95,13 +103,15 @@ def access_for(platform: PreviewServices) -> AccessCache:
 
 
 def forget_sandbox(platform: PreviewServices, sandbox_id: str) -> None:
-    if platform.preview_access is not None:
-        platform.preview_access.forget_sandbox(sandbox_id)
+    """The sandbox's routing changed here (a port exposed): every node drops its entry."""
+    access_for(platform)  # listening, so that this node drops its own entry too
+    platform.notices.tell(SANDBOX_CHANGED, sandbox_id)
 
 
 def forget_share(platform: PreviewServices, share_id: str) -> None:
-    if platform.preview_access is not None:
-        platform.preview_access.forget_share(share_id)
+    """The share was revoked here: every node reads it again."""
+    access_for(platform)
+    platform.notices.tell(SHARE_REVOKED, share_id)
 
 
 def forget_all(platform: PreviewServices) -> None:
@@ -123,8 +133,25 @@ class PreviewAccess:
         self._generation = 0
         self._slugs: dict[str, str] = {}  # sandbox id -> slug, to forget by id
         self._shares: dict[str, ShareEntry | None] = {}
+        self._share_generation = 0
         self.activity = ActivityMarks(platform.nursery, lambda sandbox_id: touch(platform, sandbox_id), "sandbox")
         self._claims: dict[str, PreviewClaims] = {}
+        notices = platform.notices
+        notices.listen(SANDBOX_CHANGED, self._sandbox_changed)
+        notices.listen(SHARE_REVOKED, self._share_revoked)
+        notices.listen(domains.PREVIEW_DOMAINS_CHANGED, lambda _: self.forget_all())
+
+    def _sandbox_changed(self, sandbox_id: str | None) -> None:
+        if sandbox_id is None:  # notices may have been missed: everything is read again
+            self.forget_all()
+        else:
+            self.forget_sandbox(sandbox_id)
+
+    def _share_revoked(self, share_id: str | None) -> None:
+        if share_id is None:
+            self._shares.clear()
+        else:
+            self.forget_share(share_id)
 
     # -- cache ------------------------------------------------------------------------
 
@@ -135,6 +162,7 @@ class PreviewAccess:
             self._sandboxes.pop(slug, None)
 
     def forget_share(self, share_id: str) -> None:
+        self._share_generation += 1  # a read in flight may predate the revocation
         for digest, entry in list(self._shares.items()):
             if entry is not None and entry.share_id == share_id:
                 del self._shares[digest]
@@ -206,6 +234,7 @@ class PreviewAccess:
         entry = self._shares.get(digest)
         if entry is not None and now - entry.loaded < SHARE_TTL:
             return entry
+        generation = self._share_generation
         share = await store.share_by_digest(self.platform.db, digest)
         if share is None:
             return None
@@ -218,7 +247,8 @@ class PreviewAccess:
         )
         if len(self._shares) > MAX_ENTRIES:
             self._shares.clear()
-        self._shares[digest] = entry
+        if generation == self._share_generation:
+            self._shares[digest] = entry
         return entry
 
     async def check_token(self, token: str, sandbox_id: str) -> tuple[str, float | None]:

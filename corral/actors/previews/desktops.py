@@ -21,6 +21,12 @@ For every request, in order:
    to that terminal session in the guest agent, with the agent's own token added;
    `/stream` (and noVNC's default `/websockify`) to the instance's gateway, without
    the token parameter or cookie; any other path is one of noVNC's files.
+
+Computers are cached by slug for `ENTRY_TTL`; an entry is dropped at once on its
+computer's lifecycle events (from any node: the bus brings the others' through the
+shared event log) and every entry on a change of preview domains (a notice from any
+node), so a computer started, stopped or deleted through another node routes here
+as it is now.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ import re
 import time
 from dataclasses import dataclass
 
+import trio
+
+from corral.actors.bus import SubscriberLagged
 from corral.actors.computers import (
     ComputerActor,
     ComputerRecord,
@@ -64,6 +73,9 @@ STREAM_TOKEN_SECONDS = 600
 """Contract §10: a stream token opens its computer's desktop for 10 minutes."""
 ENTRY_TTL = 2.0
 MAX_ENTRIES = 10_000
+LIFECYCLE_EVENTS = (
+    "computer.started", "computer.running", "computer.stopped", "computer.deleted", "computer.error", "computer.restored",
+)
 
 
 def mint_stream_token(platform: PreviewServices, computer_id: str) -> tuple[str, int]:
@@ -102,18 +114,50 @@ class DesktopAccess:
         self.key = stream_key(platform.jwt_secret)
         self.secure = platform.settings.preview_url_scheme == "https"
         self._entries: dict[str, tuple[ComputerEntry | None, float]] = {}
+        self._slugs: dict[str, str] = {}  # computer id -> slug, to forget by id
+        self._generation = 0
         self.activity = ActivityMarks(platform.nursery, lambda computer_id: record_activity(platform.system.ref(ComputerActor, computer_id)), "computer")
         self.novnc = NoVncFiles(platform.runtime.templates.rootfs(DESKTOP_TEMPLATE) / "usr" / "share" / "novnc")
+
+    def forget(self, computer_id: str) -> None:
+        self._generation += 1
+        slug = self._slugs.pop(computer_id, None)
+        if slug is not None:
+            self._entries.pop(slug, None)
+
+    def forget_all(self) -> None:
+        self._generation += 1
+        self._entries.clear()
+        self._slugs.clear()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Drop cached computers on their lifecycle events and on preview-domain changes (until cancelled)."""
+        self.platform.notices.listen(domains.PREVIEW_DOMAINS_CHANGED, lambda _: self.forget_all())
+        started = False
+        while True:
+            with self.platform.bus.subscribe(resource_type="computer", types=LIFECYCLE_EVENTS) as events:
+                if not started:
+                    task_status.started()
+                    started = True
+                try:
+                    async for event in events:
+                        self.forget(event.resource_id)
+                except SubscriberLagged:
+                    self.forget_all()
 
     async def _entry(self, slug: str) -> ComputerEntry | None:
         now = time.monotonic()
         cached = self._entries.get(slug)
         if cached is not None and now - cached[1] < ENTRY_TTL:
             return cached[0]
+        generation = self._generation
         entry = await self._load(slug)
-        if len(self._entries) > MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[slug] = (entry, now)
+        if generation == self._generation:  # nothing was forgotten meanwhile: the entry is current
+            if len(self._entries) > MAX_ENTRIES:
+                self.forget_all()
+            self._entries[slug] = (entry, now)
+            if entry is not None:
+                self._slugs[entry.id] = slug
         return entry
 
     async def _load(self, slug: str) -> ComputerEntry | None:

@@ -6,7 +6,8 @@ background re-check) moves it to `configured` once both wildcard CNAMEs, `*` and
 `*.sandbox`, lead to the router host; DELETE removes it. Generated URLs use the
 first configured domain of project, workspace, tenant, else the service's own
 domain; the router also accepts a sandbox's hosts under a domain still pending (DNS
-may already point here), and always under the service's own domain.
+may already point here), and always under the service's own domain. Every change of
+a domain's routability is told to every node's tables (`PREVIEW_DOMAINS_CHANGED`).
 
 A definitive DNS failure (no record, a record pointing elsewhere) sends a configured
 domain back to `pending_dns`, so URLs stop using a domain that no longer resolves
@@ -45,6 +46,9 @@ DOMAIN = f"(?:{LABEL}\\.)+{LABEL}"
 MAX_DOMAIN = 253
 PENDING, CONFIGURED, NOT_CONFIGURED, REMOVED = "pending_dns", "configured", "not_configured", "removed"
 ROUTABLE = (PENDING, CONFIGURED)
+PREVIEW_DOMAINS_CHANGED = "preview.domains"
+"""Notice topic (`corral.storage.Notices`): a preview domain was put, verified, sent
+back to pending or removed; tables of routable domains read them again."""
 CONFIGURED_RECHECK = timedelta(hours=1)
 """A configured domain is checked again this long after its last check."""
 
@@ -165,11 +169,10 @@ async def delete_domain(platform: PreviewServices, scope: Scope) -> None:
 
 
 def _domains_changed(platform: PreviewServices) -> None:
-    """The access cache holds routable domains: it must ask again."""
-    if platform.preview_access is not None:
-        platform.preview_access.forget_all()
-    if platform.deployment_sites is not None:
-        platform.deployment_sites.domains_changed()
+    """Every table of routable domains, on every node, must ask again: the access
+    cache, computers' desktops, deployments' hosts, the TLS edge's index listen for
+    `PREVIEW_DOMAINS_CHANGED`."""
+    platform.notices.tell(PREVIEW_DOMAINS_CHANGED)
 
 
 async def check_dns(settings: Settings, domain: str) -> tuple[bool | None, str | None]:

@@ -5,7 +5,7 @@ here: a routing table whose sandbox pattern resolves through `PreviewAccess`
 (tokens, sandbox addresses, activity) and whose computer pattern (`{slug}.{domain}`,
 a computer's desktop page and streams) through `DesktopAccess`. The router listens on `--preview-port`
 beside the API (`corral.http.run_api` starts both); this task also runs the access
-cache's event listener and the background re-check of preview domains, and stops
+cache's and the desktops' event listeners and the background re-check of preview domains, and stops
 them all when `stop` is set. Deployments share the `{slug}.{domain}` pattern with
 computers through `ResourceHosts`.
 """
@@ -43,11 +43,11 @@ class ResourceHosts:
         return await self.computers(request, match)
 
 
-def build_router(platform: PreviewServices) -> PreviewRouter:
+def build_router(platform: PreviewServices, desktops: DesktopAccess | None = None) -> PreviewRouter:
     access = access_for(platform)
     table = RouteTable()
     table.add_pattern("sandbox-port", SANDBOX_HOST_PATTERN, access.resolve_sandbox)
-    hosts = ResourceHosts(platform, DesktopAccess(platform).resolve_computer)
+    hosts = ResourceHosts(platform, (desktops or DesktopAccess(platform)).resolve_computer)
     table.add_pattern("computer", COMPUTER_HOST_PATTERN, hosts.resolve)
     for plug in platform.preview_route_plugins:
         plug(table)
@@ -56,9 +56,11 @@ def build_router(platform: PreviewServices) -> PreviewRouter:
 
 async def run_preview(platform: PreviewServices, stop: trio.Event, *, task_status: trio.TaskStatus[PreviewRouter] = trio.TASK_STATUS_IGNORED) -> None:
     settings = platform.settings
-    router = build_router(platform)
+    desktops = DesktopAccess(platform)
+    router = build_router(platform, desktops)
     async with trio.open_nursery() as nursery:
         await nursery.start(access_for(platform).run)
+        await nursery.start(desktops.run)
         await nursery.start(router.serve, settings.host, settings.preview_port)
         await nursery.start(recheck_forever, platform)
         platform.preview_router = router

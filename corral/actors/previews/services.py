@@ -8,6 +8,7 @@ from typing import Protocol
 
 from corral.actors.sandboxes.services import SandboxServices
 from corral.net.preview import Decision, PreviewRequest, PreviewRouter, RouteTable
+from corral.storage import Notices
 
 from .access_cache import AccessCache
 
@@ -18,12 +19,11 @@ class HostSites(Protocol):
 
     async def resolve(self, request: PreviewRequest, match: re.Match[str] | None) -> Decision | None: ...
 
-    def domains_changed(self) -> None:
-        """A preview domain was configured, verified or removed: routable domains change."""
-
 
 class PreviewServices(SandboxServices, Protocol):
     jwt_secret: str
+    notices: Notices
+    """How the other nodes hear of changes to the router's tables that have no event."""
     preview_access: AccessCache | None
     """Routing and token caches shared by the router and the API (a `PreviewAccess`)."""
     preview_router: PreviewRouter | None

@@ -1,0 +1,96 @@
+"""Where an instance-backed resource lives: this node, or another live node (issue 30).
+
+Every sandbox, computer and database row names its home in `node`. Only that node
+runs the resource's actor and talks to its instance (its agent listens on that node's
+bridge, unreachable from the others), so a request for it that reaches another node
+is forwarded there (`corral.http.forward`). `Homes.elsewhere` answers the question the
+HTTP layer asks before serving such a request: the other node to forward it to, or
+None to serve it here.
+
+It is asked on every request for a resource, so answers are cached: a resource's
+home for `RESOURCE_SECONDS` (a home changes only when the resource is re-placed) and
+the nodes table for `NODES_SECONDS` (so a node that became lost stops being forwarded
+to within about that, on top of the 6 s a heartbeat takes to go stale). A resource of
+a lost node is served here, where its actor finds no instance and says so. On a store
+that only one node may use (SQLite) every resource is this node's, and nothing is read.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from corral.storage import Database
+
+from . import store
+
+COLLECTIONS = {"sandboxes": "sandboxes", "computers": "computers", "databases": "databases"}
+"""The API's collection names of instance-backed resources, and their tables."""
+RESOURCE_SECONDS = 2.0
+NODES_SECONDS = 1.0
+MAX_CACHED = 50_000
+
+
+@dataclass(frozen=True)
+class Home:
+    """Another node, where a resource lives."""
+
+    name: str
+    url: str
+    """Its advertised internal URL (`--advertise`), without a trailing slash."""
+
+
+async def node_is_live(db: Database, name: str) -> bool:
+    """Whether the node `name` runs now (active or draining, with a fresh heartbeat)."""
+    record = await store.find(db, name)
+    return record is not None and store.seen_state(record, store.lost_before()) != store.LOST
+
+
+class Homes:
+    def __init__(self, db: Database, node_name: str, *, shared: bool) -> None:
+        self.db = db
+        self.node_name = node_name
+        self.shared = shared
+        """Several nodes may use the store (PostgreSQL); else every resource is this node's."""
+        self._resources: dict[tuple[str, str], tuple[str | None, float]] = {}
+        self._nodes: dict[str, Home] = {}
+        self._nodes_read = -NODES_SECONDS
+
+    async def elsewhere(self, collection: str, resource_id: str) -> Home | None:
+        """The live node other than this one where the resource lives; None when it is
+        this node's, unknown (the route answers its 404), or on a lost node."""
+        table = COLLECTIONS.get(collection)
+        if not self.shared or table is None:
+            return None
+        node = await self._node_of(table, resource_id)
+        if node is None or node == self.node_name:
+            return None
+        return (await self._live_nodes()).get(node)
+
+    def forget(self, collection: str, resource_id: str) -> None:
+        """Drop a cached home (after a forward that found the resource had moved)."""
+        self._resources.pop((collection, resource_id), None)
+
+    async def _node_of(self, table: str, resource_id: str) -> str | None:
+        now = time.monotonic()
+        cached = self._resources.get((table, resource_id))
+        if cached is not None and now - cached[1] < RESOURCE_SECONDS:
+            return cached[0]
+        row = await self.db.fetch_one(f"SELECT node FROM {table} WHERE id = ?", (resource_id,))
+        node = None if row is None or row["node"] is None else str(row["node"])
+        if len(self._resources) >= MAX_CACHED:
+            self._resources.clear()
+        self._resources[(table, resource_id)] = (node, now)
+        return node
+
+    async def _live_nodes(self) -> dict[str, Home]:
+        now = time.monotonic()
+        if now - self._nodes_read >= NODES_SECONDS:
+            lost_since = store.lost_before()
+            self._nodes = {
+                record.name: Home(record.name, record.advertise_url.rstrip("/"))
+                for record in await store.all_nodes(self.db)
+                if store.seen_state(record, lost_since) != store.LOST and record.name != self.node_name
+            }
+            self._nodes_read = now
+        return self._nodes
