@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import InvalidInstanceState
+
 DEFAULT_DISK_MB = 10 * 1024
 """A sandbox's disk unless the operator says otherwise (`CORRAL_SANDBOX_DISK_GB`, contract §18)."""
 
@@ -111,6 +113,13 @@ class RuntimeDriver(abc.ABC):
         """Freeze a running instance with every process and its memory intact.
 
         `start` thaws it; `stop` and `destroy` work on a paused instance too."""
+
+    async def thaw(self, instance_id: str) -> InstanceInfo:
+        """Resume a paused instance exactly where it was frozen (what `start` does to a
+        paused one, minus any chance of a fresh boot): `InvalidInstanceState` when it is
+        not a live instance. A runtime without a cheaper way says so, and the caller
+        uses `start`."""
+        raise InvalidInstanceState("this runtime resumes paused instances through start")
 
     @abc.abstractmethod
     async def stop(self, instance_id: str) -> InstanceInfo:

@@ -238,6 +238,15 @@ class NamespaceDriver(RuntimeDriver):
             await self._boot(state, boot_env)
             return self._info(state)
 
+    async def thaw(self, instance_id: str) -> InstanceInfo:
+        async with self._lock(instance_id):
+            state = self._load(instance_id)
+            if not (state.get("status") == "running" and self._alive(state)):
+                raise InvalidInstanceState("only a live instance can be thawed")
+            if not await trio.to_thread.run_sync(self.cgroups.thaw, instance_id):
+                raise LaunchFailed(f"instance {instance_id} could not be thawed")
+            return self._info(state)
+
     async def pause(self, instance_id: str) -> InstanceInfo:
         async with self._lock(instance_id):
             state = self._load(instance_id)

@@ -171,3 +171,23 @@ async def test_many_concurrent_creates(driver: NamespaceDriver) -> None:
     for info in infos:
         async with AgentClient.for_instance(info) as agent:
             assert (await agent.exec("true")).exit_code == 0
+
+
+async def test_thaw_resumes_a_paused_instance_where_it_was_and_refuses_anything_else(
+    driver: NamespaceDriver, instance: InstanceInfo
+) -> None:
+    async with AgentClient.for_instance(instance) as agent:
+        await agent.exec("nohup sh -c 'echo $$ > /tmp/sleeper.pid; exec sleep 300' >/dev/null 2>&1 &")
+        with trio.fail_after(5):
+            while (await agent.exec("cat /tmp/sleeper.pid")).exit_code:
+                await trio.sleep(0.05)
+        pid = (await agent.exec("cat /tmp/sleeper.pid")).stdout
+    assert (await driver.pause(instance.id)).state is InstanceState.PAUSED
+    thawed = await driver.thaw(instance.id)
+    assert thawed.state is InstanceState.RUNNING and thawed.address == instance.address
+    async with AgentClient.for_instance(thawed) as agent:
+        assert (await agent.exec(f"kill -0 {pid.strip()} && cat /tmp/sleeper.pid")).stdout == pid  # the same process, not a new boot
+    await driver.stop(instance.id)
+    with pytest.raises(InvalidInstanceState):
+        await driver.thaw(instance.id)
+    assert (await driver.info(instance.id)).state is InstanceState.STOPPED  # a thaw never boots it

@@ -45,6 +45,7 @@ from corral.vm import (
     InstanceNotFound,
     InstanceSpec,
     InstanceState,
+    InvalidInstanceState,
     RuntimeDriver,
 )
 
@@ -296,9 +297,22 @@ class InstanceActor(RecordActor):
     # -- lifecycle helpers for the kinds' handlers ---------------------------------------
 
     async def start_instance(self) -> None:
-        """Start the stopped instance with this boot's environment, or thaw the paused one."""
+        """Start the stopped instance with this boot's environment, or thaw the paused one.
+
+        A thaw resumes every process where it was frozen, in the network as it was (the
+        instance's chain stays while it is paused, and a policy set meanwhile went in at
+        once): nothing needs its environment, its policy applied again, or waiting for
+        (a desktop answered before it could be paused). So a resume costs the thaw and
+        the record (issue 28: a desktop's readiness check was 8 of its 9 ms)."""
+        thawing = self.info is not None and self.info.state is InstanceState.PAUSED
         with timed(self.services, self.kind, "start"), self.refused():
-            self.info = await (await self.driver()).start(self.instance_id, await self.boot_env())
+            driver = await self.driver()
+            if thawing:
+                with contextlib.suppress(InvalidInstanceState):  # it died while frozen: started anew below
+                    self.info = await driver.thaw(self.instance_id)
+                    if self.info.state is InstanceState.RUNNING:
+                        return
+            self.info = await driver.start(self.instance_id, await self.boot_env())
             await self.apply_network_policy()
             await self.on_instance_up(self.info)
 
