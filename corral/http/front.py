@@ -211,13 +211,7 @@ class ApiFront:
             # hangs up mid-exec gets no answer; the exec and its events complete as if it
             # had stayed). A streamed answer still stops when the client leaves.
             body.append(whole)
-            body.complete.set()
-            request = ApiRequest(scope, body)
-            answer = await self.run(route, params, request)
-            try:
-                await _send_response(send, answer, receive)
-            finally:
-                await _after_answer(request)
+            await self._answer_whole(route, params, ApiRequest(scope, body), send, receive)
             return
         if not route.is_mutation and not length and not _chunked(scope):
             # A read without a body: its one (empty) body message is already in, so no
@@ -225,13 +219,7 @@ class ApiFront:
             # `_send_response` watches.
             if (await receive())["type"] == "http.disconnect":
                 return
-            body.complete.set()
-            request = ApiRequest(scope, body)
-            answer = await self.run(route, params, request)
-            try:
-                await _send_response(send, answer, receive)
-            finally:
-                await _after_answer(request)
+            await self._answer_whole(route, params, ApiRequest(scope, body), send, receive)
             return
         request = ApiRequest(scope, body)
         try:
@@ -240,6 +228,18 @@ class ApiFront:
                 answer = await self.run(route, params, request)
                 await _send_response(send, answer, None)
                 nursery.cancel_scope.cancel()
+        finally:
+            await _after_answer(request)
+
+
+    async def _answer_whole(
+        self, route: Route, params: dict[str, Any], request: ApiRequest, send: Send, receive: Receive
+    ) -> None:
+        """Run a request whose body is all in, send its answer, then what it left for after."""
+        request._body.complete.set()
+        answer = await self.run(route, params, request)
+        try:
+            await _send_response(send, answer, receive)
         finally:
             await _after_answer(request)
 

@@ -27,7 +27,6 @@ node's handlers, as the parts called each other before.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 import trio
 
 from .database import Database, PostgresDatabase
+from .pg_listen import close_connection, listen_connection
 
 log = logging.getLogger("corral.storage.notices")
 
@@ -124,7 +124,7 @@ class Notices:
         first = True
         while True:
             try:
-                pgconn = await trio.to_thread.run_sync(listen_connection, url, CHANNEL)
+                pgconn = await trio.to_thread.run_sync(listen_connection, url, CHANNEL, "corral-notices")
             except Exception as exc:
                 task_status.started()
                 task_status = trio.TASK_STATUS_IGNORED
@@ -184,31 +184,3 @@ class Notices:
         log.info("listening for other nodes' notices again; every table reads the store again")
         for topic in list(self._handlers):
             self._hand_over(topic, None)
-
-
-def listen_connection(url: str, channel: str) -> Any:
-    """A new libpq connection in LISTEN on `channel` (blocking: run on a worker thread)."""
-    from psycopg import OperationalError, pq
-    from psycopg.conninfo import make_conninfo
-
-    conninfo = make_conninfo(
-        url, connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-        application_name="corral-notices",
-    )
-    pgconn = pq.PGconn.connect(conninfo.encode())
-    if pgconn.status != pq.ConnStatus.OK:
-        message = pgconn.get_error_message()
-        pgconn.finish()
-        raise OperationalError(message)
-    result = pgconn.exec_(f"LISTEN {channel}".encode())
-    if result.status != pq.ExecStatus.COMMAND_OK:
-        message = pgconn.get_error_message()
-        pgconn.finish()
-        raise OperationalError(message)
-    return pgconn
-
-
-def close_connection(pgconn: Any) -> None:
-    with contextlib.suppress(Exception):  # already closed: no socket any more
-        trio.lowlevel.notify_closing(pgconn.socket)
-    pgconn.finish()

@@ -25,7 +25,6 @@ delivered and published here (`published_here`) are remembered for
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -34,6 +33,7 @@ from typing import Any
 import trio
 
 from .event_log import NOTIFY_CHANNEL, Event, EventLog
+from .pg_listen import close_connection, listen_connection
 
 log = logging.getLogger("corral.storage.remote_events")
 
@@ -103,7 +103,7 @@ class RemoteEvents:
         failures = 0
         while True:
             try:
-                pgconn = await trio.to_thread.run_sync(_listen, self.url)
+                pgconn = await trio.to_thread.run_sync(listen_connection, self.url, NOTIFY_CHANNEL, "corral-events")
             except Exception as exc:
                 task_status.started()
                 task_status = trio.TASK_STATUS_IGNORED
@@ -116,7 +116,7 @@ class RemoteEvents:
                 lost = exc
             finally:
                 self.connected = trio.Event()
-                _close(pgconn)
+                close_connection(pgconn)
             task_status = trio.TASK_STATUS_IGNORED
             if time.monotonic() - opened > STEADY_SECONDS:
                 failures = 0  # it had worked: the first retry comes soon
@@ -220,31 +220,3 @@ def _ok_status() -> Any:
     from psycopg import pq
 
     return pq.ConnStatus.OK
-
-
-def _listen(url: str) -> Any:
-    """A new libpq connection in LISTEN on `CHANNEL` (blocking: run on a worker thread)."""
-    from psycopg import OperationalError, pq
-    from psycopg.conninfo import make_conninfo
-
-    conninfo = make_conninfo(
-        url, connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=3,
-        application_name="corral-events",
-    )
-    pgconn = pq.PGconn.connect(conninfo.encode())
-    if pgconn.status != pq.ConnStatus.OK:
-        message = pgconn.get_error_message()
-        pgconn.finish()
-        raise OperationalError(message)
-    result = pgconn.exec_(f"LISTEN {CHANNEL}".encode())
-    if result.status != pq.ExecStatus.COMMAND_OK:
-        message = pgconn.get_error_message()
-        pgconn.finish()
-        raise OperationalError(message)
-    return pgconn
-
-
-def _close(pgconn: Any) -> None:
-    with contextlib.suppress(Exception):  # already closed: no socket any more
-        trio.lowlevel.notify_closing(pgconn.socket)
-    pgconn.finish()
