@@ -39,6 +39,7 @@ Caddy edge, each of which speaks HTTP/1.1 to it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -128,6 +129,10 @@ class _ClientGone(Exception):
     """The client closed the connection, or broke the protocol, mid-request."""
 
 
+class _Malformed(_ClientGone):
+    """The client broke HTTP/1.1 (h11's `RemoteProtocolError`): it may get a 400."""
+
+
 class _Http:
     """One request's exchange on a connection: the ASGI `receive` and `send` of it."""
 
@@ -142,7 +147,6 @@ class _Http:
         self.disconnected = False
         self.close_after = False
         self.whole_body: bytes | None = None
-        self.whole_body_taken = False
         self._early: list[bytes] = []
 
     def prefetch(self) -> bytes | None:
@@ -171,7 +175,6 @@ class _Http:
             return {"type": "http.disconnect"}
         if self.whole_body is not None:  # prefetched: handed over once
             body, self.whole_body = self.whole_body, None
-            self.whole_body_taken = True
             return {"type": "http.request", "body": body, "more_body": False}
         if self._early:
             return {"type": "http.request", "body": self._early.pop(0), "more_body": True}
@@ -248,7 +251,6 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
         self.closed = False
         self._send_lock = trio.Lock()
-        self._closed_waiters: trio.Event = trio.Event()
         self._response_finished = trio.Event()
         self._disconnect_watch: trio.CancelScope | None = None
         sock = stream.socket
@@ -264,7 +266,6 @@ class _Connection:
             data = b""
         if not data:
             self.closed = True
-            self._closed_waiters.set()
         self.h11.receive_data(data)
 
     async def next_event(self) -> Any:
@@ -273,7 +274,7 @@ class _Connection:
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
-                raise _ClientGone(str(exc)) from exc
+                raise _Malformed(str(exc)) from exc
             if event is h11.NEED_DATA:
                 if self.closed:
                     raise _ClientGone("connection closed")
@@ -297,7 +298,6 @@ class _Connection:
             await self.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             self.closed = True
-            self._closed_waiters.set()
         finally:
             lock.release()
 
@@ -361,7 +361,7 @@ class _Connection:
                     try:
                         event = await self.next_event()
                     except _ClientGone as exc:
-                        if "closed" not in str(exc) and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                        if isinstance(exc, _Malformed) and self.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                             await self._error_response(400, str(exc))
                         return
             finally:
@@ -379,8 +379,6 @@ class _Connection:
                 asgi_scope["extensions"]["corral.whole_body"] = whole
             try:
                 await self.app(asgi_scope, exchange.receive, exchange.send)
-            except _ClientGone:
-                return
             except Exception:
                 log.exception("the application failed on %s %s", event.method.decode(), event.target.decode("latin-1"))
                 if not exchange.response_started:
@@ -429,7 +427,7 @@ class _Connection:
             data += self.h11.send(h11.Data(data=body)) + self.h11.send(h11.EndOfMessage())
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await self.write(data)
-        except (h11.LocalProtocolError, _ClientGone):
+        except h11.LocalProtocolError:  # past the point where an answer may be sent
             pass
 
     def _http_scope(self, request: h11.Request) -> dict[str, Any]:
@@ -475,8 +473,6 @@ class _Connection:
         }
         try:
             await self.app(scope, socket.receive, socket.send)
-        except _ClientGone:
-            return
         except Exception:
             log.exception("the application failed on WebSocket %s", request.target.decode("latin-1"))
         await socket.finish()
@@ -712,7 +708,7 @@ async def serve(
                 await _Connection(stream, app, config, connections).serve()
 
             async with trio.open_nursery() as accepting:
-                accepting.start_soon(_accept_loop, listeners, handle, handlers)
+                accepting.start_soon(functools.partial(trio.serve_listeners, handle, listeners, handler_nursery=handlers))
                 task_status.started()
                 await shutdown_trigger()
                 accepting.cancel_scope.cancel()
@@ -724,11 +720,6 @@ async def serve(
             connections.cancel_all()
         await shutdown_app()
         outer.cancel_scope.cancel()
-
-
-async def _accept_loop(listeners: list[trio.SocketListener], handle: Callable[[trio.SocketStream], Awaitable[None]],
-                       nursery: trio.Nursery) -> None:
-    await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
 
 
 __all__ = ["ServerConfig", "serve"]

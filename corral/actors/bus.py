@@ -245,6 +245,30 @@ class EventBus:
         self._subscriptions.add(subscription)
         return subscription
 
+    async def follow(
+        self,
+        on_event: Callable[[Event], None],
+        on_lag: Callable[[], None],
+        *,
+        resource_type: str | None = None,
+        types: Iterable[str] | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Call `on_event` with each matching live event, until cancelled; started once
+        subscribed. A follower dropped for lagging gets `on_lag()` (it should read
+        everything anew) and is subscribed again: for caches that follow the events."""
+        started = False
+        while True:
+            with self.subscribe(resource_type=resource_type, types=types) as events:
+                if not started:
+                    task_status.started()
+                    started = True
+                try:
+                    async for event in events:
+                        on_event(event)
+                except SubscriberLagged:
+                    on_lag()
+
     def close(self) -> None:
         """End every subscription (their iterators finish): used at shutdown."""
         for subscription in list(self._subscriptions):

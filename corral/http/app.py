@@ -20,7 +20,7 @@ from .front import ApiFront
 from .observe import current
 from .openapi import build_document
 from .pipeline import Pipeline, client_ip, error_response, http_error, new_request_id
-from .ratelimit import SharedRateLimiter
+from .ratelimit import RateLimiter, SharedRateLimiter
 from .replies import json_response
 from .request_window import request_window
 from .routes import all_routers
@@ -49,8 +49,7 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
     app.config["JSON_SORT_KEYS"] = False
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
-    pipeline = Pipeline(platform)
-    share_rate_limits(pipeline, platform)
+    pipeline = Pipeline(platform, node_rate_limiter(platform))
     request_window(platform.request_observers)  # the operator views' request rate (GET /admin/node)
     routes: list[Route] = [route for router in (routers or default_routers()) for route in router.routes]
     app.extensions["corral.routes"] = routes
@@ -90,15 +89,15 @@ def create_app(platform: Platform, routers: Iterable[Router] | None = None) -> Q
     return app
 
 
-def share_rate_limits(pipeline: Pipeline, platform: Platform) -> None:
-    """On a store several nodes share, the pipeline's limits hold across them: its limiter
-    becomes a `SharedRateLimiter`, its batches sent for as long as the node runs. On
-    SQLite the pipeline keeps its node-local `RateLimiter`, as it was."""
+def node_rate_limiter(platform: Platform) -> RateLimiter:
+    """On a store several nodes share, a `SharedRateLimiter`, whose limits hold across
+    them (its batches sent for as long as the node runs); on SQLite the node-local
+    `RateLimiter`, as it was."""
     if platform.rate_counts is None:
-        return
+        return RateLimiter()
     limiter = SharedRateLimiter(platform.rate_counts)
-    pipeline.limiter = limiter
     platform.nursery.start_soon(limiter.run)
+    return limiter
 
 
 def api_front(app: QuartTrio) -> ApiFront:

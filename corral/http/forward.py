@@ -53,7 +53,7 @@ HOP_BY_HOP = frozenset({
     b"transfer-encoding", b"upgrade", b"content-length", b"expect", HEADER,
 })  # fmt: skip
 """Headers of one hop (RFC 9110 §7.6.1), and the length, which goes on as it came or as
-httpx counts it. `Host` goes on unchanged: the home answers as if asked directly."""
+the client counts it. `Host` goes on unchanged: the home answers as if asked directly."""
 ANSWER_HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"trailer", b"upgrade"})
 
 
@@ -66,7 +66,6 @@ class Forwarder:
         self.homes = homes
         self.key = key
         self.client = NodeClient()
-        self.forwarded = 0
 
     # -- the caller's address, signed -------------------------------------------------
 
@@ -119,7 +118,6 @@ class Forwarder:
         length = _header(scope, b"content-length")
         if whole is None and length:  # streamed on with the length it declared (else chunked)
             headers.append((b"content-length", length))
-        self.forwarded += 1
         try:
             answer = await self.client.request(home.url, scope["method"], target, headers, body)
         except NodeUnreachable as exc:

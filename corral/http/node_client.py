@@ -2,9 +2,9 @@
 
 What forwarding (`forward.py`) needs of a client is narrow: send a request head and a
 body (whole, or streamed as it comes), get the answer's head, then its body chunk by
-chunk as it arrives, and keep the connection for the next request. httpx did that at
-about 0.9 ms a forwarded request on this machine; h11 on a trio stream does it in a
-fraction (issue 30's goal: a forward adds at most 1 ms). h11 does the framing, both
+chunk as it arrives, and keep the connection for the next request. With httpx a forward
+added 1.44 ms at p50 on this machine, with this 0.79 ms (`tools/bench/nodes.py`; issue
+30's goal: at most 1 ms). h11 does the framing, both
 ways; this module only pools connections and moves bytes.
 
 A request on a pooled connection that the other node closed meanwhile (its idle

@@ -85,10 +85,10 @@ def rate_limited(decision: RateDecision) -> ApiError:
 
 
 class Pipeline:
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: Platform, limiter: RateLimiter | None = None) -> None:
         self.platform = platform
         self.authenticator = Authenticator(platform)
-        self.limiter = RateLimiter()
+        self.limiter = limiter if limiter is not None else RateLimiter()
 
     def anonymous_decision(self, ip: str | None) -> RateDecision:
         return self.limiter.hit(f"ip:{ip}", ANONYMOUS_RPM)

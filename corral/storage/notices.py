@@ -28,21 +28,17 @@ node's handlers, as the parts called each other before.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import trio
 
 from .database import Database, PostgresDatabase
-from .pg_listen import close_connection, listen_connection
+from .pg_listen import RETRY_SECONDS, listen_forever
 
 log = logging.getLogger("corral.storage.notices")
 
 CHANNEL = "corral_notices"
-RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0)
-STEADY_SECONDS = 5.0
-"""A connection that lasted this long restarts the backoff from its first step."""
 MAX_PENDING = 10_000
 """Beyond this many unsent notices (the store is unreachable), the oldest are dropped:
 the other nodes read everything again when they reconnect anyway."""
@@ -67,6 +63,7 @@ class Notices:
         self.heard = 0
         self.reconnects = 0
         self.connected = trio.Event()
+        self._listened = False
 
     # -- sending --------------------------------------------------------------------
 
@@ -118,42 +115,26 @@ class Notices:
             task_status.started()
 
     async def _listen_forever(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        assert isinstance(self.db, PostgresDatabase)
-        url = self.db.url
-        failures = 0
-        first = True
-        while True:
-            try:
-                pgconn = await trio.to_thread.run_sync(listen_connection, url, CHANNEL, "corral-notices")
-            except Exception as exc:
-                task_status.started()
-                task_status = trio.TASK_STATUS_IGNORED
-                failures = await self._back_off(failures, exc)
-                continue
-            opened = time.monotonic()
-            try:
-                self.connected.set()
-                task_status.started()
-                task_status = trio.TASK_STATUS_IGNORED
-                if not first:
-                    self.reconnects += 1
-                    self._everything_changed()
-                first = False
-                await self._drain(pgconn)
-            except Exception as exc:
-                lost = exc
-            finally:
-                self.connected = trio.Event()
-                close_connection(pgconn)
-            if time.monotonic() - opened > STEADY_SECONDS:
-                failures = 0
-            failures = await self._back_off(failures, lost)
+        db = self.db
+        assert isinstance(db, PostgresDatabase)
+        await listen_forever(
+            lambda: db.url, CHANNEL, "corral-notices", self._listen_on, what="other nodes' notices",
+            retry_seconds=self.retry_seconds, on_loss=self._on_loss, task_status=task_status,
+        )
 
-    async def _back_off(self, failures: int, exc: Exception) -> int:
-        level = logging.WARNING if failures == 0 else logging.DEBUG
-        log.log(level, "the LISTEN connection for other nodes' notices failed (%s); reconnecting", exc)
-        await trio.sleep(self.retry_seconds[min(failures, len(self.retry_seconds) - 1)])
-        return failures + 1
+    async def _listen_on(self, pgconn: Any, ready: Callable[[], None]) -> None:
+        """After a reconnect, every table reads again (a notice sent meanwhile is gone);
+        then hand over what the connection hears until it fails."""
+        self.connected.set()
+        ready()
+        if self._listened:
+            self.reconnects += 1
+            self._everything_changed()
+        self._listened = True
+        await self._drain(pgconn)
+
+    def _on_loss(self) -> None:
+        self.connected = trio.Event()
 
     async def _drain(self, pgconn: Any) -> None:
         from psycopg import pq

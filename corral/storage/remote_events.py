@@ -33,7 +33,7 @@ from typing import Any
 import trio
 
 from .event_log import NOTIFY_CHANNEL, Event, EventLog
-from .pg_listen import close_connection, listen_connection
+from .pg_listen import RETRY_SECONDS, listen_forever
 
 log = logging.getLogger("corral.storage.remote_events")
 
@@ -41,9 +41,6 @@ CHANNEL = NOTIFY_CHANNEL
 CATCH_UP_SECONDS = 30.0
 REMEMBER_SECONDS = 60.0
 """Longer than `CATCH_UP_SECONDS`: a catch-up never meets an id it has forgotten."""
-RETRY_SECONDS = (0.1, 0.2, 0.5, 1.0, 2.0)
-STEADY_SECONDS = 5.0
-"""A connection that lasted this long restarts the backoff from its first step."""
 PAGE = 500
 COMMIT_DELAY = 0.005
 """The write-behind delay of a node that shares its events (`WriteBehind.delay`, 20 ms
@@ -100,36 +97,19 @@ class RemoteEvents:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; started once the first LISTEN is in place (or has
         failed: it is then retried like a lost connection)."""
-        failures = 0
-        while True:
-            try:
-                pgconn = await trio.to_thread.run_sync(listen_connection, self.url, NOTIFY_CHANNEL, "corral-events")
-            except Exception as exc:
-                task_status.started()
-                task_status = trio.TASK_STATUS_IGNORED
-                failures = await self._back_off(failures, exc)
-                continue
-            opened = time.monotonic()
-            try:
-                await self._listen_on(pgconn, task_status)
-            except Exception as exc:
-                lost = exc
-            finally:
-                self.connected = trio.Event()
-                close_connection(pgconn)
-            task_status = trio.TASK_STATUS_IGNORED
-            if time.monotonic() - opened > STEADY_SECONDS:
-                failures = 0  # it had worked: the first retry comes soon
-            failures = await self._back_off(failures, lost)
+        await listen_forever(
+            lambda: self.url, NOTIFY_CHANNEL, "corral-events", self._listen_on, what="other nodes' events",
+            retry_seconds=self.retry_seconds, on_loss=self._on_loss, task_status=task_status,
+        )
 
-    async def _listen_on(self, pgconn: Any, task_status: trio.TaskStatus[None]) -> None:
+    async def _listen_on(self, pgconn: Any, ready: Callable[[], None]) -> None:
         """Catch up after a loss, then deliver what the connection hears until it fails."""
         reconnected = self._listening_since is not None
         if not reconnected:
             self._listening_since = time.time()
         self.backend_pid = pgconn.backend_pid
         self.connected.set()
-        task_status.started()
+        ready()
         if reconnected:
             self.reconnects += 1
             before = self.caught_up
@@ -138,14 +118,11 @@ class RemoteEvents:
         self._lost_at = None
         await self._drain(pgconn)
 
-    async def _back_off(self, failures: int, exc: Exception) -> int:
+    def _on_loss(self) -> None:
+        self.connected = trio.Event()
         if self._lost_at is None:
             self._lost_at = time.time()
         self._forget_old()
-        level = logging.WARNING if failures == 0 else logging.DEBUG
-        log.log(level, "the LISTEN connection for other nodes' events failed (%s); reconnecting", exc)
-        await trio.sleep(self.retry_seconds[min(failures, len(self.retry_seconds) - 1)])
-        return failures + 1
 
     async def _drain(self, pgconn: Any) -> None:
         """Deliver what each wake-up of the socket brings, until the connection fails."""

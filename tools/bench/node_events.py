@@ -57,6 +57,12 @@ def node_env(url: str, names: dict[str, str]) -> dict[str, str]:
     }
 
 
+def cleanup_nodes() -> None:
+    """Remove what the bench nodes left on the host (bridges, links, tables, cgroups)."""
+    for names in NODES.values():
+        cleanup_host(**{name: names[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
+
+
 def summary(latencies: list[float]) -> dict[str, float]:
     ordered = sorted(latencies)
     return {
@@ -124,8 +130,7 @@ def main() -> int:
             ) as b:
                 results = trio.run(measure, a, b, args.events, args.gap)
     finally:
-        for names in NODES.values():
-            cleanup_host(**{name: names[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
+        cleanup_nodes()
     print(f"cross-node SSE event latency, publish on A -> frame on B ({args.events} events a round)")
     for name, figures in results.items():
         print(

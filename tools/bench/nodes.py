@@ -31,9 +31,8 @@ import trio
 
 from tests.pg_server import create_database, postgres_server
 from tests.serve_process import ADMIN_KEY, Served, corral_serve
-from tests.support import cleanup_host
 from tools.bench.api import platform_key
-from tools.bench.node_events import NODES, node_env
+from tools.bench.node_events import NODES, cleanup_nodes, node_env
 from tools.bench.node_events import measure as sse_latency
 
 API = "/api/v1"
@@ -111,8 +110,7 @@ def main() -> int:
                 results["sse_across_nodes"] = trio.run(sse_latency, a, b, args.events, 0.05)
                 results["kill_to_lost_s"] = round(kill_to_lost(work, url, a), 2)
     finally:
-        for names in NODES.values():
-            cleanup_host(**{name: names[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
+        cleanup_nodes()
     print("forwarded through node B against direct on node A (p50 / p99 ms)")
     for name, row in results["forwarding"].items():
         met = "met" if row["added_p50_ms"] <= FORWARD_GOAL_MS else "MISSED"

@@ -67,10 +67,6 @@ class Homes:
             return None
         return (await self._live_nodes()).get(node)
 
-    def forget(self, collection: str, resource_id: str) -> None:
-        """Drop a cached home (after a forward that found the resource had moved)."""
-        self._resources.pop((collection, resource_id), None)
-
     async def _node_of(self, table: str, resource_id: str) -> str | None:
         now = time.monotonic()
         cached = self._resources.get((table, resource_id))

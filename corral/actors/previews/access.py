@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import trio
 
 from corral.actors import sandboxes
-from corral.actors.bus import SubscriberLagged
 from corral.actors.sandboxes import Connect, SandboxActor, touch
 from corral.net.links import netns_path
 from corral.net.preview import Forward, PreviewRequest, Reply, Upstream, page, strip_query_params
@@ -174,17 +173,10 @@ class PreviewAccess:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Drop cached sandboxes on their lifecycle events (until cancelled)."""
-        started = False
-        while True:
-            with self.platform.bus.subscribe(resource_type="sandbox", types=LIFECYCLE_EVENTS) as events:
-                if not started:
-                    task_status.started()
-                    started = True
-                try:
-                    async for event in events:
-                        self.forget_sandbox(event.resource_id)
-                except SubscriberLagged:
-                    self.forget_all()
+        await self.platform.bus.follow(
+            lambda event: self.forget_sandbox(event.resource_id), self.forget_all,
+            resource_type="sandbox", types=LIFECYCLE_EVENTS, task_status=task_status,
+        )
 
     async def _entry(self, slug: str) -> SandboxEntry | None:
         now = time.monotonic()

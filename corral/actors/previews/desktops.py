@@ -38,7 +38,6 @@ from dataclasses import dataclass
 
 import trio
 
-from corral.actors.bus import SubscriberLagged
 from corral.actors.computers import (
     ComputerActor,
     ComputerRecord,
@@ -133,17 +132,10 @@ class DesktopAccess:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Drop cached computers on their lifecycle events and on preview-domain changes (until cancelled)."""
         self.platform.notices.listen(domains.PREVIEW_DOMAINS_CHANGED, lambda _: self.forget_all())
-        started = False
-        while True:
-            with self.platform.bus.subscribe(resource_type="computer", types=LIFECYCLE_EVENTS) as events:
-                if not started:
-                    task_status.started()
-                    started = True
-                try:
-                    async for event in events:
-                        self.forget(event.resource_id)
-                except SubscriberLagged:
-                    self.forget_all()
+        await self.platform.bus.follow(
+            lambda event: self.forget(event.resource_id), self.forget_all,
+            resource_type="computer", types=LIFECYCLE_EVENTS, task_status=task_status,
+        )
 
     async def _entry(self, slug: str) -> ComputerEntry | None:
         now = time.monotonic()
