@@ -102,7 +102,9 @@ class NamespaceDriver(RuntimeDriver):
         `zygote`, `not_ready`): plain counters the node's metrics read."""
         self.egress = egress
         """The node's egress proxy and CA, which every instance uses from boot (None: no proxy)."""
-        self.zygote = Zygote(python)
+        self.zygote = Zygote(python, respawn_dir=self.data_dir / "zygote")
+        """Its respawn directory is the data directory's: a later control plane's zygote
+        restarts the agents of the instances it adopts (`agent/launcher.py`)."""
         self.uid_ranges = uid_ranges or UidRanges()
         self.seccomp_filter = instance_filter().hex()
         """The BPF program every instance process runs under (`seccomp_profile`)."""
@@ -443,6 +445,10 @@ class NamespaceDriver(RuntimeDriver):
             await trio.to_thread.run_sync(self.cgroups.kill_all, stale)
             await trio.to_thread.run_sync(self.cgroups.remove, stale)
         self.disks.warm()
+        if any(info.state is InstanceState.RUNNING for info in adopted):
+            # Their native PID 1 asks this zygote for a new agent when theirs dies.
+            with contextlib.suppress(LaunchFailed):
+                await self.zygote.warm()
         return adopted
 
     def host_root(self, info: InstanceInfo) -> Path | None:

@@ -7,8 +7,10 @@ Measures, on this machine and in one run, beside baselines:
   p50 and p99 over `--creates` instances; baseline: a bare `unshare ... true`;
 - exec round trip of `true` through the agent, p50 and p99; baseline: a local
   `subprocess.run(["true"])`;
-- memory (PSS) per idle instance with `--idle` instances running; baseline: the PSS of
-  a bare `unshare ... sleep` process tree.
+- memory (PSS) per idle instance with `--idle` instances running, against the goal of
+  issue 28 (`IDLE_PSS_GOAL_MB`, printed last with the mean and p50), and per process
+  (init, agent; apart for the `--creates` instances that ran an exec) from
+  `/proc/PID/smaps_rollup`; baseline: the PSS of a bare `unshare ... sleep` process tree.
 
 Needs root. Uses its own bridge, address range, nftables table and cgroup parent, and
 removes everything it created, also when interrupted. The default template must be
@@ -76,6 +78,43 @@ def pss_kb(pid: int) -> int:
     return 0
 
 
+def rollup_kb(pid: int) -> dict[str, int]:
+    """The fields of /proc/PID/smaps_rollup, in kB (empty if the process is gone)."""
+    fields = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+            key, value = line.split(":", 1)
+            fields[key] = int(value.split()[0])
+    except (OSError, ValueError):
+        return {}
+    return fields
+
+
+def role(pid: int) -> str:
+    """What an instance's process is: its init, its agent, or something it runs."""
+    try:
+        name = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "gone"
+    return name if name in ("corral-init", "corral-agent") else "other"
+
+
+def breakdown(samples: list[tuple[str, bool, dict[str, int]]]) -> dict[str, dict[str, float]]:
+    """Mean PSS and private dirty (MB) per role, apart for instances that ran an exec."""
+    groups: dict[str, list[dict[str, int]]] = {}
+    for name, exec_ran, fields in samples:
+        groups.setdefault(f"{name} ({'after an exec' if exec_ran else 'never exec'})", []).append(fields)
+    return {
+        key: {
+            "n": len(rows),
+            "pss": round(statistics.mean(r.get("Pss", 0) for r in rows) / 1024, 2),
+            "private_dirty": round(statistics.mean(r.get("Private_Dirty", 0) for r in rows) / 1024, 2),
+            "shared": round(statistics.mean(r.get("Shared_Dirty", 0) + r.get("Shared_Clean", 0) for r in rows) / 1024, 2),
+        }
+        for key, rows in sorted(groups.items())
+    }
+
+
 def tree_pss_kb(root: int) -> int:
     total = pss_kb(root)
     try:
@@ -99,6 +138,8 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         )
     )
     driver = NamespaceDriver(data, TemplateStore(Path(args.template_cache)), network, CgroupV1(parent="corral-bench"))
+    if args.python_init:
+        driver.zygote.respawn_dir = None  # no native reaper: PID 1 stays in Python
     ids: list[str] = []
     try:
         await driver.templates.ensure("default", progress=lambda line: print("  " + line, file=sys.stderr))
@@ -145,9 +186,12 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
         await trio.sleep(args.settle)
         per_instance = []
         cgroup_usage = []
-        for instance_id in ids:
+        samples = []
+        for index, instance_id in enumerate(ids):
             pids = driver.cgroups.pids(instance_id)
-            per_instance.append(sum(pss_kb(pid) for pid in pids))
+            rollups = [(role(pid), rollup_kb(pid)) for pid in pids]
+            per_instance.append(sum(fields.get("Pss", 0) for _, fields in rollups))
+            samples.extend((name, index < args.creates, fields) for name, fields in rollups)
             cgroup_usage.append(driver.cgroups.usage(instance_id)["memory_bytes"] / 1024)
         sleeper = subprocess.Popen([*UNSHARE, "sleep", "60"])
         await trio.sleep(0.3)
@@ -163,6 +207,7 @@ async def run(args: argparse.Namespace) -> dict[str, object]:
             "goal": IDLE_PSS_GOAL_MB,
             "meets_goal": statistics.mean(per_instance) / 1024 <= IDLE_PSS_GOAL_MB,
         }
+        results["idle_pss_by_process_mb"] = breakdown(samples)
         results["idle_cgroup_memory_per_instance_mb"] = round(statistics.mean(cgroup_usage) / 1024, 2)
         results["zygote_pss_mb"] = round(pss_kb(zygote.pid) / 1024, 2) if zygote else None
         results["baseline_unshare_sleep_pss_mb"] = round(baseline_pss / 1024, 2)
@@ -192,12 +237,24 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=3.0, help="seconds to let idle instances settle")
     parser.add_argument("--template-cache", default=os.environ.get("CORRAL_TEMPLATE_CACHE", "/var/cache/corral/templates"))
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument(
+        "--python-init", action="store_true", help="PID 1 in Python (as without a C compiler), for comparison"
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
     results = trio.run(run, args)
     text = json.dumps(results, indent=2)
     print(text)
+    idle = results["idle_pss_per_instance_mb"]
+    assert isinstance(idle, dict)
+    print(
+        f"idle PSS per instance ({results['idle_instances']} instances, {args.creates} of them after an exec"
+        f"{', Python PID 1' if args.python_init else ''}):"
+        f" mean {idle['mean']} MB, p50 {idle['p50']} MB; goal <= {IDLE_PSS_GOAL_MB} MB:"
+        f" {'met' if idle['meets_goal'] else 'MISSED'}",
+        file=sys.stderr,
+    )
     if args.json:
         Path(args.json).write_text(text)
 

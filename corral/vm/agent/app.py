@@ -298,12 +298,17 @@ async def open_listener(address: str, port: int) -> trio.SocketListener:
     return trio.SocketListener(sock)
 
 
-async def run(config: AgentConfig, ready_fd: int | None = None) -> None:
-    """Serve until killed; write a line to `ready_fd` once the port accepts connections."""
+async def run(config: AgentConfig, ready_fd: int | None = None, gate: int | None = None) -> None:
+    """Serve until killed; write a line to `ready_fd` once the port accepts connections
+    (and `gate`, a pipe's read end, has reached its end: PID 1 is in place)."""
     listener = await open_listener(config.address, config.port)
     async with trio.open_nursery() as nursery:
         agent = Agent(config, nursery)
         await start_services(agent.processes)
+        if gate is not None:
+            await trio.lowlevel.wait_readable(gate)
+            trio.lowlevel.notify_closing(gate)
+            os.close(gate)
         if ready_fd is not None:
             os.write(ready_fd, ndjson({"ready": True, "agent_pid": os.getpid()}))
             os.close(ready_fd)

@@ -21,8 +21,20 @@ over anything but its own files and processes:
    it and everything it runs) and the seccomp filter of `corral.vm.seccomp_profile`.
    Changing credentials also makes PID 1 and the agent non-dumpable, so their
    memory, fds and environment cannot be read from inside.
-4. PID 1 forks the agent and stays behind as a reaper, restarting the agent if it
-   dies; SIGTERM stops the instance (everything in the PID namespace ends with it).
+4. PID 1 forks the agent and becomes a reaper: SIGTERM stops the instance (everything
+   in the PID namespace ends with it), and an agent that dies is started again.
+   When the zygote has a native reaper (`reaper.c`) and a respawn directory, PID 1
+   execs that reaper (from a descriptor opened before `pivot_root`) and holds no
+   Python at all: a Python PID 1 cost each idle instance about 1.3 MB, the pages its
+   fork chain dirtied that the agent wrote again. The reaper then asks the zygote for
+   a new agent (`respawn`): a child of the zygote enters the instance's namespaces,
+   takes the same credentials, capabilities and seccomp filter, and forks the agent
+   into its PID namespace. What the agent needs (address, port, token, hostname,
+   environment, seccomp) waits in a sealed memfd on the reaper's fd 3, which the
+   zygote reads with `pidfd_getfd`; no path or cgroup is taken from it. The first
+   agent reports ready only once the reaper is in place (it closes fd 5, the gate).
+   Without the native reaper, PID 1 stays a Python reaper that restarts the agent
+   itself.
 
 The launcher reports on `report_fd`, one stage at a time: `{"namespaces"}` from the
 outer process once it has joined the cgroups and namespaces, `{"root"}` from PID 1
@@ -35,14 +47,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
@@ -66,6 +80,18 @@ CAPABILITIES = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31}
 KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD,
 AUDIT_WRITE, SETFCAP."""
 SHUTDOWN_GRACE = 3.0
+REAPER_TITLE = "corral-init"
+AGENT_FIELDS = ("address", "agent_port", "token", "hostname", "env", "seccomp")
+"""What a respawned agent is given (from the reaper's memfd); nothing else is read there."""
+LAUNCH_FD = 3
+"""The reaper's sealed memfd holding `AGENT_FIELDS`."""
+BELL_FD = 4
+"""The reaper's `O_PATH` descriptor of the zygote's respawn directory (`respawn.sock`)."""
+GATE_FD = 5
+"""The write end of a pipe the first agent reads to its end before it reports ready:
+the reaper closes it once in place, so a ready instance has its native PID 1."""
+SYS_PIDFD_GETFD = 438  # x86_64
+MAX_LAUNCH_FIELDS = 4 << 20
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -116,13 +142,14 @@ def launch(req: dict[str, Any], report_fd: int, channel: int | None = None) -> N
     os._exit(1)
 
 
-def _outer(req: dict[str, Any], report_fd: int, channel: int | None) -> None:
-    log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+def _plain_process(log_fd: int, kept: list[int]) -> None:
+    """Standard input from /dev/null, output to the instance's log, no descriptor but
+    `kept`, the minimal environment and default signal dispositions."""
     null_fd = os.open("/dev/null", os.O_RDWR)
     os.dup2(null_fd, 0)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
-    kept = sorted(fd for fd in (report_fd, channel) if fd is not None)
+    kept = sorted(kept)
     for low, high in zip([3] + [fd + 1 for fd in kept], [*kept, 65536], strict=True):
         os.closerange(low, high)
     os.environ.clear()
@@ -135,6 +162,11 @@ def _outer(req: dict[str, Any], report_fd: int, channel: int | None) -> None:
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def _outer(req: dict[str, Any], report_fd: int, channel: int | None) -> None:
+    log_fd = os.open(req["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    _plain_process(log_fd, [fd for fd in (report_fd, channel) if fd is not None])
 
     for procs in req["cgroup_procs"]:
         with open(procs, "w") as f:
@@ -228,7 +260,8 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int, idmap: 
     _mount_dev(root, base)
 
     with contextlib.suppress(OSError):
-        sc.set_process_title("corral-init")
+        sc.set_process_title(REAPER_TITLE)
+    native = _open_native(req)  # host paths: before pivot_root
     os.chdir(root)
     sc.pivot_root(".", ".")
     sc.umount(".", sc.MNT_DETACH)
@@ -253,7 +286,26 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int, idmap: 
     sc.limit_capabilities(CAPABILITIES)
     if req.get("seccomp"):
         sc.install_seccomp(bytes.fromhex(req["seccomp"]))
-    _reap_forever(req, report_fd)
+    _reap_forever(req, report_fd, native)
+
+
+def _open_native(req: dict[str, Any]) -> tuple[int, int] | None:
+    """The native reaper (to exec) and the zygote's respawn directory (`O_PATH`), or
+    None when the zygote has none: PID 1 then stays the Python reaper."""
+    if not req.get("reaper") or not req.get("respawn_dir"):
+        return None
+    try:
+        reaper = os.open(req["reaper"], os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        sys.stderr.write(f"corral init: no native reaper ({exc}), staying in Python\n")
+        return None
+    try:
+        bell = os.open(req["respawn_dir"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        os.close(reaper)
+        sys.stderr.write(f"corral init: no respawn directory ({exc}), staying in Python\n")
+        return None
+    return reaper, bell
 
 
 def host_uid_base(req: dict[str, Any]) -> int:
@@ -424,10 +476,17 @@ def _trust_ca(trust: dict[str, str], uid: int) -> None:
         write_file(trust["bundle"], (current.rstrip("\n") + "\n" if current.strip() else "") + pem, uid)
 
 
-def _start_agent(req: dict[str, Any], ready_fd: int | None) -> int:
+def _start_agent(req: dict[str, Any], ready_fd: int | None, close: tuple[int, ...] = (), gate: int | None = None) -> int:
     pid = fork()
     if pid:
         return pid
+    for fd in close:  # PID 1's own (the reaper's binary, the respawn directory, the gate's end)
+        os.close(fd)
+    _agent_main(req, ready_fd, gate)
+
+
+def _agent_main(req: dict[str, Any], ready_fd: int | None, gate: int | None = None) -> NoReturn:
+    """The agent process, in its instance with its credentials; never returns."""
     try:
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
@@ -442,7 +501,7 @@ def _start_agent(req: dict[str, Any], ready_fd: int | None) -> int:
             hostname=req["hostname"],
             env=dict(req.get("env") or {}),
         )
-        trio.run(run, config, ready_fd)
+        trio.run(run, config, ready_fd, gate)
     except BaseException:
         traceback.print_exc()
         if ready_fd is not None:
@@ -450,7 +509,37 @@ def _start_agent(req: dict[str, Any], ready_fd: int | None) -> int:
     os._exit(1)
 
 
-def _reap_forever(req: dict[str, Any], report_fd: int) -> None:
+def _exec_reaper(req: dict[str, Any], agent_pid: int, reaper: int, bell: int, gate: int) -> None:
+    """PID 1 becomes the native reaper (`reaper.c`); returns only if the exec failed,
+    having closed every copy of `gate` it made (the caller closes `gate`).
+
+    The reaper's binary is mode 0711 (see `corral.vm.zygote`): unreadable by the
+    instance's users, so the exec leaves PID 1 not dumpable (and the reaper says so
+    itself first thing); its fds 3 and 4 stay out of the tenant's reach."""
+    made: list[int] = []
+    try:
+        memfd = os.memfd_create("corral-agent", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        made.append(memfd)
+        data = json.dumps({key: req.get(key) for key in AGENT_FIELDS}).encode()
+        written = 0
+        while written < len(data):
+            written += os.write(memfd, data[written:])
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, seals)
+        # Out of the way of 3, 4 and 5 first: any of these may be one of them.
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (memfd, bell, gate, reaper)]
+        made.extend(high)
+        for source, target in zip(high[:3], (LAUNCH_FD, BELL_FD, GATE_FD), strict=True):
+            os.dup2(source, target)
+            made.append(target)
+        os.execve(high[3], [REAPER_TITLE], {"AGENT_PID": str(agent_pid)})
+    finally:  # the exec failed
+        for fd in made:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _reap_forever(req: dict[str, Any], report_fd: int, native: tuple[int, int] | None = None) -> None:
     """PID 1: reap every orphan, keep the agent alive, end everything on SIGTERM."""
 
     def shutdown(signum: int, frame: object) -> None:
@@ -468,8 +557,19 @@ def _reap_forever(req: dict[str, Any], report_fd: int) -> None:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    agent_pid = _start_agent(req, report_fd)
-    os.close(report_fd)
+    if native is None:
+        agent_pid = _start_agent(req, report_fd)
+        os.close(report_fd)
+    else:
+        gate_r, gate_w = os.pipe()
+        agent_pid = _start_agent(req, report_fd, (*native, gate_w), gate_r)
+        os.close(report_fd)
+        os.close(gate_r)
+        try:
+            _exec_reaper(req, agent_pid, *native, gate_w)
+        except OSError as exc:
+            sys.stderr.write(f"corral init: cannot exec the native reaper ({exc}), staying in Python\n")
+        os.close(gate_w)  # the agent goes on
     while True:
         try:
             pid, _ = os.wait()
@@ -479,3 +579,101 @@ def _reap_forever(req: dict[str, Any], report_fd: int) -> None:
             sys.stderr.write("corral init: agent exited, restarting\n")
             time.sleep(0.2)
             agent_pid = _start_agent(req, None)
+
+
+def respawn(conn_fd: int) -> None:
+    """In a child of the zygote, for a native reaper that rang (see `reaper.c`): a new
+    agent in that reaper's instance. Never returns.
+
+    Everything comes from the reaper itself, never from a path it names: its
+    namespaces, its cgroups (the ones it is in), its log (its stdout), and the agent's
+    fields from its sealed memfd. So a caller that is not an instance's PID 1 gets
+    nothing, and one that is gets an agent in its own instance only: this process
+    drops every host privilege (it enters the instance's user namespace) before the
+    agent runs a line of its own."""
+    try:
+        _respawn(conn_fd)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.write(2, f"corral zygote: respawn refused or failed: {exc!r}\n".encode())
+    os._exit(1)
+
+
+def _pidfd_getfd(pidfd: int, fd: int) -> int:
+    result = int(_libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0))
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"pidfd_getfd: {os.strerror(errno)}")
+    return result
+
+
+def _instance_init(pid: int) -> bool:
+    """Whether host pid `pid` is PID 1 of a PID namespace below ours, and a reaper."""
+    with open(f"/proc/{pid}/status") as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    nspids = fields.get("NSpid", "").split()
+    return len(nspids) >= 2 and nspids[-1] == "1" and fields.get("Name", "").strip() == REAPER_TITLE
+
+
+def _join_cgroups_of(pid: int) -> None:
+    """Join every cgroup (v1 hierarchy or v2) that `pid` is in."""
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if path == "/":
+            continue
+        base = "/sys/fs/cgroup" if not controllers else f"/sys/fs/cgroup/{controllers.removeprefix('name=')}"
+        procs = os.path.join(base + path, "cgroup.procs")
+        if os.path.exists(procs):
+            with open(procs, "w") as f:
+                f.write(str(os.getpid()))
+
+
+def _respawn(conn_fd: int) -> None:
+    conn = socket.socket(fileno=conn_fd)
+    pid, _uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if not _instance_init(pid):
+        raise PermissionError(f"pid {pid} is not an instance's reaper")
+    pidfd = os.pidfd_open(pid)
+    memfd = _pidfd_getfd(pidfd, LAUNCH_FD)
+    seals = fcntl.fcntl(memfd, fcntl.F_GET_SEALS)
+    if not seals & fcntl.F_SEAL_WRITE:
+        raise PermissionError("the reaper's launch fields are not sealed")
+    fields = json.loads(os.pread(memfd, MAX_LAUNCH_FIELDS, 0))
+    os.close(memfd)
+    req = {key: fields.get(key) for key in AGENT_FIELDS}
+    log_fd = _pidfd_getfd(pidfd, 1)
+    namespaces = {
+        name: os.open(f"/proc/{pid}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        for name in ("net", "uts", "ipc", "cgroup", "pid", "mnt", "user")
+    }
+    _plain_process(log_fd, [conn.fileno(), pidfd, *namespaces.values()])
+    os.setsid()
+    _join_cgroups_of(pid)
+    signal.pidfd_send_signal(pidfd, 0)  # still that reaper: the namespaces opened are its own
+    for name in ("net", "uts", "ipc", "cgroup", "pid", "mnt"):
+        sc.setns(namespaces[name], 0)
+    os.chdir("/")
+    sc.setns(namespaces["user"], sc.CLONE_NEWUSER)
+    for fd in (pidfd, *namespaces.values()):
+        os.close(fd)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
+    sc.limit_capabilities(CAPABILITIES)
+    if req.get("seccomp"):
+        sc.install_seccomp(bytes.fromhex(req["seccomp"]))
+    # Twice: an orphan goes to the reaper of its parent's PID namespace, so the agent's
+    # parent must be inside the instance's (a child of this process) for PID 1 to adopt it.
+    middle = fork()
+    if middle == 0:
+        if fork() == 0:
+            with contextlib.suppress(OSError):
+                conn.send(str(os.getpid()).encode())
+            conn.close()
+            _agent_main(req, None)
+        os._exit(0)
+    os.waitpid(middle, 0)
+    os._exit(0)

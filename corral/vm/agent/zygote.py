@@ -32,6 +32,12 @@ cancelled) stops waiting; the control plane removes what was started.
 
 The zygote exits when the control plane's end closes, so it dies with the control
 plane; instances do not (they are double-forked into their own sessions).
+
+Respawns: given a respawn directory and the native reaper (see `launcher`), the
+zygote listens on `respawn.sock` there and hands each connection to a child of its
+own (`launcher.respawn`), which starts a new agent in the caller's instance if the
+caller is an instance's reaper. The directory's path is stable, so a zygote started
+by a new control plane serves the instances of the previous one too.
 """
 
 from __future__ import annotations
@@ -63,6 +69,7 @@ from . import app, execution, files, httpserver, launcher, paths, processes  # n
 LAUNCH_TIMEOUT = 15.0
 MAX_REQUEST = 2 << 20
 STAGES = ("namespaces", "root", "init_pid", "ready")
+RESPAWN_SOCKET = "respawn.sock"
 WARM_UP_TOKEN = "zygote-warm-up"
 WARM_UP_SECONDS = 5.0
 WARM_UP_REQUEST = b"GET /health HTTP/1.1\r\nhost: zygote\r\nauthorization: Bearer " + WARM_UP_TOKEN.encode() + b"\r\n\r\n"
@@ -206,10 +213,15 @@ def collect(read_fd: int, reply_fd: int, timeout: float) -> dict[str, Any] | Non
     return result
 
 
+_NATIVE: dict[str, str] = {}
+"""`reaper` and `respawn_dir`, when this zygote has them: added to each launch."""
+
+
 def _wait_for_launch(req: dict[str, Any], reply_fd: int) -> None:
     """The waiter: runs the launcher in a child, relays its reply. Never returns."""
     try:
         os.setsid()
+        req.update(_NATIVE)
         read_fd, write_fd = os.pipe()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         if launcher.fork() == 0:
@@ -276,11 +288,70 @@ def _handle(control: socket.socket, message: bytes, reply_fd: int) -> None:
         _send(reply_fd, {"error": f"zygote: {exc!r}"})
 
 
-def serve(control: socket.socket) -> None:
+def _respawn(control: socket.socket, listener: socket.socket) -> None:
+    """A reaper rang: a child of ours answers it (see `launcher.respawn`)."""
+    try:
+        conn, _ = listener.accept()
+    except OSError:
+        return
+    with conn:
+        if launcher.fork() == 0:
+            control.close()
+            listener.close()
+            launcher.respawn(conn.detach())  # never returns
+
+
+class RespawnListener:
+    """`respawn.sock` in the respawn directory, which any instance's reaper may connect
+    to (it reaches it through a descriptor of the directory; who it is is checked then).
+
+    Bound again when the name no longer leads to it: a zygote of another control plane
+    on the same data directory took it, and may since have gone with its control plane."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.inode = 0
+        self._bind()
+
+    def _bind(self) -> None:
+        dir_fd = os.open(self.directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(RESPAWN_SOCKET, dir_fd=dir_fd)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            path = f"/proc/self/fd/{dir_fd}/{RESPAWN_SOCKET}"  # any length of directory path
+            listener.bind(path)
+            os.chmod(path, 0o666)
+            listener.listen(64)
+            self.inode = os.stat(path).st_ino
+        finally:
+            os.close(dir_fd)
+        self.socket.close()
+        self.socket = listener
+
+    def keep(self) -> None:
+        """Bind again if the name leads elsewhere (or nowhere)."""
+        try:
+            current = os.stat(os.path.join(self.directory, RESPAWN_SOCKET)).st_ino
+        except OSError:
+            current = 0
+        if current != self.inode:
+            with contextlib.suppress(OSError):
+                self._bind()
+
+
+def serve(control: socket.socket, respawns: RespawnListener | None = None) -> None:
     while True:
-        ready, _, _ = select.select([control], [], [], 1.0)
+        watched = [control] if respawns is None else [control, respawns.socket]
+        ready, _, _ = select.select(watched, [], [], 1.0)
         _reap()
-        if not ready:
+        if respawns is not None:
+            if respawns.socket in ready:
+                _respawn(control, respawns.socket)
+            elif not ready:
+                respawns.keep()
+        if control not in ready:
             continue
         message, fds, _flags, _address = socket.recv_fds(control, MAX_REQUEST, 1)
         if not message and not fds:
@@ -296,14 +367,24 @@ def serve(control: socket.socket) -> None:
 
 
 def main(control_fd: int | None = None) -> None:
+    """`argv`: the control socket's descriptor, then optionally the respawn directory
+    and the native reaper's path (both, or neither)."""
+    respawns = None
     if control_fd is None:
         control_fd = int(sys.argv[1])
+        if len(sys.argv) > 3 and sys.argv[2] and sys.argv[3]:
+            try:
+                respawns = RespawnListener(sys.argv[2])
+            except OSError as exc:  # instances then keep a Python PID 1, which needs no zygote
+                sys.stderr.write(f"corral zygote: no respawn socket in {sys.argv[2]}: {exc}\n")
+            else:
+                _NATIVE.update(respawn_dir=sys.argv[2], reaper=sys.argv[3])
     _preload()
     _warm_up()
     gc.collect()
     _fill_holes()
     gc.freeze()
-    serve(socket.socket(fileno=control_fd))
+    serve(socket.socket(fileno=control_fd), respawns)
 
 
 if __name__ == "__main__":
