@@ -55,6 +55,8 @@ import wsproto.events as ws_events
 from wsproto.handshake import H11Handshake
 from wsproto.utilities import LocalProtocolError as WsLocalProtocolError
 
+from corral.sockets import DirectSocket
+
 log = logging.getLogger("corral.http.server")
 
 Message = dict[str, Any]
@@ -244,7 +246,6 @@ class _Http:
 
 class _Connection:
     def __init__(self, stream: trio.SocketStream, app: AsgiApp, config: ServerConfig, connections: _Connections) -> None:
-        self.stream = stream
         self.app = app
         self.config = config
         self.connections = connections
@@ -256,6 +257,10 @@ class _Connection:
         sock = stream.socket
         self.client = _address(sock.getpeername())
         self.server = _address(sock.getsockname())
+        self.stream = DirectSocket.of_stream(stream)
+        """The socket, read and written without a trip through the scheduler after a
+        call that did not have to wait (`corral.sockets`): a request already in is
+        served at once, and an answer's write does not hand the loop to other tasks."""
 
     # ---- reading and writing ----
 
@@ -346,8 +351,7 @@ class _Connection:
             connections.idle.discard(scope)
             if connections.stopping and not connections.all:
                 connections.empty.set()
-            with trio.CancelScope(shield=True):
-                await self.stream.aclose()
+            self.stream.close()
 
     async def _serve_requests(self, scope: trio.CancelScope) -> None:
         connections = self.connections

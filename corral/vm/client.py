@@ -33,6 +33,7 @@ import h11
 import trio
 from opentelemetry import trace
 
+from corral.sockets import DirectSocket
 from corral.tracer import recording_tracer
 
 from .driver import InstanceInfo, InstanceState
@@ -120,6 +121,9 @@ class ProcessOutput:
 
 
 OnOutput = Callable[[ExecEvent], Awaitable[None]]
+OnSent = Callable[[], Awaitable[None]]
+"""Called once a request is on its way to the agent, before its answer is awaited: the
+caller's work that need not come before it is then done while the agent runs."""
 
 
 class _TransportError(Exception):
@@ -143,10 +147,11 @@ def _raise_for(status: int, body: bytes) -> None:
 
 
 class _Connection:
-    """One keep-alive HTTP/1.1 connection (h11 on a trio stream)."""
+    """One keep-alive HTTP/1.1 connection (h11 on a `DirectSocket`: no trip through the
+    scheduler after a send or a read that did not need to wait)."""
 
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
+    def __init__(self, sock: DirectSocket) -> None:
+        self.sock = sock
         self.h11 = h11.Connection(h11.CLIENT)
         self.used = False
 
@@ -155,13 +160,13 @@ class _Connection:
         if body:
             data += self.h11.send(h11.Data(data=body))
         data += self.h11.send(h11.EndOfMessage())
-        await self.stream.send_all(data)
+        await self.sock.send_all(data)
 
     async def next_event(self) -> Any:
         while True:
             event = self.h11.next_event()
             if event is h11.NEED_DATA:
-                self.h11.receive_data(await self.stream.receive_some(65536))
+                self.h11.receive_data(await self.sock.receive_some())
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise _TransportError("the agent closed the connection")
@@ -175,8 +180,7 @@ class _Connection:
         return False
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.stream.socket.close()
+        self.sock.close()
 
 
 class AgentClient:
@@ -215,7 +219,7 @@ class AgentClient:
     async def _connect(self) -> _Connection:
         try:
             with trio.fail_after(CONNECT_TIMEOUT):
-                return _Connection(await trio.open_tcp_stream(self.address, self.port))
+                return _Connection(await DirectSocket.connect(self.address, self.port))
         except (OSError, trio.TooSlowError) as exc:
             raise AgentUnavailable(NOT_ANSWERING, detail=f"agent at {self.base_url}: {exc!r}") from exc
 
@@ -226,9 +230,11 @@ class AgentClient:
             conn.close()
 
     async def _start(
-        self, method: str, path: str, params: dict[str, Any] | None, body: bytes, content_type: str | None
+        self, method: str, path: str, params: dict[str, Any] | None, body: bytes, content_type: str | None,
+        on_sent: OnSent | None = None,
     ) -> tuple[_Connection, h11.Response]:
-        """Send a request and read the response head, retrying once on a stale connection."""
+        """Send a request and read the response head, retrying once on a stale connection
+        (`on_sent` is called once, after the first send that went out)."""
         target = path + ("?" + urlencode({k: v for k, v in params.items() if v is not None}) if params else "")
         headers = [*self._headers, ("content-length", str(len(body)))]
         if content_type:
@@ -238,6 +244,9 @@ class AgentClient:
             conn = self._idle.pop() if reused else await self._connect()
             try:
                 await conn.send(method, target, headers, body)
+                if on_sent is not None:
+                    sent, on_sent = on_sent, None
+                    await sent()
                 event = await conn.next_event()
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _TransportError, h11.ProtocolError) as exc:
                 conn.close()
@@ -339,7 +348,8 @@ class AgentClient:
             raise AgentUnavailable("the instance's agent answered something that is not JSON") from exc
 
     async def _ndjson(
-        self, method: str, path: str, params: dict[str, Any] | None = None, json_body: dict[str, Any] | None = None
+        self, method: str, path: str, params: dict[str, Any] | None = None, json_body: dict[str, Any] | None = None,
+        on_sent: OnSent | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Events of a newline-delimited JSON stream, heartbeats dropped; one span for
         the whole stream when traces are recorded (never made current: it spans yields)."""
@@ -350,7 +360,7 @@ class AgentClient:
         try:
             try:
                 with trio.fail_after(self.timeout):
-                    conn, head = await self._start(method, path, params, body, "application/json" if body else None)
+                    conn, head = await self._start(method, path, params, body, "application/json" if body else None, on_sent)
             except trio.TooSlowError as exc:
                 raise AgentUnavailable(
                     f"the instance's agent did not answer within {self.timeout:g} s", detail=f"agent at {self.base_url}"
@@ -381,6 +391,12 @@ class AgentClient:
     async def health(self) -> dict[str, Any]:
         return await self._json("GET", "/health")
 
+    async def warm(self) -> None:
+        """Open a kept-alive connection and have the agent answer once on it (`/health`),
+        unless one is already open and idle: a new agent's first request is its slowest."""
+        if not self._idle:
+            await self.health()
+
     async def wait_ready(self, timeout: float = 10.0) -> dict[str, Any]:
         """Poll /health until the agent answers (after a restart of the agent)."""
         with trio.move_on_after(timeout):
@@ -402,6 +418,7 @@ class AgentClient:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         combined: bool = False,
+        on_sent: OnSent | None = None,
     ) -> AsyncGenerator[ExecEvent, None]:
         """Events as the command produces them; the last one has type `exit`.
 
@@ -410,7 +427,7 @@ class AgentClient:
         """
         body = {"command": command, "timeout": timeout, "cwd": cwd, "env": env or {}, "combined": combined}
         final: ExecEvent | None = None
-        async with aclosing(self._ndjson("POST", "/exec", json_body=body)) as events:
+        async with aclosing(self._ndjson("POST", "/exec", json_body=body, on_sent=on_sent)) as events:
             # Read to the end of the body even after the exit event, so the
             # connection goes back to the pool instead of being closed.
             async for event in events:
@@ -441,12 +458,14 @@ class AgentClient:
         env: dict[str, str] | None = None,
         combined: bool = False,
         on_output: OnOutput | None = None,
+        on_sent: OnSent | None = None,
     ) -> ExecResult:
-        """Run to completion; `on_output` sees each stdout/stderr event as it arrives."""
+        """Run to completion; `on_output` sees each stdout/stderr event as it arrives,
+        `on_sent` is called once the command is on its way (`OnSent`)."""
         stdout: list[str] = []
         stderr: list[str] = []
         output: list[str] = []
-        async with aclosing(self.exec_stream(command, timeout, cwd, env, combined)) as events:
+        async with aclosing(self.exec_stream(command, timeout, cwd, env, combined, on_sent)) as events:
             async for event in events:
                 if event.type == "exit":
                     return ExecResult(

@@ -39,6 +39,34 @@ async def test_exec_streams_lines(agent: AgentClient) -> None:
     assert result.duration_ms >= 150
 
 
+async def test_on_sent_is_called_once_before_any_output(agent: AgentClient) -> None:
+    """The caller hears that the command went out before anything it printed."""
+    seen: list[str] = []
+
+    async def on_sent() -> None:
+        seen.append("sent")
+
+    async def on_output(event: ExecEvent) -> None:
+        seen.append(event.data)
+
+    result = await agent.exec("echo first; echo second", on_output=on_output, on_sent=on_sent)
+    assert result.stdout == "first\nsecond\n"
+    assert seen[0] == "sent" and seen.count("sent") == 1
+    assert "".join(seen[1:]) == "first\nsecond\n"
+
+
+async def test_a_warmed_client_reuses_its_connection(agent: AgentClient) -> None:
+    """`warm` leaves one kept-alive connection, which the next call takes: no second handshake."""
+    await agent.aclose()
+    await agent.warm()
+    assert len(agent._idle) == 1
+    warmed = agent._idle[0]
+    await agent.warm()  # one idle already: nothing sent
+    assert agent._idle == [warmed]
+    assert (await agent.exec("true")).exit_code == 0
+    assert agent._idle == [warmed]
+
+
 async def test_exec_combined_cwd_env(agent: AgentClient) -> None:
     result = await agent.exec("pwd; echo $FOO; echo e >&2", cwd="/tmp", env={"FOO": "bar"}, combined=True)
     assert result.output == "/tmp\nbar\ne\n" and result.stderr == ""

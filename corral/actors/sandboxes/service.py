@@ -5,7 +5,11 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
+import trio
+
 from corral.actors.instances import ExecTimeout, RunningInstance, clamp_timeout
+from corral.actors.nodes import claims, placement
+from corral.actors.nodes.lost import public_error
 from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
@@ -38,7 +42,7 @@ PUBLIC_FIELDS = (
 def sandbox_public(sandbox: SandboxRecord) -> dict[str, Any]:
     public = {name: getattr(sandbox, name) for name in PUBLIC_FIELDS}
     if sandbox.error:
-        public["error"] = sandbox.error
+        public["error"] = public_error(sandbox.error)
     return public
 
 
@@ -54,6 +58,9 @@ class NewSandbox(Placement):
         int | None, Rule(minimum=0, message="must be a non-negative integer number of seconds (0 disables)", description="idle seconds; 0 disables")
     ] = None
     metadata: dict[str, Any] | None = None
+    region: Annotated[
+        str | None, Rule(description="one of CORRAL_REGIONS: placed on a node of that region (default: the node that places it)")
+    ] = None
 
 
 async def create_sandbox(
@@ -65,16 +72,19 @@ async def create_sandbox(
     key_workspace_id: str | None = None,
 ) -> SandboxRecord:
     template = await _template_of(platform, tenant_id, new)
+    region = placement.region_of(platform.settings.regions, platform.settings.node_region, new.region)
     await billing_hooks.allow_create(platform, tenant_id, new.size, new.external_user_id)  # 402 / quota 409
     attribution = await resolve_attribution(platform.db, tenant_id, new, owner_user_id, key_workspace_id=key_workspace_id)
     draft = SandboxDraft(
         attribution=attribution, owner_user_id=owner_user_id, name=new.name, template_id=template.id,
-        size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {},
+        size=new.size, auto_stop=new.auto_stop, metadata=new.metadata or {}, region=region,
     )
     pool = platform.warm_pool
     pooled = pool.take(template.id, new.size) if pool is not None else None
+    sandbox_id = pooled or new_uuid()
     try:
-        ref = await platform.system.create(SandboxActor, pooled or new_uuid(), draft)
+        await claims.bind(platform.db, sandbox_id)  # placement's claim: from its row on, the row counts
+        ref = await platform.system.create(SandboxActor, sandbox_id, draft)
     except BaseException:
         if pooled is not None:  # untouched: back to the pool (a taken one is never returned)
             assert pool is not None
@@ -106,7 +116,7 @@ async def fork_sandbox(
     draft = SandboxDraft(
         attribution=Attribution.of(source), owner_user_id=owner_user_id, name=f"{source.name}-fork"[:100],
         template_id=source.template_id, size=source.size, auto_stop=source.auto_stop, metadata=source.metadata,
-        forked_from=source.id,
+        forked_from=source.id, region=source.region,
     )
     await billing_hooks.allow_create(platform, tenant_id, draft.size, source.external_user_id)  # 402 / quota 409
     with timed(platform, "sandbox", "fork"):
@@ -231,11 +241,25 @@ async def exec_command(platform: SandboxServices, sandbox: SandboxRecord, reques
     agent = await agent_for(platform, sandbox.id, record_activity=False)  # recorded when it ends
     env = {**await resolved_env(platform, sandbox), **(request.env or {})}
     exec_id = prefixed("exec")
-    await publish(platform, sandbox, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
+    announced = False
+
+    async def announce() -> None:
+        """`sandbox.exec.started`, the exec's first event: published once the command is
+        on its way to the agent, while it runs there (issue 28: off the exec's path)."""
+        nonlocal announced
+        if not announced:
+            announced = True
+            await publish(platform, sandbox, "sandbox.exec.started", {"exec_id": exec_id, "command": command})
+
     lines = _LineEvents(platform, sandbox, exec_id)
     started = time.monotonic()
-    with timed(platform, "sandbox", "exec"):
-        result = await agent.exec(command, timeout=timeout, cwd=cwd, env=env, on_output=lines.feed)
+    try:
+        with timed(platform, "sandbox", "exec"):
+            result = await agent.exec(command, timeout=timeout, cwd=cwd, env=env, on_output=lines.feed, on_sent=announce)
+    finally:
+        if not announced:  # it never reached the agent: the exec began all the same
+            with trio.CancelScope(shield=True):
+                await announce()
     await lines.flush()
     await publish(
         platform, sandbox, "sandbox.exec.completed",
