@@ -12,7 +12,20 @@ for 8443.
 Goals (issues 15, 28): at most 1 ms added at p50 for HTTP, 3 ms for HTTPS; a download
 at least 0.8x the direct throughput.
 
-    sudo .venv/bin/python -m tools.bench.egress [--requests 2000] [--megabytes 50] [--rounds 5] [--json]
+Beside each ratio it prints what the downloads cost in CPU, each way: the client's,
+the server's and the proxy's CPU ms per MB (their own processes, from /proc), and the
+machine's with the cores kept busy (that one counts whatever else runs). Client,
+server and proxy share the machine's cores; where a way keeps them all busy it is
+bound by CPU, and the ratio is then at best the direct way's CPU per MB over the
+proxied way's.
+
+`--chunked` downloads bodies sent chunked (16 KiB chunks) instead of with a length:
+the path where h11 parses the body, rather than the raw relay.
+
+The stand-in server names its listeners itself: `HTTPServer` would ask a reverse lookup
+of each address, which in a namespace with no name server waits out a 10 s timeout.
+
+    sudo .venv/bin/python -m tools.bench.egress [--requests 2000] [--megabytes 50] [--rounds 5] [--chunked] [--json]
 """
 
 from __future__ import annotations
@@ -48,15 +61,26 @@ THROUGHPUT_GOAL = 0.8
 """A download through the proxy, against the same download bypassing it (issue 28)."""
 
 SERVER = r'''
-import ssl, sys, threading
+import socketserver, ssl, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 CHUNK = b"x" * 65536
+class Server(ThreadingHTTPServer):
+    def server_bind(self):
+        # Not HTTPServer's: it asks socket.getfqdn (see the module docstring).
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     def log_message(self, *args): pass
     def do_GET(self):
-        if self.path.startswith("/big/"):
+        if self.path.startswith("/chunked/"):  # 16 KiB chunks (--chunked)
+            size = int(self.path.split("/")[2])
+            self.send_response(200); self.send_header("Transfer-Encoding", "chunked"); self.end_headers()
+            while size:
+                piece = CHUNK[:min(size, 16384)]; self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece)); size -= len(piece)
+            self.wfile.write(b"0\r\n\r\n")
+        elif self.path.startswith("/big/"):
             size = int(self.path.split("/")[2])
             self.send_response(200); self.send_header("Content-Length", str(size)); self.end_headers()
             while size:
@@ -65,7 +89,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
 cert, key, host = sys.argv[1], sys.argv[2], sys.argv[3]
 for port, tls in ((80, False), (8080, False), (443, True), (8443, True)):
-    server = ThreadingHTTPServer((host, port), Handler)
+    server = Server((host, port), Handler)
     if tls:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); context.load_cert_chain(cert, key)
         server.socket = context.wrap_socket(server.socket, server_side=True)
@@ -77,7 +101,18 @@ threading.Event().wait()
 CLIENT = r'''
 import http.client, json, ssl, sys, time
 host, requests, megabytes, egress_ca, internet_ca = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-rounds = int(sys.argv[6])
+rounds, pids, body = int(sys.argv[6]), {"proxy": sys.argv[7], "server": sys.argv[8], "client": "self"}, sys.argv[9]
+def machine_ticks():
+    # CPU ticks the whole machine spent busy (everything but idle and iowait): other work included.
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return sum(fields) - fields[3] - fields[4]
+def ticks(pid):
+    # A process's own CPU ticks, all its threads (user + system; network softirq time the
+    # kernel accounts apart is only in the machine's figure).
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+def sample():
+    return {"machine_ticks": machine_ticks(), **{f"{who}_ticks": ticks(pid) for who, pid in pids.items()}}
 def connection(port):
     if port in (443, 8443):
         context = ssl.create_default_context(cafile=egress_ca if port == 443 else internet_ca)
@@ -108,14 +143,18 @@ size = megabytes * 1024 * 1024
 downloads = {}
 for name, (proxied, direct) in pairs.items():
     speeds = {"proxied": [], "direct": []}
+    cpu = {way: dict.fromkeys(["seconds", *sample()], 0.0) for way in speeds}
     for round_ in range(rounds):
         for way, port in (("proxied", proxied), ("direct", direct)):
             conn = connection(port)
-            start = time.perf_counter(); got = download(conn, f"/big/{size}"); elapsed = time.perf_counter() - start
+            before = sample()
+            start = time.perf_counter(); got = download(conn, f"/{body}/{size}"); elapsed = time.perf_counter() - start
+            for key, value in sample().items(): cpu[way][key] += value - before[key]
+            cpu[way]["seconds"] += elapsed
             conn.close()
             assert got == size, got
             speeds[way].append(size / elapsed / 1e6)
-    downloads[name] = speeds
+    downloads[name] = dict(speeds, cpu=cpu)
 results["downloads"] = downloads
 print(json.dumps(results))
 '''
@@ -157,7 +196,7 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def bench(requests: int, megabytes: int, rounds: int, work: Path) -> dict[str, Any]:
+async def bench(requests: int, megabytes: int, rounds: int, work: Path, body: str = "big") -> dict[str, Any]:
     ca_file, cert, key = internet_tls(work)
     network = HostNetwork(
         NetworkConfig(
@@ -194,7 +233,7 @@ async def bench(requests: int, megabytes: int, rounds: int, work: Path) -> dict[
             await nursery.start(proxy.serve)
             result = await trio.run_process(
                 ["ip", "netns", "exec", instance.netns, sys.executable, "-c", CLIENT, INTERNET, str(requests), str(megabytes),
-                 str(ca.cert_path), str(ca_file), str(rounds)],
+                 str(ca.cert_path), str(ca_file), str(rounds), str(os.getpid()), str(server.pid), body],
                 capture_stdout=True,
             )
             nursery.cancel_scope.cancel()
@@ -230,7 +269,24 @@ def summary(data: dict[str, Any], megabytes: int) -> dict[str, Any]:
         out["download"][name] = {
             "direct_mb_s": direct_mbps, "proxied_mb_s": proxied_mbps, "ratio": ratio, "goal_ratio": THROUGHPUT_GOAL,
             "met": ratio >= THROUGHPUT_GOAL, "rounds_direct": speeds["direct"], "rounds_proxied": speeds["proxied"],
+            "cpu": cpu_cost(speeds["cpu"], len(speeds["direct"]) * megabytes),
         }
+    return out
+
+
+def cpu_cost(cpu: dict[str, dict[str, float]], megabytes: int) -> dict[str, float]:
+    """What the downloads cost in CPU, per way: the client's, the server's and the proxy's
+    own CPU ms per MB, the machine's (everything running, the kernel's network work
+    included) and the cores it kept busy (a way near the machine's core count is bound by
+    CPU, not by the network). On a machine bound by CPU the ratio can be no better than
+    the direct way's cost over the proxied way's."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for way, row in cpu.items():
+        out[f"{way}_machine_ms_per_mb"] = row["machine_ticks"] * tick_ms / megabytes
+        out[f"{way}_cores_busy"] = row["machine_ticks"] * tick_ms / 1000 / row["seconds"] if row["seconds"] else 0.0
+        for who in ("client", "server", "proxy"):
+            out[f"{way}_{who}_ms_per_mb"] = row[f"{who}_ticks"] * tick_ms / megabytes
     return out
 
 
@@ -244,10 +300,17 @@ def report(out: dict[str, Any]) -> None:
         )
     for name, row in out["download"].items():
         print(
-            f"{name:5} {out['megabytes']} MB download (median of {len(row['rounds_direct'])}): direct {row['direct_mb_s']:.0f} MB/s, "
+            f"{name:5} {out['megabytes']} MB {out.get('body', '')}download (median of {len(row['rounds_direct'])}): direct {row['direct_mb_s']:.0f} MB/s, "
             f"proxied {row['proxied_mb_s']:.0f} MB/s, ratio {row['ratio']:.2f} "
             f"(goal >= {row['goal_ratio']}x direct: {'met' if row['met'] else 'MISSED'})"
         )
+        cpu = row["cpu"]
+        for way in ("direct", "proxied"):
+            print(
+                f"{'':5} CPU ms per MB {way:7}: client {cpu[f'{way}_client_ms_per_mb']:.2f}, server "
+                f"{cpu[f'{way}_server_ms_per_mb']:.2f}, proxy {cpu[f'{way}_proxy_ms_per_mb']:.2f}; machine "
+                f"{cpu[f'{way}_machine_ms_per_mb']:.2f} ({cpu[f'{way}_cores_busy']:.1f} of {os.cpu_count()} cores busy)"
+            )
 
 
 def main() -> None:
@@ -255,13 +318,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="GETs per way and scheme")
     parser.add_argument("--megabytes", type=int, default=50, help="size of each download")
     parser.add_argument("--rounds", type=int, default=5, help="downloads per way and scheme (the median counts)")
+    parser.add_argument("--chunked", action="store_true", help="download chunked bodies (the parsed path)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if os.geteuid() != 0:
         sys.exit("needs root (namespaces and nftables)")
     with tempfile.TemporaryDirectory() as work:
-        data = trio.run(bench, args.requests, args.megabytes, args.rounds, Path(work))
+        data = trio.run(bench, args.requests, args.megabytes, args.rounds, Path(work), "chunked" if args.chunked else "big")
     out = summary(data, args.megabytes)
+    if args.chunked:
+        out["body"] = "chunked "
     if args.json:
         print(json.dumps(out, indent=2))
     else:

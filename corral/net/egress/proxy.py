@@ -550,14 +550,25 @@ class EgressProxy:
 
     @staticmethod
     async def _relay_response_body(upstream: Peer, client: Peer, scrubber: ResponseScrubber | None) -> int:
+        """A body h11 parses (chunked, read to the close, or one a scrubber rewrites). h11
+        gives one event per upstream chunk: what one read brought goes on as one piece
+        (one chunk, one TLS write, one send) rather than as many small ones."""
         count = 0
+        event = await upstream.next_event()
         while True:
-            event = await upstream.next_event()
             if isinstance(event, h11.Data):
-                count += len(event.data)
-                data = scrubber.feed(bytes(event.data)) if scrubber is not None else event.data
+                pieces = [event.data]
+                event = upstream.conn.next_event()  # what h11 holds already: no wait
+                while isinstance(event, h11.Data):
+                    pieces.append(event.data)
+                    event = upstream.conn.next_event()
+                body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+                count += len(body)
+                data = scrubber.feed(bytes(body)) if scrubber is not None else body
                 if data:
                     await client.send(h11.Data(data=data))
+                if event is h11.NEED_DATA:
+                    event = await upstream.next_event()
             elif isinstance(event, h11.EndOfMessage):
                 if scrubber is not None:
                     tail = scrubber.finish()
@@ -591,6 +602,15 @@ class EgressProxy:
             count += moved
             if count < length:
                 raise trio.BrokenResourceError("the upstream closed the response")
+        if isinstance(upstream.stream, TLSStream) and count < length:
+            # Decrypted into one buffer for the whole body, encrypted again straight from it.
+            buffer = memoryview(bytearray(min(READ_SIZE, length - count)))
+            while count < length:
+                got = await upstream.stream.receive_into(buffer[: length - count])
+                if not got:
+                    raise trio.BrokenResourceError("the upstream closed the response")
+                count += got
+                await client.send_body(buffer[:got])
         while count < length:
             data = await upstream.stream.receive_some(min(READ_SIZE, length - count))
             if not data:
