@@ -47,6 +47,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--advertise", default=None, metavar="URL",
         help="where the other nodes reach this one (CORRAL_ADVERTISE_URL, default http://HOST:PORT)",
     )
+    serve.add_argument(
+        "--advertise-preview", default=None, metavar="URL",
+        help="where the other nodes' preview routers reach this one's (CORRAL_ADVERTISE_PREVIEW_URL,"
+        " default http://<the --advertise host>:PREVIEW_PORT)",
+    )
     serve.add_argument("--metrics-port", type=int, default=None, help="Prometheus metrics port, GET /metrics without authentication (CORRAL_METRICS_PORT, default: none)")
     serve.add_argument("--log-level", default=None, help=LOG_HELP)
     serve.add_argument("--edge", action="store_true", help="also run the TLS edge (Caddy) in front of the preview router")

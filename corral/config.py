@@ -199,6 +199,14 @@ class Settings:
     `http://<host>:<port>` (the host name for a wildcard `host`)."""
     node_region: str = ""
     """This node's region (`CORRAL_NODE_REGION`), one of `regions`; empty: the first."""
+    advertise_preview_url: str = ""
+    """Where the other nodes' preview routers reach this node's (`--advertise-preview`,
+    `CORRAL_ADVERTISE_PREVIEW_URL`), an http:// URL; empty: the advertised URL's host
+    and `preview_port` (none when that port is 0, chosen at start)."""
+    node_max_instances: int = 0
+    """Instance-backed resources placement may put on this node (`CORRAL_NODE_MAX_INSTANCES`); 0: no limit."""
+    node_max_memory_mb: int = 0
+    """The sum of their sizes' memory placement may put on this node (`CORRAL_NODE_MAX_MEMORY_MB`); 0: no limit."""
     def __post_init__(self) -> None:
         # Absolute, because instances are launched from processes with other working
         # directories (the zygote), and the default `./.corral` is relative.
@@ -221,6 +229,8 @@ class Settings:
         if self.metrics_port is not None and self.metrics_port in (self.port, self.preview_port):
             raise SettingsError("CORRAL_METRICS_PORT must differ from the API and preview ports")
         self._settle_node()
+        if self.node_max_instances < 0 or self.node_max_memory_mb < 0:
+            raise SettingsError("CORRAL_NODE_MAX_INSTANCES and CORRAL_NODE_MAX_MEMORY_MB must be non-negative integers (0: no limit)")
         if self.memory_reserve_mb is not None and self.memory_reserve_mb < 0:
             raise SettingsError("CORRAL_MEMORY_RESERVE_MB must be a non-negative number of MiB")
         if self.admin_key is not None and (
@@ -248,10 +258,26 @@ class Settings:
         if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.path not in ("", "/") or parsed.query:
             raise SettingsError("CORRAL_ADVERTISE_URL (--advertise) must be an http:// or https:// URL of a host (and port), e.g. http://10.0.0.5:8080")
         self.advertise_url = self.advertise_url.rstrip("/")
+        self._settle_preview_address(parsed.hostname)
         regions = [region.strip() for region in self.regions.split(",") if region.strip()]
         self.node_region = self.node_region or (regions[0] if regions else "local")
         if regions and self.node_region not in regions:
             raise SettingsError(f"CORRAL_NODE_REGION {self.node_region!r} is not one of CORRAL_REGIONS ({', '.join(regions)})")
+
+    def _settle_preview_address(self, advertised_host: str) -> None:
+        """The default and check of `advertise_preview_url` (plain HTTP: routers relay
+        to each other without TLS, as the edge reaches its own node's router)."""
+        if not self.advertise_preview_url and self.preview_port:
+            host = f"[{advertised_host}]" if ":" in advertised_host else advertised_host
+            self.advertise_preview_url = f"http://{host}:{self.preview_port}"
+        if self.advertise_preview_url:
+            parsed = urlsplit(self.advertise_preview_url)
+            if parsed.scheme != "http" or not parsed.hostname or parsed.path not in ("", "/") or parsed.query:
+                raise SettingsError(
+                    "CORRAL_ADVERTISE_PREVIEW_URL (--advertise-preview) must be an http:// URL of a host and port,"
+                    " e.g. http://10.0.0.5:8081"
+                )
+            self.advertise_preview_url = self.advertise_preview_url.rstrip("/")
 
     @classmethod
     def from_env(cls, **overrides: object) -> Settings:
@@ -316,6 +342,9 @@ class Settings:
             "node_name": env.get("CORRAL_NODE_NAME", ""),
             "advertise_url": env.get("CORRAL_ADVERTISE_URL", ""),
             "node_region": env.get("CORRAL_NODE_REGION", ""),
+            "advertise_preview_url": env.get("CORRAL_ADVERTISE_PREVIEW_URL", ""),
+            "node_max_instances": int(env.get("CORRAL_NODE_MAX_INSTANCES", "0")),
+            "node_max_memory_mb": int(env.get("CORRAL_NODE_MAX_MEMORY_MB", "0")),
             "egress_allowed_destinations": tuple(
                 item.strip() for item in env.get("CORRAL_EGRESS_ALLOWED_DESTINATIONS", "").split(",") if item.strip()
             ),
@@ -337,6 +366,7 @@ class Settings:
             metrics_port=getattr(args, "metrics_port", None),
             node_name=getattr(args, "node_name", None),
             advertise_url=getattr(args, "advertise", None),
+            advertise_preview_url=getattr(args, "advertise_preview", None),
         )
 
     def preview_origin(self, host: str, *, websocket: bool = False) -> str:

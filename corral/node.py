@@ -49,7 +49,8 @@ from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
-from corral.actors.periodic import run_periodically
+from corral.actors.nodes import lost
+from corral.actors.nodes.leases import Leases, run_leased
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
 from corral.actors.runtime import RuntimeHolder
@@ -86,6 +87,8 @@ log = logging.getLogger("corral")
 
 EGRESS_PRUNE_SECONDS = 3600.0
 """How often audit rows past their retention (90 days) are deleted."""
+EGRESS_PRUNE_LEASE = "egress-prune"
+"""The cluster lease of the prune: one node deletes old audit rows, not each of them."""
 
 
 @dataclass
@@ -158,6 +161,9 @@ class Platform:
     """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
     deployment_sites: deployments.DeploymentSites | None = None
     """The router's in-memory table of deployment hosts (set when the parts start)."""
+    leases: Leases = field(init=False)
+    """The cluster-wide leases of the jobs that run on one node at a time
+    (`corral.actors.nodes.leases`): taking over lost nodes' resources, the egress prune."""
     rate_counts: SharedRateCounts | None = None
     """Where the nodes of a PostgreSQL store add up their rate-limit counts (the API's
     limiter shares through it); None on SQLite, whose one node counts alone."""
@@ -313,6 +319,7 @@ async def _join_cluster(platform: Platform) -> None:
     platform.system.register(*nodes.ACTORS)
     await nodes.join(platform)
     await platform.nursery.start(nodes.keep_alive, platform)
+    await platform.nursery.start(platform.leases.run)
 
 
 async def _start_parts(platform: Platform) -> None:
@@ -327,6 +334,10 @@ async def _start_parts(platform: Platform) -> None:
         platform.nursery.start_soon(platform.runtime.prepare_templates)
     if platform.runtime.has_instances():
         await platform.runtime.driver()
+    if platform.leases.shared:  # before anything adopts what other nodes took while this one was lost
+        await platform.nursery.start(
+            lost.check_orphans_forever, platform.db, platform.settings.node_name, platform.runtime, platform.databases.driver
+        )
     if platform.settings.warm_pool > 0:
         platform.warm_pool = sandboxes.WarmPool(platform.settings, platform.runtime, platform.agents)
         await platform.nursery.start(platform.warm_pool.run, platform.db)
@@ -346,20 +357,33 @@ async def _start_parts(platform: Platform) -> None:
         log.info("following %d agent run(s) again", resumed)
     watches = [sandboxes.idle_watch(), computers.idle_watch(platform)]
     await platform.nursery.start(
-        instances.watch_idle, platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds
+        partial(instances.watch_idle, node=platform.settings.node_name),
+        platform.db, platform.system, watches, lambda: platform.settings.idle_check_seconds,
     )
     await platform.nursery.start(egress.forget_gone_resources, platform)
     platform.edge_secret = edge_secret(platform.settings.data_dir, platform.settings.edge_secret)
     platform.edge_hosts = domains.EdgeHosts(platform)
     await platform.nursery.start(domains.start, platform, platform.edge_hosts, platform.edge_secret)
     await platform.nursery.start(
-        partial(run_periodically, wait_first=False),
-        partial(egress.prune, platform.db),
-        lambda: EGRESS_PRUNE_SECONDS,
+        run_leased, platform.leases, EGRESS_PRUNE_LEASE, partial(egress.prune, platform.db), lambda: EGRESS_PRUNE_SECONDS,
         "egress audit retention",
     )
     await databases.start_background(platform)
     await _start_deployments(platform)
+    await _take_over_lost_nodes(platform)
+
+
+async def _take_over_lost_nodes(platform: Platform) -> None:
+    """On a store several nodes share: the node holding the lease takes over the
+    resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`)."""
+    if not platform.leases.shared:
+        return
+    kinds = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
+    await platform.nursery.start(
+        run_leased, platform.leases, lost.LEASE,
+        partial(lost.sweep, platform.db, platform.system, platform.settings.node_name, kinds, agent_runs.AgentRunActor),
+        lambda: lost.SWEEP_SECONDS, "taking over lost nodes' resources",
+    )
 
 
 async def _hear_other_nodes(platform: Platform) -> None:
@@ -430,6 +454,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 egress_proxy=proxy,
             )
             platform.databases = database_node(settings)
+            platform.leases = Leases(db, settings.node_name, shared=db.dialect == "postgresql")
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
             platform.run_profiles = agent_profiles.RunProfileResolver(platform)
             platform.sandbox_templates = templates.TemplateResolver()
@@ -462,6 +487,7 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                         platform.webhooks.worker.drain()
                     if platform.warm_pool is not None:
                         await platform.warm_pool.stop()
+                    await platform.leases.release()  # the other nodes take this one's jobs at once
                     await nodes.leave(platform)  # lost at once, not 6 s from now
                     await platform.system.shutdown()
                     await platform.agents.aclose()

@@ -104,17 +104,18 @@ def api_front(app: QuartTrio) -> ApiFront:
     """The ASGI application to serve: the routes straight through the pipeline, the
     rest through `app` (`front.py` says why)."""
     pipeline: Pipeline = app.extensions["corral.pipeline"]
-    forwarder = node_forwarder(app.extensions["corral.platform"])
+    forwarder = node_forwarder(app.extensions["corral.platform"], pipeline)
     return ApiFront(routes_of(app), pipeline.run, app, MAX_BODY_BYTES, forwarder)  # type: ignore[arg-type]
 
 
-def node_forwarder(platform: Platform) -> Forwarder | None:
+def node_forwarder(platform: Platform, pipeline: Pipeline) -> Forwarder | None:
     """On a store several nodes share (PostgreSQL), what sends a resource's requests to
     the node it lives on (`forward.py`); on SQLite, nothing: every resource is here."""
     if platform.db.dialect != "postgresql":
         return None
     homes = Homes(platform.db, platform.settings.node_name, shared=True)
-    return Forwarder(homes, forwarding_key(platform.jwt_secret))
+    regions = [name.strip() for name in platform.settings.regions.split(",") if name.strip()]
+    return Forwarder(homes, forwarding_key(platform.jwt_secret), regions, pipeline.authenticator.authenticate)
 
 
 def named(route: str) -> None:

@@ -18,24 +18,37 @@ A request that arrives forwarded is served where it arrives, never forwarded aga
 
 The client is `node_client.NodeClient` (h11, kept-alive connections to each node): the
 request head and body are the caller's, the framing h11's.
+
+A create (`POST /api/v1/{sandboxes|computers|databases}`) has no home yet: the node it
+reaches places it (`corral.actors.nodes.placement`: a node with room, and a claim on
+that room) and serves it itself, or forwards it to the chosen node with
+`X-Corral-Placed: <claim id> <node> <unix time> <HMAC>`, signed as above, which that
+node serves without placing again; it holds the claim while it creates the resource
+(`claims.holding`) and releases it when the create ends. The caller cannot tell which
+node served it, except by the record's `node`. A create's body is read whole before
+placing (at most `MAX_CREATE_BODY`): placement needs its size, template and region.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 
+from corral.actors.computers import get_template
+from corral.actors.nodes import claims, placement
 from corral.actors.nodes.homes import Home, Homes
 from corral.errors import ApiError
 
 from .node_client import NodeClient, NodeUnreachable
+from .observe import current
 from .pipeline import error_answer, new_request_id
 from .replies import JsonAnswer
 
@@ -46,11 +59,20 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 HEADER = b"x-corral-forwarded"
+PLACED = b"x-corral-placed"
 SIGNATURE_SECONDS = 60
 RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/([0-9A-Za-z_-]{1,64})(?:/|$)")
+CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
+PLACING_AT_ONCE = 2
+"""Placements this node has in the store at once: the others wait here, not on the
+cluster's lock holding one of the store's 10 connections each (a burst of creates
+would leave none for the node's other requests); placements are one at a time in
+the cluster anyway."""
+MAX_CREATE_BODY = 1024 * 1024
+"""A create's body, read whole for placement on a store several nodes share; past it, 413."""
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
-    b"transfer-encoding", b"upgrade", b"content-length", b"expect", HEADER,
+    b"transfer-encoding", b"upgrade", b"content-length", b"expect", HEADER, PLACED,
 })  # fmt: skip
 """Headers of one hop (RFC 9110 §7.6.1), and the length, which goes on as it came or as
 the client counts it. `Host` goes on unchanged: the home answers as if asked directly."""
@@ -61,10 +83,23 @@ def forwarding_key(jwt_secret: str) -> bytes:
     return hmac.new(jwt_secret.encode(), b"corral node-to-node forwarding", hashlib.sha256).digest()
 
 
+Serve = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+Authenticate = Callable[[str | None, str | None], Awaitable[object]]
+"""The pipeline's check of a request's credentials (`Authenticator.authenticate`)."""
+
+
 class Forwarder:
-    def __init__(self, homes: Homes, key: bytes) -> None:
+    def __init__(
+        self, homes: Homes, key: bytes, regions: Sequence[str] = (), authenticate: Authenticate | None = None
+    ) -> None:
         self.homes = homes
         self.key = key
+        self.regions = frozenset(regions)
+        """`CORRAL_REGIONS`: a create naming another region is left to the route's 422."""
+        self.authenticate = authenticate
+        """Creates are placed only for valid credentials: no caller without them takes
+        the cluster's placement lock or holds room; the route answers its 401."""
+        self.placing = trio.CapacityLimiter(PLACING_AT_ONCE)
         self.client = NodeClient()
 
     # -- the caller's address, signed -------------------------------------------------
@@ -105,12 +140,17 @@ class Forwarder:
             return None
         return await self.homes.elsewhere(match[1], match[2])
 
-    async def forward(self, scope: dict[str, Any], receive: Receive, send: Send, home: Home) -> None:
+    async def forward(
+        self, scope: dict[str, Any], receive: Receive, send: Send, home: Home, extra: Sequence[tuple[bytes, bytes]] = ()
+    ) -> bool:
+        """Send the request to `home` and relay its answer; False when the home could not
+        be reached before answering (the caller got a 503), True once it answered."""
         client = scope.get("client")
         headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP]
         if not any(name == b"host" for name, _ in headers):
             headers.append((b"host", home.url.split("://", 1)[-1].encode()))
         headers.append((HEADER, self.sign(client[0] if client else "")))
+        headers.extend(extra)
         query = scope.get("query_string", b"")
         target = scope["raw_path"] + (b"?" + query if query else b"")
         whole = scope.get("extensions", {}).get("corral.whole_body")
@@ -123,7 +163,7 @@ class Forwarder:
         except NodeUnreachable as exc:
             log.warning("forwarding %s %s to node %s failed: %s", scope["method"], scope["path"], home.name, exc)
             await _unreachable(send, home)
-            return
+            return False
         try:
             async with trio.open_nursery() as nursery:
                 if whole is not None:  # the body is in: what comes now is the caller leaving
@@ -138,6 +178,121 @@ class Forwarder:
             log.warning("node %s broke off the answer to %s %s: %s", home.name, scope["method"], scope["path"], exc)
         finally:
             await answer.aclose()
+        return True
+
+    # -- creates: placed, then served here or forwarded -------------------------------
+
+    def places(self, scope: dict[str, Any]) -> bool:
+        """Whether the request is a create, which placement sends to a node (`place`)."""
+        return scope["method"] == "POST" and CREATE_PATH.match(scope["path"]) is not None
+
+    def sign_placed(self, claim_id: str, node: str) -> bytes:
+        stamp = str(int(time.time()))
+        return f"{claim_id} {node} {stamp} {self._signature('placed ' + claim_id, node, stamp)}".encode()
+
+    def placed_claim(self, scope: dict[str, Any]) -> str | None:
+        """The claim a create forwarded by placement holds on this node (a valid, fresh
+        signature naming this node), else None. Any `X-Corral-Placed` is taken out."""
+        headers = scope["headers"]
+        found = [value for name, value in headers if name == PLACED]
+        if not found:
+            return None
+        scope["headers"] = [(name, value) for name, value in headers if name != PLACED]
+        parts = found[0].decode("latin-1").split(" ")
+        if len(parts) != 4:
+            return None
+        claim_id, node, stamp, signature = parts
+        if node != self.homes.node_name or not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
+            return None
+        if not hmac.compare_digest(signature, self._signature("placed " + claim_id, node, stamp)):
+            log.warning("a create claimed to be placed on this node with a wrong signature")
+            return None
+        return claim_id
+
+    async def place(self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve) -> None:
+        """A create: placed on a node with room and served there (here, or forwarded with
+        its claim); one that another node placed here is served with the claim it holds."""
+        if self.arrived_forwarded(scope):
+            await self._serve_claimed(scope, receive, send, serve_here, self.placed_claim(scope))
+            return
+        self.placed_claim(scope)  # a caller's own is dropped
+        body = await _whole_body(scope, receive)
+        if body is None:
+            return  # the caller went away
+        if len(body) > MAX_CREATE_BODY:
+            await _send_error(send, ApiError(413, "PAYLOAD_TOO_LARGE", f"a create's body may be at most {MAX_CREATE_BODY} bytes"))
+            return
+        demand = self.demand(scope, body)
+        if demand is None or not await self._authenticated(scope):  # the route's answer (401, 400, 422), here
+            await serve_here(scope, receive, send)
+            return
+        try:
+            async with self.placing:
+                placed = await placement.place(self.homes.db, self.homes.node_name, demand)
+        except ApiError as error:
+            await _send_error(send, error)
+            return
+        if placed.node == self.homes.node_name:
+            await self._serve_claimed(scope, receive, send, serve_here, placed.claim_id)
+            return
+        home = Home(placed.node, placed.url)
+        record = current()
+        if record is not None:
+            record.route = "forwarded"  # as the front names a forwarded request's route
+        if not await self.forward(scope, receive, send, home, [(PLACED, self.sign_placed(placed.claim_id, placed.node))]):
+            with trio.CancelScope(shield=True):
+                await claims.release(self.homes.db, placed.claim_id)
+
+    async def _authenticated(self, scope: dict[str, Any]) -> bool:
+        if self.authenticate is None:
+            return True
+        client = scope.get("client")
+        try:
+            await self.authenticate(_header(scope, b"authorization").decode("latin-1") or None, client[0] if client else None)
+        except ApiError:
+            return False
+        return True
+
+    def demand(self, scope: dict[str, Any], body: bytes) -> placement.Demand | None:
+        """What placement needs of a create's body; None for one the route answers
+        itself without creating anything (no credentials, a body it refuses)."""
+        if not any(name == b"authorization" for name, _ in scope["headers"]):
+            return None
+        try:
+            data = json.loads(body) if body.strip() else {}
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+            return None
+        if not isinstance(data, dict):
+            return None
+        size, region = data.get("size", "small"), data.get("region")
+        if not isinstance(size, str) or size not in placement.SIZE_NAMES:
+            return None
+        if region is not None and (not isinstance(region, str) or region not in self.regions):
+            return None
+        match = CREATE_PATH.match(scope["path"])
+        assert match is not None
+        kind, template = match[1], None
+        if kind == "sandboxes":
+            named = data.get("template_id", "default")
+            template = named if isinstance(named, str) else None
+        elif kind == "computers":
+            found = get_template(data["template_type"]) if isinstance(data.get("template_type"), str) else None
+            template = found.runtime_template if found is not None else None
+        return placement.Demand(kind, size, template, region)
+
+    async def _serve_claimed(
+        self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve, claim_id: str | None
+    ) -> None:
+        """Serve a create here; the claim it holds ends with it."""
+        if claim_id is None:
+            await serve_here(scope, receive, send)
+            return
+        try:
+            with claims.holding(claim_id):
+                await serve_here(scope, receive, send)
+        finally:
+            with trio.CancelScope(shield=True):
+                await claims.release(self.homes.db, claim_id)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -165,10 +320,34 @@ def _header(scope: dict[str, Any], name: bytes) -> bytes:
     return next((value for key, value in scope["headers"] if key == name), b"")
 
 
+async def _whole_body(scope: dict[str, Any], receive: Receive) -> bytes | None:
+    """The request's body, read whole (up to one byte past `MAX_CREATE_BODY`) and handed
+    on in the scope as the server hands over one that came with its head; None when
+    the caller went away first."""
+    extensions = scope.setdefault("extensions", {})
+    whole = extensions.get("corral.whole_body")
+    if whole is not None:
+        return bytes(whole)
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body += message.get("body", b"")
+        if len(body) > MAX_CREATE_BODY or not message.get("more_body", False):
+            break
+    extensions["corral.whole_body"] = bytes(body)
+    return bytes(body)
+
+
 async def _unreachable(send: Send, home: Home) -> None:
     message = f"the node that hosts this resource ({home.name}) cannot be reached; try again shortly"
+    await _send_error(send, ApiError(503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": "2"}))
+
+
+async def _send_error(send: Send, error: ApiError) -> None:
     request_id = new_request_id()
-    answer = error_answer(ApiError(503, "SERVICE_UNAVAILABLE", message, headers={"Retry-After": "2"}), request_id)
+    answer = error_answer(error, request_id)
     assert isinstance(answer, JsonAnswer)
     await send({"type": "http.response.start", "status": answer.status_code, "headers": answer.raw_headers()})
     await send({"type": "http.response.body", "body": answer.body})

@@ -37,6 +37,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge, RequestTim
 from werkzeug.routing import Map, MapAdapter, Rule
 
 from .forward import Forwarder
+from .forward_ws import forward_websocket
 from .observe import current
 from .replies import Answer, JsonAnswer
 from .routing import Route
@@ -53,6 +54,8 @@ FORWARDED = "forwarded"
 """The route of a request this node sent on to the resource's home (its record's label)."""
 BODY_TIMEOUT = 60.0
 """As Quart's `BODY_TIMEOUT`: a body that does not arrive within this is a 408."""
+MATCHES_KEPT = 4096
+"""Paths whose route `ApiFront.match` remembers (all forgotten at once when full)."""
 
 
 def declared_length(scope: dict[str, Any]) -> int | None:
@@ -139,9 +142,15 @@ class ApiRequest:
         return f"{self.scope.get('scheme', 'http')}://{self.headers.get('Host', '')}/"
 
     async def get_data(self, cache: bool = True, as_text: bool = False) -> Any:
-        """The whole body (`cache` is accepted for Quart's signature: it is always kept)."""
-        with trio.move_on_after(BODY_TIMEOUT):
-            await self._body.complete.wait()
+        """The whole body (`cache` is accepted for Quart's signature: it is always kept).
+
+        A body already in (nearly always: it came with the head) is taken without a
+        wait: `Event.wait` on a set event still yields to the scheduler, a trip every
+        other ready task and a poll of the sockets ride on, on the way to the agent
+        (issue 28: one of the exec's five scheduler steps)."""
+        if not self._body.complete.is_set():
+            with trio.move_on_after(BODY_TIMEOUT):
+                await self._body.complete.wait()
         if self._body.too_large:
             raise RequestEntityTooLarge()
         if not self._body.complete.is_set():
@@ -173,6 +182,9 @@ class ApiFront:
         self.max_body_bytes = max_body_bytes
         rules = [Rule(route.rule, endpoint=index, methods=[route.method]) for index, route in enumerate(self.routes)]
         self.adapter: MapAdapter = Map(rules).bind("localhost")
+        self._matched: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
+        """The adapter's answers by path and method: a client calls the same paths again
+        (an exec loop on one sandbox), and a werkzeug match costs a tenth of the pipeline."""
 
     def match(self, scope: dict[str, Any]) -> tuple[Route, dict[str, Any]] | None:
         """The route and path parameters Quart would find, or None for what Quart serves itself."""
@@ -181,14 +193,28 @@ class ApiFront:
         for name, value in scope["headers"]:
             if name.lower() == b"content-type" and value.lower().startswith(FORM_TYPES):
                 return None
-        try:
-            index, params = self.adapter.match(scope["path"], scope["method"])
-        except HTTPException:  # not found, not allowed, or a redirect: Quart's answers
-            return None
-        return self.routes[index], dict(params)
+        key = (scope["path"], scope["method"])
+        known = self._matched.get(key)
+        if known is None:
+            try:
+                index, params = self.adapter.match(*key)
+            except HTTPException:  # not found, not allowed, or a redirect: Quart's answers
+                return None
+            if len(self._matched) >= MATCHES_KEPT:
+                self._matched.clear()
+            known = self._matched[key] = (int(index), dict(params))
+        return self.routes[known[0]], dict(known[1])
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         forwarder = self.forwarder
+        if forwarder is not None and scope["type"] == "websocket" and not forwarder.arrived_forwarded(scope):
+            home = await forwarder.home_of(scope)
+            if home is not None:  # a WebSocket of a resource on another node: relayed there
+                await forward_websocket(forwarder, scope, receive, send, home)
+                return
+        if forwarder is not None and scope["type"] == "http" and forwarder.places(scope):
+            await forwarder.place(scope, receive, send, self._serve)  # a create: placed on a node with room
+            return
         if forwarder is not None and scope["type"] == "http" and not forwarder.arrived_forwarded(scope):
             home = await forwarder.home_of(scope)
             if home is not None:  # the resource lives on another node: its request goes there
@@ -197,6 +223,10 @@ class ApiFront:
                     record.route = FORWARDED
                 await forwarder.forward(scope, receive, send, home)
                 return
+        await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        """Serve the request on this node: a route through the pipeline, the rest through Quart."""
         matched = self.match(scope)
         if matched is None:
             await self.fallback(scope, receive, send)

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from quart import Response, request
+from quart import Response, has_websocket_context, request, websocket
 from quart.wrappers.response import DataBody
 from werkzeug.exceptions import HTTPException
 
@@ -44,8 +44,11 @@ def new_request_id() -> str:
 
 
 def client_ip(incoming: Any = None) -> str | None:
-    """The client's address, of `incoming` or else of Quart's current request."""
-    remote: str | None = (incoming if incoming is not None else request).remote_addr
+    """The client's address, of `incoming` or else of Quart's current request (or
+    WebSocket: an unknown WebSocket path's 404 is answered outside a request)."""
+    if incoming is None:
+        incoming = websocket if has_websocket_context() else request
+    remote: str | None = incoming.remote_addr
     return remote
 
 

@@ -232,8 +232,10 @@ async def cancel_run(platform: AgentRunServices, run: AgentRunRecord) -> AgentRu
 
 
 async def resume_runs(platform: AgentRunServices) -> int:
-    """At start-up: activate every running run's actor, so it follows its process again."""
-    running = await store.running_ids(platform.db)
+    """At start-up: activate the actor of every running run whose target this node hosts,
+    so it follows its process again (another node's runs are its own to follow: here the
+    target's actor is refused, and the run would end `failed`)."""
+    running = await store.running_ids_followed_by(platform.db, platform.settings.node_name)
     for run_id in running:
         try:
             await platform.system.get(AgentRunActor, run_id)

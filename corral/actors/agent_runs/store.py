@@ -137,6 +137,20 @@ async def running_ids(db: Database) -> list[str]:
     return [str(row["id"]) for row in await db.fetch_all("SELECT id FROM agent_runs WHERE status = 'running'")]
 
 
+async def running_ids_followed_by(db: Database, node: str) -> list[str]:
+    """Running runs whose target `node` hosts (or whose target has no home, or is gone):
+    a run is followed on its target's home, where the target's actor lives (issue 30)."""
+    rows = await db.fetch_all(
+        "SELECT agent_runs.id FROM agent_runs"
+        " LEFT JOIN sandboxes ON agent_runs.target_kind = 'sandbox' AND sandboxes.id = agent_runs.target_id"
+        " LEFT JOIN computers ON agent_runs.target_kind = 'computer' AND computers.id = agent_runs.target_id"
+        " WHERE agent_runs.status = 'running' AND (COALESCE(sandboxes.node, computers.node) IS NULL"
+        " OR COALESCE(sandboxes.node, computers.node) = ?)",
+        (node,),
+    )
+    return [str(row["id"]) for row in rows]
+
+
 def insert_run(tx: Transaction, record: AgentRunRecord) -> None:
     RUNS.insert(tx, record)
 

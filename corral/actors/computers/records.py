@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.actors.nodes.lost import public_error
 from corral.config import Settings
 from corral.models import integer_range_pattern
 from corral.vm import SIZES
@@ -91,7 +92,7 @@ def computer_public(row: ComputerRecord, settings: Settings) -> dict[str, Any]:
         "updated_at": row.updated_at,
     }
     if row.error:
-        public["error"] = row.error
+        public["error"] = public_error(row.error)
     return public
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from corral.actors.nodes import claims, placement
 from corral.actors.ref import ActorRef
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.actors.tenancy import store as tenancy_store
@@ -79,6 +80,9 @@ class NewComputer(Placement, ProfileRequest):
     snapshot_id: Annotated[
         str | None, Rule(format="uuid", description="a ready snapshot of the tenant's: the new computer starts with its files")
     ] = None
+    region: Annotated[
+        str | None, Rule(description="one of CORRAL_REGIONS: placed on a node of that region (default: the node that places it)")
+    ] = None
 
     @property
     def apps(self) -> list[str]:
@@ -99,7 +103,9 @@ def check_template(new: NewComputer) -> None:
 
 async def _create(platform: ComputerServices, draft: ComputerDraft) -> ActorRef[ComputerActor]:
     """The new computer's actor, which writes its row (and `computer.created`)."""
-    return await platform.system.create(ComputerActor, new_uuid(), draft)
+    computer_id = new_uuid()
+    await claims.bind(platform.db, computer_id)  # placement's claim: from its row on, the row counts
+    return await platform.system.create(ComputerActor, computer_id, draft)
 
 
 async def create_computer(
@@ -108,6 +114,7 @@ async def create_computer(
     """Check the template, the snapshot, the profile and the credits, attribute, insert
     `provisioning`, boot (from the snapshot's files when there is one)."""
     check_template(new)
+    region = placement.region_of(platform.settings.regions, platform.settings.node_region, new.region)
     snapshot = None
     if new.snapshot_id is not None:
         snapshot = await source_snapshot(
@@ -125,7 +132,7 @@ async def create_computer(
         name=new.name,
         template_type=new.template_type,
         size=new.size,
-        region=regions(platform)[0],
+        region=region,
         selected_apps=new.apps,
         resolution=new.resolution or template.resolution,
         agent_runtime_profile_id=profile.id if profile else None,

@@ -53,6 +53,8 @@ async def start_background(platform: DatabaseServices) -> None:
     for restore in await store.unfinished_restores(platform.db):
         await store.finish_restore(platform.db, restore.id, "interrupted by a restart of the control plane")
     for row in rows:
+        if row.node not in (None, platform.settings.node_name):
+            continue  # another node's (issue 30): re-adopted there; this node may not activate its actor
         with contextlib.suppress(Exception):
             await listen(platform, row)
         node.proxy.mark_active(row.id)

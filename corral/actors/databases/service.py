@@ -8,7 +8,9 @@ import dataclasses
 import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from corral.actors.nodes import claims, placement
 from corral.actors.nodes.gate import require_accepting_work
+from corral.actors.nodes.lost import public_error
 from corral.actors.ref import ActorRef
 from corral.actors.runtime import require_disk_reserve
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
@@ -62,7 +64,7 @@ def database_public(row: DatabaseRecord) -> dict[str, Any]:
     public = {name: getattr(row, name) for name in PUBLIC_FIELDS}
     public.update(vcpus=int(limits.vcpus), memory_mb=limits.memory_mb, storage_bytes=STORAGE_BYTES[row.size])
     if row.error:
-        public["error"] = row.error
+        public["error"] = public_error(row.error)
     return public
 
 
@@ -100,6 +102,9 @@ class NewDatabase(Placement):
     engine: Annotated[str, Rule(description="only `postgresql`")] = "postgresql"
     size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
     auto_suspend_seconds: AutoSuspend = None
+    region: Annotated[
+        str | None, Rule(description="one of CORRAL_REGIONS: placed on a node of that region (default: the node that places it)")
+    ] = None
 
 
 @model
@@ -179,6 +184,7 @@ async def _create(
         pg_database=database,
         password_sealed=None if password is None else _seal(platform, attribution.tenant_id, database_id, password),
     )
+    await claims.bind(platform.db, database_id)  # placement's claim: from its row on, the row counts
     ref = await platform.system.create(DatabaseActor, database_id, draft)
     record: DatabaseRecord = await ref.ask(Get())
     await listen(platform, record)
@@ -194,10 +200,11 @@ async def create_database(
         if new.workspace_id not in (None, key_workspace_id) or new.workspace_slug or new.workspace_name:
             raise forbidden("this key is restricted to one workspace; give its workspace_id or none")
         new = dataclasses.replace(new, workspace_id=key_workspace_id)
+    region = placement.region_of(platform.settings.regions, platform.settings.node_region, new.region)
     attribution = await resolve_attribution(platform.db, tenant_id, new, owner)
     auto_suspend = DEFAULT_AUTO_SUSPEND if new.auto_suspend_seconds is None else new.auto_suspend_seconds
     record, ref = await _create(
-        platform, attribution, owner, name=new.name.strip(), size=new.size, region=regions(platform)[0],
+        platform, attribution, owner, name=new.name.strip(), size=new.size, region=region,
         auto_suspend=auto_suspend, password=new_password(),
     )
     await ref.ask(Boot())

@@ -5,8 +5,9 @@ A resource is idle when it runs, has a positive `auto_stop` (seconds), and its
 The watcher sends the kind's idle message (`IdleStop`, `Suspend`, ...) carrying
 what it saw; the actor re-reads `last_activity_at` before acting, because activity
 may have arrived since the scan, and emits `<kind>.idle` itself. Every node runs the
-watcher: the actor's transition table makes a second stop of the same resource a
-refusal, not a double stop.
+watcher over the resources it hosts (their `node`, issue 30: another node's actor is not
+activated here); the actor's transition table makes a second stop of the same resource
+a refusal, not a double stop.
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ class IdleWatch:
     """A resource doing something that writes no activity yet (a long exec) is not idle."""
 
 
-async def stop_idle(db: Database, refs: Refs, watch: IdleWatch) -> int:
-    """One round for one kind; returns how many were stopped."""
+async def stop_idle(db: Database, refs: Refs, watch: IdleWatch, node: str | None = None) -> int:
+    """One round for one kind (with `node`: of the resources that node hosts); returns
+    how many were stopped."""
     await db.later.flush()  # activity is written behind the requests that made it
+    hosted = "" if node is None else " AND (node IS NULL OR node = ?)"
     rows = await db.fetch_all(
         f"SELECT id, auto_stop, last_activity_at, created_at FROM {sql_identifier(watch.table)}"
-        " WHERE status = 'running' AND auto_stop IS NOT NULL AND auto_stop > 0"
+        f" WHERE status = 'running' AND auto_stop IS NOT NULL AND auto_stop > 0{hosted}",
+        () if node is None else (node,),
     )
     now = utc_now()
     stopped = 0
@@ -74,12 +78,13 @@ async def watch_idle(
     watches: Sequence[IdleWatch],
     interval: Callable[[], float],
     *,
+    node: str | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Every `interval()` seconds, one round for each kind."""
+    """Every `interval()` seconds, one round for each kind (of `node`'s resources)."""
 
     async def round_() -> None:
         for watch in watches:
-            await stop_idle(db, refs, watch)
+            await stop_idle(db, refs, watch, node)
 
     await run_periodically(round_, interval, "the idle check", task_status=task_status)

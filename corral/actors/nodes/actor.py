@@ -46,6 +46,10 @@ class NodeLoad:
     pooled: int
     memory_mb_used: int
     templates: list[str]
+    max_instances: int = 0
+    max_memory_mb: int = 0
+    disk_reserve_mb: int = 0
+    """Placement's limits on the node (`placement.py`), from its settings."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Join:
     load: NodeLoad
     single_node: bool
     """The store is SQLite: no second node may share it."""
+    advertise_preview_url: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,7 +101,8 @@ class NodeActor(RecordActor):
         now = utc_now_iso()
         record = NodeRecord(
             name=self.id, advertise_url=draft.advertise_url, region=draft.region, state=ACTIVE, boot_id=draft.boot_id,
-            started_at=now, heartbeat_at=now, updated_at=now, **dataclasses.asdict(draft.load),
+            started_at=now, heartbeat_at=now, updated_at=now, advertise_preview_url=draft.advertise_preview_url,
+            **dataclasses.asdict(draft.load),
         )
 
         def write(tx: Transaction) -> None:
@@ -116,7 +122,7 @@ class NodeActor(RecordActor):
             values: dict[str, Any] = {
                 "state": next_state, "advertise_url": message.advertise_url, "region": message.region,
                 "boot_id": message.boot_id, "started_at": now, "heartbeat_at": now, "updated_at": now,
-                **dataclasses.asdict(message.load),
+                "advertise_preview_url": message.advertise_preview_url, **dataclasses.asdict(message.load),
             }
 
             def write(tx: Transaction) -> None:

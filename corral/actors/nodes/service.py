@@ -57,6 +57,8 @@ async def measure(platform: NodeServices) -> NodeLoad:
         cores=os.cpu_count() or 1, memory_mb=total, disk_free_mb=disk[1] // MIB if disk else 0, instances=instances,
         pooled=min(pooled, instances), memory_mb_used=max(0, total - memory_available_mb()),
         templates=sorted(name for name in RECIPES if templates.is_built(name)),
+        max_instances=platform.settings.node_max_instances, max_memory_mb=platform.settings.node_max_memory_mb,
+        disk_reserve_mb=round(platform.settings.disk_reserve_gb * 1024),
     )
 
 
@@ -67,6 +69,7 @@ async def join(platform: NodeServices) -> NodeRecord:
     message = Join(
         advertise_url=settings.advertise_url, region=settings.node_region, boot_id=new_ulid(),
         load=await measure(platform), single_node=platform.db.dialect == "sqlite",
+        advertise_preview_url=settings.advertise_preview_url,
     )
     name = settings.node_name
     if message.single_node:
@@ -113,6 +116,7 @@ def public(record: NodeRecord, lost_since: str, resources: int) -> dict[str, Any
     return {
         "name": record.name,
         "advertise_url": record.advertise_url,
+        "advertise_preview_url": record.advertise_preview_url,
         "region": record.region,
         "state": store.seen_state(record, lost_since),
         "heartbeat_at": record.heartbeat_at,
@@ -120,6 +124,10 @@ def public(record: NodeRecord, lost_since: str, resources: int) -> dict[str, Any
         "capacity": {"cores": record.cores, "memory_mb": record.memory_mb, "disk_free_gb": round(record.disk_free_mb / 1024, 1)},
         "load": {"instances": record.instances, "warm_pool": record.pooled, "memory_mb_used": record.memory_mb_used},
         "resources": resources,
+        "room": {  # placement's limits on the node (docs/api.md "Placement"); 0: none
+            "max_instances": record.max_instances, "max_memory_mb": record.max_memory_mb,
+            "disk_reserve_gb": round(record.disk_reserve_mb / 1024, 1),
+        },
         "templates": record.templates,
     }
 

@@ -41,7 +41,16 @@ class NodeRecord:
     """Of those, the warm pool's (booted, unassigned)."""
     memory_mb_used: int
     templates: list[str] = field(hash=False)
+    max_instances: int
+    """Placement's limits on this node (`placement.py`): resources it hosts, 0 none."""
+    max_memory_mb: int
+    """The sum of their sizes' memory, 0 none."""
+    disk_reserve_mb: int
+    """It takes nothing new below this much free disk (its own create gate, too)."""
     updated_at: str
+    advertise_preview_url: str = ""
+    """Where the other nodes' preview routers relay requests for this node's instances
+    (`--advertise-preview`); empty: nowhere (they are served only through this node)."""
 
 
 NODES = RowStore("nodes", NodeRecord, id_column="name", json_columns=("templates",))

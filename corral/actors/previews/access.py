@@ -25,6 +25,9 @@ have no event: the node that made the change tells the others with a notice
 (`corral.storage.Notices`, topics `SANDBOX_CHANGED`, `SHARE_REVOKED` and
 `domains.PREVIEW_DOMAINS_CHANGED`), so every node's router follows within
 milliseconds.
+
+A sandbox that lives on another live node is relayed to that node's router after
+step 1, as it came, and that router does the rest (`remote.py` says why there).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from corral.vm import InstanceInfo
 from . import domains, store
 from .access_cache import AccessCache
 from .host_access import ActivityMarks, cleared_cookie, token_cookie
+from .remote import RemoteRouters
 from .services import PreviewServices
 from .tokens import (
     PREVIEW_PREFIX,
@@ -83,6 +87,8 @@ class SandboxEntry:
     netns: str | None
     ports: frozenset[int]
     domains: frozenset[str]
+    home: Upstream | None = None
+    """The router of the other node where the sandbox lives (its requests are relayed there)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +141,7 @@ class PreviewAccess:
         self._share_generation = 0
         self.activity = ActivityMarks(platform.nursery, lambda sandbox_id: touch(platform, sandbox_id), "sandbox")
         self._claims: dict[str, PreviewClaims] = {}
+        self.remote = RemoteRouters(platform)
         notices = platform.notices
         notices.listen(SANDBOX_CHANGED, self._sandbox_changed)
         notices.listen(SHARE_REVOKED, self._share_revoked)
@@ -201,7 +208,8 @@ class PreviewAccess:
         ports = await store.exposed_ports(db, sandbox.id)
         names = await domains.routable_domains(db, self.platform.settings, sandbox.tenant_id, sandbox.workspace_id, sandbox.project_id)
         address = None
-        if sandbox.status == "running":
+        home = await self.remote.home_of(sandbox.node)
+        if sandbox.status == "running" and home is None:
             try:
                 ref = await self.platform.system.get(SandboxActor, sandbox.id)
                 info: InstanceInfo = await ref.ask(Connect())
@@ -216,6 +224,7 @@ class PreviewAccess:
             netns=instance_netns(self.platform, sandbox.id),
             ports=ports,
             domains=names,
+            home=home,
         )
 
     # -- tokens -----------------------------------------------------------------------
@@ -281,6 +290,8 @@ class PreviewAccess:
         if entry is None or domain not in entry.domains:
             return page(404, "no_sandbox", "No such sandbox", f"No sandbox lives at {request.host}.",
                         "It may have been deleted. Ask whoever shared this link for a new one.")
+        if entry.home is not None and not request.relayed:
+            return self.remote.relay(entry.home, request.peer, f"sandbox {entry.name}")
         label = f"port {port} of sandbox {entry.name}"
 
         token, source = self._presented(request)

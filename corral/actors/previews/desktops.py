@@ -27,6 +27,10 @@ computer's lifecycle events (from any node: the bus brings the others' through t
 shared event log) and every entry on a change of preview domains (a notice from any
 node), so a computer started, stopped or deleted through another node routes here
 as it is now.
+
+A computer that lives on another live node is relayed to that node's router after
+step 1, as it came (`remote.py`): its desktop page, stream and terminals then work
+through any node.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from corral.vm import DESKTOP_GATEWAY, InstanceInfo
 from . import domains
 from .host_access import ActivityMarks, cleared_cookie, token_cookie
 from .novnc import NoVncFiles
+from .remote import RemoteRouters
 from .services import PreviewServices
 from .tokens import STREAM_PREFIX, read_stream_token, sign_stream_token, stream_key
 
@@ -103,6 +108,8 @@ class ComputerEntry:
     domains: frozenset[str]
     agent: tuple[int, str] | None = None
     """The guest agent's port and token (terminals are its WebSockets)."""
+    home: Upstream | None = None
+    """The router of the other node where the computer lives (its requests are relayed there)."""
 
 
 class DesktopAccess:
@@ -116,6 +123,7 @@ class DesktopAccess:
         self._slugs: dict[str, str] = {}  # computer id -> slug, to forget by id
         self._generation = 0
         self.activity = ActivityMarks(platform.nursery, lambda computer_id: record_activity(platform.system.ref(ComputerActor, computer_id)), "computer")
+        self.remote = RemoteRouters(platform)
         self.novnc = NoVncFiles(platform.runtime.templates.rootfs(DESKTOP_TEMPLATE) / "usr" / "share" / "novnc")
 
     def forget(self, computer_id: str) -> None:
@@ -161,7 +169,8 @@ class DesktopAccess:
             db, self.platform.settings, computer.tenant_id, computer.workspace_id, computer.project_id
         )
         address, agent = None, None
-        if computer.status == "running":
+        home = await self.remote.home_of(computer.node)
+        if computer.status == "running" and home is None:
             try:
                 ref = await self.platform.system.get(ComputerActor, computer.id)
                 info: InstanceInfo = await ref.ask(Connect())
@@ -178,6 +187,7 @@ class DesktopAccess:
             netns=netns_path(f"{self.platform.settings.netns_prefix}{computer.instance_id}"),
             domains=names,
             agent=agent,
+            home=home,
         )
 
     def check_token(self, token: str, computer_id: str) -> tuple[str, float | None]:
@@ -196,6 +206,8 @@ class DesktopAccess:
         entry = await self._entry(match["slug"])
         if entry is None or match["domain"] not in entry.domains or not entry.desktop:
             return page(404, "no_computer", "No such desktop", f"No computer's desktop lives at {request.host}.")
+        if entry.home is not None and not request.relayed:
+            return self.remote.relay(entry.home, request.peer, f"the desktop of {entry.name}")
         token, source = self._presented(request)
         if token is None:
             return page(

@@ -21,6 +21,7 @@ from corral.net.preview import Decision, PreviewRequest, PreviewRouter, Resolver
 from .access import access_for
 from .desktops import COMPUTER_HOST_PATTERN, DesktopAccess
 from .domains import recheck_forever
+from .remote import signer_for
 from .services import PreviewServices
 from .urls import SANDBOX_HOST_PATTERN
 
@@ -51,7 +52,7 @@ def build_router(platform: PreviewServices, desktops: DesktopAccess | None = Non
     table.add_pattern("computer", COMPUTER_HOST_PATTERN, hosts.resolve)
     for plug in platform.preview_route_plugins:
         plug(table)
-    return PreviewRouter(table, scheme=platform.settings.preview_url_scheme)
+    return PreviewRouter(table, scheme=platform.settings.preview_url_scheme, relay_check=signer_for(platform).check)
 
 
 async def run_preview(platform: PreviewServices, stop: trio.Event, *, task_status: trio.TaskStatus[PreviewRouter] = trio.TASK_STATUS_IGNORED) -> None:

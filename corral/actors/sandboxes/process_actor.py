@@ -243,8 +243,9 @@ async def halt_processes(platform: SandboxServices, sandbox_id: str, agent: Agen
 
 
 async def resume_watchers(platform: SandboxServices) -> int:
-    """At start-up: activate the actor of every running process, so its watch goes on."""
-    running = await process_store.running_ids(platform.db)
+    """At start-up: activate the actor of every running process of the sandboxes this node
+    hosts, so its watch goes on (another node's are watched there)."""
+    running = await process_store.running_ids_hosted_by(platform.db, platform.settings.node_name)
     for process_id in running:
         with contextlib.suppress(ApiError):
             await platform.system.get(ProcessActor, process_id)

@@ -56,3 +56,14 @@ async def running_ids(db: Database, sandbox_id: str | None = None) -> list[str]:
             "SELECT id FROM sandbox_processes WHERE sandbox_id = ? AND status = 'running'", (sandbox_id,)
         )
     return [str(row["id"]) for row in rows]
+
+
+async def running_ids_hosted_by(db: Database, node: str) -> list[str]:
+    """Ids of running processes of the sandboxes `node` hosts (issue 30: only there does
+    the sandbox's actor, and so its agent, answer)."""
+    rows = await db.fetch_all(
+        "SELECT sandbox_processes.id FROM sandbox_processes JOIN sandboxes ON sandboxes.id = sandbox_processes.sandbox_id"
+        " WHERE sandbox_processes.status = 'running' AND (sandboxes.node IS NULL OR sandboxes.node = ?)",
+        (node,),
+    )
+    return [str(row["id"]) for row in rows]

@@ -123,6 +123,8 @@ class SandboxDraft(InstanceDraft):
     auto_stop: int | None
     metadata: dict[str, Any] = field(hash=False)
     forked_from: str | None = None
+    region: str = "local"
+    """The region of the node it is placed on (or asked for: `placement.region_of`)."""
 
 
 def limit_reached(limit: int) -> ApiError:
@@ -144,7 +146,7 @@ def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft, node: str) -> 
         template_id=draft.template_id,
         size=draft.size,
         status="creating",
-        region="local",
+        region=draft.region,
         auto_stop=draft.auto_stop or None,
         metadata=draft.metadata,
         forked_from=draft.forked_from,

@@ -9,9 +9,11 @@ from .http1 import ChunkedScanner, Framing, Head, HttpError, parse_request, pars
 from .pages import page
 from .proxy import PreviewRouter
 from .routes import (
+    RELAY_HEADER,
     Decision,
     Forward,
     PreviewRequest,
+    RelayCheck,
     Reply,
     Resolver,
     RouteTable,
@@ -21,6 +23,7 @@ from .routes import (
 from .upstream import Connector, UpstreamUnreachable, socket_in_netns
 
 __all__ = [
+    "RELAY_HEADER",
     "ChunkedScanner",
     "Connector",
     "Decision",
@@ -30,6 +33,7 @@ __all__ = [
     "HttpError",
     "PreviewRequest",
     "PreviewRouter",
+    "RelayCheck",
     "Reply",
     "Resolver",
     "RouteTable",

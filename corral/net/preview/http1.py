@@ -77,6 +77,9 @@ class Head:
     framing: Framing = Framing.NONE
     length: int = 0
     connection_tokens: frozenset[str] = field(default_factory=frozenset)
+    relayed_by: str | None = None
+    """For a request another node's router relayed here (`routes.RELAY_HEADER`, its
+    signature checked): that node's name. Such a request is never relayed again."""
 
     def get(self, name: str) -> str | None:
         """The first value of header `name` (lowercase)."""

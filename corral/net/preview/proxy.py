@@ -13,6 +13,13 @@ The router adds `X-Forwarded-For` (appended), `X-Forwarded-Proto` and
 `X-Forwarded-Host`, and removes hop-by-hop headers. When no app listens it answers
 a 502 page saying so.
 
+A resolver may instead relay a request to another node's router (`Forward.relay`,
+for an instance that lives there): the head goes on as it came, with the signed
+`RELAY_HEADER` the resolver adds, and the next router adds the `X-Forwarded-*`
+headers. A router given a `relay_check` takes a relayed request's client address
+from that header when its signature holds (`Head.relayed_by` then names the relaying
+node), so apps see the same client through any node.
+
 Every request leaves one `corral.access` line when it is done (a WebSocket's when the
 tunnel closes): host, method, status, duration and the response's length when known.
 Never the path: a preview URL may carry `?token=`.
@@ -44,7 +51,7 @@ from .http1 import (
     send_all,
     status_line,
 )
-from .routes import Forward, PreviewRequest, Reply, RouteTable, Upstream
+from .routes import RELAY_HEADER, Forward, PreviewRequest, RelayCheck, Reply, RouteTable, Upstream
 from .upstream import Connector, UpstreamUnreachable, looks_closed
 
 log = logging.getLogger("corral.net.preview")
@@ -55,8 +62,10 @@ HOP_BY_HOP = frozenset({
     "proxy-authenticate",
 })
 FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
-EDGE_ONLY = frozenset({"x-corral-edge"})
-"""Headers the TLS edge adds for the router (`corral.net.edge`): never passed to an app."""
+EDGE_ONLY = frozenset({"x-corral-edge", RELAY_HEADER})
+"""Headers the TLS edge (`corral.net.edge`) or another node's router adds for this
+router: never passed to an app, nor on to another node's router (an edge's secret is
+its own node's; a relay header is signed anew by the node that relays)."""
 
 
 class _AppConnection:
@@ -73,11 +82,14 @@ class _AppConnection:
 class _Exchange:
     """State of one client connection: its reader and the kept-alive app connection."""
 
-    __slots__ = ("app", "client", "host", "peer", "sent", "status")
+    __slots__ = ("app", "client", "host", "origin", "peer", "sent", "status")
 
     def __init__(self, client: Buffered, peer: str) -> None:
         self.client = client
         self.peer = peer
+        self.origin = peer
+        """The current request's client: `peer`, or for a request another node's router
+        relayed here, the client address it signed."""
         self.app: _AppConnection | None = None
         self.host = "-"
         """The current request's host name, its status and the bytes of its answer
@@ -99,8 +111,12 @@ class PreviewRouter:
         scheme: str = "http",
         idle_timeout: float = 75.0,
         connect_timeout: float = 5.0,
+        relay_check: RelayCheck | None = None,
     ) -> None:
         self.table = table
+        self.relay_check = relay_check
+        """Checks `RELAY_HEADER` (requests other nodes' routers relay here); None: no
+        request is taken for relayed, and the header is only dropped."""
         self.scheme = scheme
         self.idle_timeout = idle_timeout
         self.connector = Connector(connect_timeout)
@@ -193,18 +209,31 @@ class PreviewRouter:
             return await self._refuse(exchange, request, pages.bad_request(400, "The request has no Host header."), False)
         host = _host_name(host_header)
         exchange.host = host
+        exchange.origin = self._origin(request, exchange.peer)
         route = self.table.match(host)
         if route is None:
             return await self._refuse(exchange, request, pages.no_route(host), client_keep)
         resolver, match = route
         try:
-            decision = await resolver(PreviewRequest(request, host, exchange.peer), match)
+            decision = await resolver(PreviewRequest(request, host, exchange.origin), match)
         except Exception:
             log.exception("the preview resolver failed for %s", host)
             return await self._refuse(exchange, request, pages.router_failed(), False)
         if isinstance(decision, Reply):
             return await self._refuse(exchange, request, decision, client_keep)
         return await self._forward(exchange, request, decision, host_header, client_keep)
+
+    def _origin(self, request: Head, peer: str) -> str:
+        """The client's address: `peer`, unless another node's router relayed the request
+        and signed the address it came from (then `request.relayed_by` is that node)."""
+        relayed = request.get(RELAY_HEADER)
+        if relayed is None or self.relay_check is None:
+            return peer
+        checked = self.relay_check(relayed)
+        if checked is None:
+            return peer
+        request.relayed_by = checked[0]
+        return checked[1]
 
     async def _refuse(self, exchange: _Exchange, request: Head, reply: Reply, client_keep: bool) -> bool:
         # An unread request body would be taken for the next request: close instead.
@@ -262,6 +291,8 @@ class PreviewRouter:
             target = decision.target
         upgrade = "upgrade" in request.connection_tokens and request.get("upgrade")
         lines = [f"{method} {target} {version}"]
+        if decision.relay:
+            return _relayed_head(lines, request, decision, host_header, upgrade)
         forwarded_for = None
         drop = decision.drop_headers | {name.lower() for name, _ in decision.add_headers}
         for lower, name, value in request.headers:
@@ -287,13 +318,14 @@ class PreviewRouter:
 
     async def _forward(self, exchange: _Exchange, request: Head, decision: Forward, host_header: str, client_keep: bool) -> bool:
         upstream = decision.upstream
-        head = self._upstream_head(request, decision, host_header, exchange.peer)
+        head = self._upstream_head(request, decision, host_header, exchange.origin)
         has_body = request.framing is not Framing.NONE
         for attempt in (1, 2):
             try:
                 app, reused = await self._app(exchange, upstream)
             except UpstreamUnreachable:
-                return await self._refuse(exchange, request, pages.not_listening(upstream.label, upstream.port), client_keep)
+                reply = decision.unreachable or pages.not_listening(upstream.label, upstream.port)
+                return await self._refuse(exchange, request, reply, client_keep)
             if has_body:
                 break  # a body cannot be replayed: no retry below
             try:
@@ -414,6 +446,24 @@ def _access_line(exchange: _Exchange, method: str, seconds: float) -> None:
             "duration_ms": duration_ms, "bytes": exchange.sent,
         },
     )
+
+
+def _relayed_head(lines: list[str], request: Head, decision: Forward, host_header: str, upgrade: str | bool | None) -> bytes:
+    """The head of a request relayed to another node's router: as it came, but for its
+    hop-by-hop headers, with `decision.add_headers` (the signed relay header)."""
+    has_host = False
+    for lower, name, value in request.headers:
+        if lower in HOP_BY_HOP or lower in request.connection_tokens or lower in EDGE_ONLY:
+            continue
+        has_host = has_host or lower == "host"
+        lines.append(f"{name}: {value}")
+    if not has_host:  # an absolute-form target named the host
+        lines.append(f"Host: {host_header}")
+    lines.extend(f"{name}: {value}" for name, value in decision.add_headers)
+    if upgrade:
+        lines.append("Connection: Upgrade")
+        lines.append(f"Upgrade: {upgrade}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 def _client_wants_keepalive(version: str, tokens: frozenset[str]) -> bool:

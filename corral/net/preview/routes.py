@@ -45,6 +45,13 @@ class Forward:
     headers of the same names are dropped."""
     response_headers: tuple[tuple[str, str], ...] = ()
     """Added to the app's response (e.g. Set-Cookie)."""
+    relay: bool = False
+    """The upstream is another node's preview router, where the resource lives: the
+    request goes on as it came (its Host, tokens, cookies and `X-Forwarded-*`; none
+    added here, the next router adds them), with `add_headers` (the signed
+    `RELAY_HEADER`), and the answer comes back as that router gave it."""
+    unreachable: Reply | None = None
+    """The page when the upstream cannot be connected to (else "nothing is listening")."""
 
 
 @dataclass(slots=True)
@@ -61,6 +68,14 @@ class Reply:
 
 
 Decision = Forward | Reply
+
+RELAY_HEADER = "x-corral-relayed"
+"""On a request one node's router relays to another's: `<node> <client address> <unix
+time> <signature>`. The receiving router takes the client's address from it only when
+its `RelayCheck` holds; it is never passed to an app."""
+RelayCheck = Callable[[str], "tuple[str, str] | None"]
+"""The relay header's value -> (the relaying node, the client's address) when its
+signature holds, else None."""
 
 
 @dataclass(slots=True)
@@ -80,6 +95,11 @@ class PreviewRequest:
     @property
     def target(self) -> str:
         return self.head.first[1]
+
+    @property
+    def relayed(self) -> bool:
+        """Whether another node's router relayed this request here (never relayed again)."""
+        return self.head.relayed_by is not None
 
     @property
     def is_upgrade(self) -> bool:

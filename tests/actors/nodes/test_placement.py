@@ -1,0 +1,277 @@
+"""Placement (issue 30): a new sandbox goes to a node with room, in the region asked
+for, and the caller cannot tell which node served the create. Two real `corral serve`
+nodes on one real PostgreSQL, each with a runtime of its own (bridge, subnet, nftables
+table), with small room figures (`CORRAL_NODE_MAX_INSTANCES`,
+`CORRAL_NODE_MAX_MEMORY_MB`) so that a few real sandboxes fill them."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from corral.actors.nodes.homes import Homes
+from corral.actors.nodes.placement import Demand, Usage, choose
+from corral.actors.nodes.store import NodeRecord
+from corral.http.forward import HEADER, PLACED, Forwarder, forwarding_key
+from corral.storage import open_database
+from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
+from tests.pg_server import create_database
+from tests.serve_process import ADMIN_KEY, Served, corral_serve, wait_for
+from tests.support import RUNTIME_SETTINGS, Api, Tenant, cleanup_host
+
+API = "/api/v1"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+_databases = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def node_b_host() -> Iterator[None]:
+    """Node B's bridge, links and tables, removed after each test (a node leaves them)."""
+    yield
+    cleanup_host(**{name: NODE_B_HOST[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
+
+
+def both_active(a: Served) -> dict[str, dict[str, Any]]:
+    def seen() -> dict[str, dict[str, Any]] | None:
+        answer = httpx.get(f"{a.base}{API}/admin/nodes", headers=ADMIN, timeout=10).json()["data"]
+        states = sorted((node["name"], node["state"]) for node in answer)
+        return {node["name"]: node for node in answer} if states == [("node-a", "active"), ("node-b", "active")] else None
+
+    return wait_for("both nodes active", seen)
+
+
+async def open_claims(url: str) -> int:
+    db = open_database(url)
+    try:
+        row = await db.fetch_one("SELECT COUNT(*) AS n FROM node_claims")
+        assert row is not None
+        return int(row["n"])
+    finally:
+        await db.close()
+
+
+def refused(answer: httpx.Response, message: str) -> None:
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "SERVICE_UNAVAILABLE" and error["message"] == message, error
+    assert answer.headers["retry-after"] == "5"
+
+
+async def test_a_create_goes_to_a_node_with_room_in_the_region_asked_for_and_503_when_none(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", "CORRAL_REGIONS": "eu,us,ap"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_REGION": "eu", "CORRAL_NODE_MAX_INSTANCES": "1"}
+    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_REGION": "us", "CORRAL_NODE_MAX_INSTANCES": "2"}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        both_active(a)
+        key = a.owner_key("Placement", "owner@placement.example")
+        made: list[str] = []
+        async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+
+            async def create(node: Served, **body: Any) -> httpx.Response:
+                answer = await client.post(f"{node.base}{API}/sandboxes", json=body)
+                if answer.status_code == 201:
+                    made.append(answer.json()["data"]["id"])
+                return answer
+
+            try:
+                first = await create(a)
+                assert first.status_code == 201, first.text
+                assert (first.json()["data"]["node"], first.json()["data"]["region"]) == ("node-a", "eu")
+
+                # A is full: the create made through A lands on B, and is used through A.
+                second = await create(a)
+                assert second.status_code == 201, second.text
+                on_b = second.json()["data"]
+                assert (on_b["node"], on_b["region"], on_b["status"]) == ("node-b", "us", "running")
+                ran = await client.post(f"{a.base}{API}/sandboxes/{on_b['id']}/exec", json={"command": "hostname"})
+                assert ran.json()["stdout"] == f"sbx-{on_b['id'][:8]}\n"
+                on_b_actor = await client.get(f"{b.base}{API}/admin/actors/sandbox/{on_b['id']}", headers=ADMIN)
+                assert on_b_actor.status_code == 200  # B made it and runs it
+
+                # A region asked for: its nodes only.
+                refused(await create(b, region="eu"), "no node in region 'eu' has room for a small sandbox: every active node"
+                        " is at its limit of instances or memory, or below its disk reserve; try again later")
+                refused(await create(b, region="ap"), "no active node serves region 'ap': a small sandbox cannot be placed there now")
+                unknown = await create(a, region="mars")
+                assert unknown.status_code == 422 and "region" in unknown.json()["error"]["details"], unknown.text
+                too_big = await create(a, metadata={"notes": "x" * (1024 * 1024)})
+                assert too_big.status_code == 413 and too_big.json()["error"]["code"] == "PAYLOAD_TOO_LARGE", too_big.text
+                third = await create(a, region="us")
+                assert third.status_code == 201 and third.json()["data"]["node"] == "node-b", third.text
+
+                # No room anywhere, for any kind.
+                refused(await create(a), "no node has room for a small sandbox: every active node is at its limit of"
+                        " instances or memory, or below its disk reserve; try again later")
+                refused(await client.post(f"{b.base}{API}/databases", json={"name": "orders", "size": "medium"}),
+                        "no node has room for a medium database server: every active node is at its limit of"
+                        " instances or memory, or below its disk reserve; try again later")
+                assert (await client.get(f"{a.base}{API}/databases")).json()["data"] == []  # nothing half-made
+                # Only a caller with valid credentials is placed: the others get the route's 401.
+                stranger = await client.post(f"{a.base}{API}/sandboxes", json={}, headers={"Authorization": "Bearer msk_nope"})
+                assert stranger.status_code == 401, stranger.text
+
+                # Room freed on A, then A drained: a draining node is skipped.
+                deleted = await client.delete(f"{b.base}{API}/sandboxes/{made.pop(0)}")
+                assert deleted.status_code == 200, deleted.text
+                drained = await client.post(f"{b.base}{API}/admin/nodes/node-a/drain", headers=ADMIN)
+                assert drained.status_code == 200, drained.text
+                refused(await create(a, region="eu"), "no active node serves region 'eu': a small sandbox cannot be placed there now")
+                deleted = await client.delete(f"{a.base}{API}/sandboxes/{made.pop(0)}")
+                assert deleted.status_code == 200, deleted.text
+                after_drain = await create(a)
+                assert after_drain.status_code == 201 and after_drain.json()["data"]["node"] == "node-b", after_drain.text
+
+                listed = (await client.get(f"{a.base}{API}/sandboxes")).json()["data"]
+                assert sorted(row["id"] for row in listed) == sorted(made)
+                assert await open_claims(url) == 0  # every claim ended with its create
+            finally:
+                for sandbox_id in made:
+                    await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
+
+
+async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_many_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_MAX_INSTANCES": "3"}
+    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_MAX_MEMORY_MB": "16384"}  # four small sandboxes
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        nodes = both_active(a)
+        assert nodes["node-a"]["room"] == {"max_instances": 3, "max_memory_mb": 0, "disk_reserve_gb": 5.0}
+        assert nodes["node-b"]["room"] == {"max_instances": 0, "max_memory_mb": 16384, "disk_reserve_gb": 5.0}
+        key = a.owner_key("Crowd", "owner@crowd.example")
+        answers: list[httpx.Response] = []
+        limits = httpx.Limits(max_connections=40)
+        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}, limits=limits) as client:
+
+            async def create(node: Served) -> None:
+                answers.append(await client.post(f"{node.base}{API}/sandboxes", json={}))
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    for n in range(40):
+                        nursery.start_soon(create, (a, b)[n % 2])
+                statuses = Counter(answer.status_code for answer in answers)
+                assert statuses == {201: 7, 503: 33}, statuses
+                created = [answer.json()["data"] for answer in answers if answer.status_code == 201]
+                assert Counter(row["node"] for row in created) == {"node-a": 3, "node-b": 4}
+                assert all(row["status"] == "running" for row in created)
+                assert {answer.json()["error"]["message"] for answer in answers if answer.status_code == 503} == {
+                    "no node has room for a small sandbox: every active node is at its limit of instances or memory,"
+                    " or below its disk reserve; try again later"
+                }
+                # Each sandbox once, on the node its record names, through either node.
+                for node in (a, b):
+                    listed = (await client.get(f"{node.base}{API}/sandboxes")).json()["data"]
+                    assert sorted((row["id"], row["node"]) for row in listed) == sorted((row["id"], row["node"]) for row in created)
+                nodes = {node["name"]: node for node in (await client.get(f"{b.base}{API}/admin/nodes", headers=ADMIN)).json()["data"]}
+                assert (nodes["node-a"]["resources"], nodes["node-b"]["resources"]) == (3, 4)
+                assert await open_claims(url) == 0
+            finally:
+                for answer in answers:
+                    if answer.status_code == 201:
+                        await client.delete(f"{a.base}{API}/sandboxes/{answer.json()['data']['id']}")
+
+
+def node(name: str, *, cores: int = 2, templates: tuple[str, ...] = ("default", "desktop"), available: int = 8000) -> NodeRecord:
+    return NodeRecord(
+        name=name, advertise_url=f"http://{name}:8080", region="local", state="active", boot_id="b", started_at="",
+        heartbeat_at="", cores=cores, memory_mb=16000, disk_free_mb=100_000, instances=0, pooled=0,
+        memory_mb_used=16000 - available, templates=list(templates), updated_at="", max_instances=0, max_memory_mb=0,
+        disk_reserve_mb=5120,
+    )  # fmt: skip
+
+
+def pick(nodes: list[NodeRecord], usage: dict[str, Usage], demand: Demand, here: str) -> str | None:
+    chosen = choose(nodes, usage, demand, here)
+    return chosen.name if chosen is not None else None
+
+
+def test_the_policy_prefers_a_built_template_then_the_least_loaded_then_the_node_asked_then_free_memory() -> None:
+    small = Demand("sandboxes", "small", "default")
+    a, b = node("a"), node("b")
+    assert pick([a, b], {}, small, "b") == "b"  # equals: no hop
+    assert pick([a, b], {"b": Usage(1, 4096)}, small, "b") == "a"  # least loaded
+    assert pick([a, node("b", cores=4)], {"a": Usage(1, 4096), "b": Usage(2, 8192)}, small, "a") == "a"  # per core
+    assert pick([a, node("b", available=9000)], {}, small, "c") == "b"  # more memory free
+    assert pick([a, node("b", available=9000)], {}, small, "a") == "a"  # but no hop first
+    bare = node("b", templates=())
+    assert pick([a, bare], {"a": Usage(5, 0)}, small, "b") == "a"  # the template is built there
+    assert pick([a, bare], {"a": Usage(5, 0)}, Demand("databases", "small"), "b") == "b"  # none to build
+    full = NodeRecord(**{**a.__dict__, "max_instances": 2})
+    tight = NodeRecord(**{**a.__dict__, "max_memory_mb": 10_000})
+    low_disk = NodeRecord(**{**a.__dict__, "disk_free_mb": 5000})
+    assert choose([full], {"a": Usage(2, 0)}, small, here="a") is None
+    assert choose([full], {"a": Usage(1, 0)}, small, here="a") is full
+    assert choose([tight], {"a": Usage(1, 4096)}, small, here="a") is tight  # 8192 of 10000
+    assert choose([tight], {"a": Usage(1, 4096)}, Demand("sandboxes", "medium"), here="a") is None
+    assert choose([low_disk], {}, small, here="a") is None
+
+
+async def test_a_placed_create_is_taken_only_with_a_valid_fresh_mark_for_this_node(postgres_url: str) -> None:
+    url = create_database(postgres_url, f"placement_sign_{os.getpid()}_{next(_databases)}")
+    db = open_database(url)
+    try:
+        b = Forwarder(Homes(db, "node-b", shared=True), forwarding_key("cluster-secret"))
+        a = Forwarder(Homes(db, "node-a", shared=True), forwarding_key("cluster-secret"))
+        stranger = Forwarder(Homes(db, "node-a", shared=True), forwarding_key("another-secret"))
+
+        def scope(mark: bytes) -> dict[str, Any]:
+            return {"headers": [(b"host", b"x"), (PLACED, mark)]}
+
+        signed = scope(a.sign_placed("claim-1", "node-b"))
+        assert b.placed_claim(signed) == "claim-1" and signed["headers"] == [(b"host", b"x")]
+        assert a.placed_claim(scope(a.sign_placed("claim-1", "node-b"))) is None  # placed on another node
+        assert b.placed_claim(scope(stranger.sign_placed("claim-1", "node-b"))) is None  # another cluster's key
+        claim, node, stamp, signature = a.sign_placed("claim-1", "node-b").decode().split(" ")
+        assert b.placed_claim(scope(f"claim-2 {node} {stamp} {signature}".encode())) is None  # another claim
+        assert b.placed_claim(scope(f"{claim} {node} {int(stamp) - 120} {signature}".encode())) is None  # stale
+        assert b.placed_claim(scope(b"nonsense")) is None
+        assert HEADER != PLACED
+    finally:
+        await db.close()
+
+
+async def test_a_region_outside_corral_regions_is_422_and_a_one_node_store_places_nothing(api: Api, tenant: Tenant) -> None:
+    for path, body in (("/sandboxes", {"region": "mars"}), ("/databases", {"name": "orders", "region": "mars"})):
+        answer = await api.request("POST", f"{API}{path}", key=tenant.key, json=body)
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"]["details"] == {"region": "unknown region; one of local"}
+    rows = await api.platform.db.fetch_one("SELECT COUNT(*) AS n FROM node_claims")
+    assert rows is not None and rows["n"] == 0
+    assert api.platform.db.dialect == "sqlite"
+
+
+def test_placement_reads_size_template_and_region_from_a_create_and_leaves_the_rest_to_the_route() -> None:
+    forwarder = Forwarder(Homes(None, "node-a", shared=True), b"key", regions=("eu", "us"))  # type: ignore[arg-type]
+
+    def demand(path: str, body: bytes, *, bearer: bool = True) -> Demand | None:
+        headers = [(b"authorization", b"Bearer msk_x")] if bearer else []
+        return forwarder.demand({"path": path, "headers": headers}, body)
+
+    assert demand("/api/v1/sandboxes", b"") == Demand("sandboxes", "small", "default")
+    assert demand("/api/v1/sandboxes", b'{"size": "large", "template_id": "mine", "region": "us"}') == Demand(
+        "sandboxes", "large", "mine", "us"
+    )
+    assert demand("/api/v1/computers", b'{"name": "c", "template_type": "svc-desktop"}') == Demand("computers", "small", "desktop")
+    assert demand("/api/v1/computers", b'{"name": "c", "template_type": "no-such-template"}') == Demand("computers", "small")
+    assert demand("/api/v1/databases", b'{"name": "d", "size": "medium"}') == Demand("databases", "medium")
+    for refused in (b"{", b"[]", b"[" * 100_000, b"\xff", b'{"size": "huge"}', b'{"size": 4}', b'{"region": "mars"}', b'{"region": 1}'):
+        assert demand("/api/v1/sandboxes", refused) is None, refused  # the route's 400 or 422, unplaced
+    assert demand("/api/v1/sandboxes", b"{}", bearer=False) is None  # the route's 401
