@@ -114,22 +114,31 @@ class Forwarder:
     def arrived_forwarded(self, scope: dict[str, Any]) -> bool:
         """Whether the request came from another node (a valid signature): its client
         address is then put back in the scope. Any `X-Corral-Forwarded` is taken out."""
-        headers = scope["headers"]
-        found = [value for name, value in headers if name == HEADER]
-        if not found:
+        fields = self._take_signed(scope, HEADER, "")
+        if fields is None:
             return False
-        scope["headers"] = [(name, value) for name, value in headers if name != HEADER]
+        scope["client"] = (fields[1], 0)
+        return True
+
+    def _take_signed(self, scope: dict[str, Any], header: bytes, label: str) -> tuple[str, str] | None:
+        """The two fields of a node-signed header, `<first> <second> <unix time> <HMAC>`
+        (signed over `label + first`, `second` and the time), taken out of the scope;
+        None when it is absent, malformed, stale or forged."""
+        headers = scope["headers"]
+        found = [value for name, value in headers if name == header]
+        if not found:
+            return None
+        scope["headers"] = [(name, value) for name, value in headers if name != header]
         parts = found[0].decode("latin-1").split(" ")
         if len(parts) != 4:
-            return False
-        node, client, stamp, signature = parts
+            return None
+        first, second, stamp, signature = parts
         if not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
-            return False
-        if not hmac.compare_digest(signature, self._signature(node, client, stamp)):
-            log.warning("a request claimed to be forwarded by node %r with a wrong signature", node[:64])
-            return False
-        scope["client"] = (client, 0)
-        return True
+            return None
+        if not hmac.compare_digest(signature, self._signature(label + first, second, stamp)):
+            log.warning("a request came with a wrong signature in %s (%r)", header.decode(), first[:64])
+            return None
+        return first, second
 
     # -- forwarding -------------------------------------------------------------------
 
@@ -193,21 +202,10 @@ class Forwarder:
     def placed_claim(self, scope: dict[str, Any]) -> str | None:
         """The claim a create forwarded by placement holds on this node (a valid, fresh
         signature naming this node), else None. Any `X-Corral-Placed` is taken out."""
-        headers = scope["headers"]
-        found = [value for name, value in headers if name == PLACED]
-        if not found:
+        fields = self._take_signed(scope, PLACED, "placed ")
+        if fields is None or fields[1] != self.homes.node_name:
             return None
-        scope["headers"] = [(name, value) for name, value in headers if name != PLACED]
-        parts = found[0].decode("latin-1").split(" ")
-        if len(parts) != 4:
-            return None
-        claim_id, node, stamp, signature = parts
-        if node != self.homes.node_name or not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
-            return None
-        if not hmac.compare_digest(signature, self._signature("placed " + claim_id, node, stamp)):
-            log.warning("a create claimed to be placed on this node with a wrong signature")
-            return None
-        return claim_id
+        return fields[0]
 
     async def place(self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve) -> None:
         """A create: placed on a node with room and served there (here, or forwarded with

@@ -279,14 +279,21 @@ def _init(req: dict[str, Any], report_fd: int, go_r: int, userns_w: int, idmap: 
     if os.read(go_r, 2) != b"go":
         raise RuntimeError("parent did not map the user namespace")
     os.close(go_r)
+    _become_instance_root(req.get("seccomp"))
+    _reap_forever(req, report_fd, native)
+
+
+def _become_instance_root(seccomp: str | None) -> None:
+    """Uid 0 of the instance's user namespace (just entered), with no supplementary
+    groups, `no_new_privs`, Docker's default capabilities and the seccomp filter: what
+    PID 1 and every agent, the first or a respawned one, run as."""
     os.setgroups([])
     os.setresgid(0, 0, 0)
     os.setresuid(0, 0, 0)
     sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
     sc.limit_capabilities(CAPABILITIES)
-    if req.get("seccomp"):
-        sc.install_seccomp(bytes.fromhex(req["seccomp"]))
-    _reap_forever(req, report_fd, native)
+    if seccomp:
+        sc.install_seccomp(bytes.fromhex(seccomp))
 
 
 def _open_native(req: dict[str, Any]) -> tuple[int, int] | None:
@@ -658,13 +665,7 @@ def _respawn(conn_fd: int) -> None:
     sc.setns(namespaces["user"], sc.CLONE_NEWUSER)
     for fd in (pidfd, *namespaces.values()):
         os.close(fd)
-    os.setgroups([])
-    os.setresgid(0, 0, 0)
-    os.setresuid(0, 0, 0)
-    sc.prctl(sc.PR_SET_NO_NEW_PRIVS, 1)
-    sc.limit_capabilities(CAPABILITIES)
-    if req.get("seccomp"):
-        sc.install_seccomp(bytes.fromhex(req["seccomp"]))
+    _become_instance_root(req.get("seccomp"))
     # Twice: an orphan goes to the reaper of its parent's PID namespace, so the agent's
     # parent must be inside the instance's (a child of this process) for PID 1 to adopt it.
     middle = fork()
