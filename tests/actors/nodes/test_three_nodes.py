@@ -1,0 +1,202 @@
+"""Three nodes, each in a network namespace of its own (issue 30, "Tests"): resources
+made through node A are used through the two nodes that are not their home, which reach
+the home (and PostgreSQL) only at advertised addresses (tests/actors/nodes/cluster.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+
+from tests.actors.nodes.cluster import LINKS, Cluster, Node, three_nodes
+from tests.sse_client import open_sse
+from tests.support import ADMIN_KEY
+
+API = "/api/v1"
+APP_PORT = 8000
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, runtime_host: None) -> Iterator[Cluster]:
+    with three_nodes(tmp_path) as made:
+        yield made
+
+
+def not_home(cluster: Cluster, home: str) -> tuple[Node, Node]:
+    """The two nodes that are not `home`, in name order."""
+    first, second = (node for name, node in sorted(cluster.nodes.items()) if name != home)
+    return first, second
+
+
+async def test_a_sandbox_made_through_a_is_used_through_both_other_nodes(cluster: Cluster) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Three nodes", "owner@three-nodes.example")
+    bearer = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=60, headers=bearer) as client:
+        created = await client.post(f"{a.base}{API}/sandboxes", json={})
+        assert created.status_code == 201, created.text
+        sandbox = created.json()["data"]
+        sid, home = sandbox["id"], sandbox["node"]
+        assert home in cluster.nodes and sandbox["status"] == "running"
+        x, y = not_home(cluster, home)
+        on_x, on_y = f"{x.base}{API}/sandboxes/{sid}", f"{y.base}{API}/sandboxes/{sid}"
+        try:
+            # Exec through each of the two others: it runs in the sandbox, on its home.
+            for through in (on_x, on_y):
+                ran = await client.post(f"{through}/exec", json={"command": "echo hi; hostname"})
+                assert ran.status_code == 200, ran.text
+                assert ran.json()["stdout"] == f"hi\nsbx-{sid[:8]}\n"
+            admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+            listed = (await client.get(f"{y.base}{API}/admin/nodes", headers=admin)).json()["data"]
+            assert {n["name"]: (n["advertise_url"], n["advertise_preview_url"]) for n in listed} == {
+                name: (node.base, node.preview) for name, node in cluster.nodes.items()
+            }
+            actors = {name: (await client.get(f"{node.base}{API}/admin/actors/sandbox/{sid}", headers=admin)).status_code
+                      for name, node in cluster.nodes.items()}
+            assert actors == {name: 200 if name == home else 404 for name in cluster.nodes}
+
+            # 10 MB up through one, down through the other, byte for byte.
+            payload = os.urandom(10 * 1000 * 1000)
+            uploaded = await client.post(f"{on_x}/files/upload", files={"file": ("big.bin", payload)},
+                                         data={"path": "/workspace/big.bin"})
+            assert uploaded.status_code == 201, uploaded.text
+            downloaded = await client.get(f"{on_y}/files/download", params={"path": "/workspace/big.bin"})
+            assert downloaded.status_code == 200
+            assert hashlib.sha256(downloaded.content).hexdigest() == hashlib.sha256(payload).hexdigest()
+            inside = await client.post(f"{on_y}/exec", json={"command": "sha256sum /workspace/big.bin"})
+            assert inside.json()["stdout"].split()[0] == hashlib.sha256(payload).hexdigest()
+
+            # A process's output stream through Y, then resumed after its first line.
+            started = await client.post(f"{on_x}/processes", json={"cmd": "for i in 1 2 3; do echo n$i; sleep 0.3; done"})
+            assert started.status_code == 201, started.text
+            stream_url = f"{on_y}/processes/{started.json()['data']['pid']}/stream"
+            async with open_sse(client, stream_url, bearer) as stream:
+                frames = await stream.frames_until("exit")
+            assert [f.data.get("line") for f in frames] == ["n1", "n2", "n3", None]
+            async with open_sse(client, stream_url, {**bearer, "Last-Event-ID": str(frames[0].id)}) as stream:
+                resumed = await stream.frames_until("exit")
+            assert [f.data.get("line") for f in resumed] == ["n2", "n3", None]
+
+            # A preview of an exposed port through X's preview router, with a token only.
+            wrote = await client.post(f"{on_y}/files/write", json={"path": "/workspace/site/hello.txt", "content": "from home"})
+            assert wrote.status_code == 201, wrote.text
+            served = await client.post(
+                f"{on_x}/processes", json={"cmd": f"python3 -m http.server {APP_PORT} --directory /workspace/site"}
+            )
+            assert served.status_code == 201, served.text
+            exposed = await client.post(f"{on_y}/expose", json={"port": APP_PORT})
+            assert exposed.status_code == 200, exposed.text
+            minted = await client.post(f"{on_x}/preview-token", json={})
+            assert minted.status_code == 200, minted.text
+            host = f"{APP_PORT}-{sandbox['slug']}.sandbox.corral.localhost"
+            token = minted.json()["data"]["token"]
+            async with httpx.AsyncClient(base_url=x.preview, timeout=30) as browser:
+                with trio.fail_after(30):  # the server starts listening
+                    while (page := await browser.get("/hello.txt", headers={"Host": host, "X-Preview-Token": token})).status_code != 200:
+                        await trio.sleep(0.1)
+                assert page.text == "from home"
+                refused = await browser.get("/hello.txt", headers={"Host": host})
+                assert (refused.status_code, refused.headers.get("x-corral-preview-error")) == (401, "token_required")
+        finally:
+            destroyed = await client.delete(on_y)
+            assert destroyed.status_code == 200, destroyed.text
+        gone = await client.get(on_x)
+        assert gone.status_code == 404, gone.text
+
+
+def query(url: str, statement: str) -> list[tuple[object, ...]]:
+    with psycopg.connect(url, autocommit=True, connect_timeout=20) as conn:
+        return conn.execute(statement).fetchall()
+
+
+async def test_a_database_made_through_a_is_reached_at_its_homes_address(cluster: Cluster) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Three nodes db", "owner@three-nodes-db.example")
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+        created = await client.post(f"{a.base}{API}/databases", json={"name": "orders"})
+        assert created.status_code == 202, created.text
+        did = created.json()["data"]["id"]
+        try:
+            with trio.fail_after(120):
+                while (record := (await client.get(f"{a.base}{API}/databases/{did}")).json()["data"])["status"] != "running":
+                    assert record["status"] == "creating", record
+                    await trio.sleep(0.2)
+            home = record["node"]
+            x, y = not_home(cluster, home)
+            assert (await client.get(f"{y.base}{API}/databases/{did}")).json()["data"]["status"] == "running"
+            credentials = await client.get(f"{x.base}{API}/databases/{did}/credentials")
+            assert credentials.status_code == 200, credentials.text
+            url = credentials.json()["data"]["url"]
+            assert httpx.URL(url).host == cluster.nodes[home].address and url.startswith("postgresql://")
+            assert httpx.URL(url).host.startswith(f"{LINKS}.")
+            rows = await trio.to_thread.run_sync(query, url, "SELECT 6 * 7")
+            assert rows == [(42,)]
+        finally:
+            deleted = await client.delete(f"{x.base}{API}/databases/{did}")
+            assert deleted.status_code in (200, 202, 204), deleted.text
+
+
+@asynccontextmanager
+async def websocket(router: Node, host: str, target: str) -> AsyncIterator[WebSocketConnection]:
+    """A WebSocket to `target` of `host` through `router`'s preview router."""
+    async with trio.open_nursery() as nursery:
+        stream = await trio.open_tcp_stream(router.address, int(httpx.URL(router.preview).port or 80))
+        ws = await wrap_client_stream(nursery, stream, host, target)
+        try:
+            yield ws
+        finally:
+            await ws.aclose()
+            nursery.cancel_scope.cancel()
+
+
+async def read_until(ws: WebSocketConnection, needle: bytes, timeout: float = 20) -> bytes:
+    seen = b""
+    with trio.fail_after(timeout):
+        while needle not in seen:
+            message = await ws.get_message()
+            seen += message if isinstance(message, bytes) else message.encode()
+    return seen
+
+
+async def test_a_computers_terminal_made_through_a_is_opened_through_one_node_and_used_through_the_other(
+    cluster: Cluster,
+) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Three nodes terminal", "owner@three-nodes-term.example")
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        made = await client.post(f"{a.base}{API}/computers", json={"name": "Across", "template_type": "svc-desktop"})
+        assert made.status_code == 201, made.text
+        cid = made.json()["id"]
+        try:
+            with trio.fail_after(120):
+                while (state := (await client.get(f"{a.base}{API}/computers/{cid}")).json())["status"] != "running":
+                    assert state["status"] == "provisioning", state
+                    await trio.sleep(0.2)
+            x, y = not_home(cluster, state["node"])
+            opened = await client.post(f"{x.base}{API}/computers/{cid}/terminal", json={})
+            assert opened.status_code == 201, opened.text
+            ws_url = httpx.URL(opened.json()["data"]["ws_url"])
+            async with websocket(y, ws_url.host, f"{ws_url.path}?{ws_url.query.decode()}") as ws:
+                await read_until(ws, b"# ")
+                await ws.send_message(b"echo across-$((6*7)); hostname\n")
+                assert b"across-42\r\n" in await read_until(ws, b"across-42\r\n")
+                await ws.send_message("exit\n")
+                with trio.fail_after(10), pytest.raises(ConnectionClosed) as closed:
+                    while True:
+                        await ws.get_message()
+                assert closed.value.reason is not None and closed.value.reason.code == 1000
+            upgrade = {"Host": ws_url.host, "Upgrade": "websocket", "Connection": "Upgrade",
+                       "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+            refused = await client.get(f"{y.preview}{ws_url.path}", headers=upgrade)  # no `auth`: the home's router refuses
+            assert (refused.status_code, refused.headers.get("x-corral-preview-error")) == (401, "token_required")
+        finally:
+            deleted = await client.delete(f"{y.base}{API}/computers/{cid}")
+            assert deleted.status_code in (200, 204), deleted.text
