@@ -400,6 +400,12 @@ class _Connection:
                 self.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+            # One scheduler trip a request, after its answer went out: the socket skips
+            # the trips of calls that need no wait (`DirectSocket`), so a kept-alive
+            # connection whose next request is already in would otherwise serve request
+            # after request while the other connections wait (p99 at 16 connections
+            # went from 6 to 40 ms without this).
+            await trio.lowlevel.checkpoint()
 
     async def _finish_request_body(self) -> bool:
         """Reads and drops what is left of a request body the answer did not wait for."""
