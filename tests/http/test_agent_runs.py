@@ -134,7 +134,11 @@ async def test_cancel_stops_the_process(runtime_api: Api, owner: Tenant) -> None
                 break
             await trio.sleep(0.1)
     assert process["status"] == "killed"
-    final = await get_run(runtime_api, owner, result["id"])
+    # What it printed is in the canceled record at once, and stays once the process is gone.
+    assert canceled.json()["data"]["output"] == "started\n"
+    with trio.fail_after(10):
+        while (final := await get_run(runtime_api, owner, result["id"]))["updated_at"] == canceled.json()["data"]["updated_at"]:
+            await trio.sleep(0.1)
     assert final["status"] == "canceled" and final["output"] == "started\n"
     again = await runtime_api.request("POST", f"{API}/agent-runs/{result['id']}/cancel", key=owner.key)
     assert_error(again, 409, "INVALID_STATE")

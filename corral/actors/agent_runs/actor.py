@@ -17,6 +17,7 @@ restarted) fails the run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -46,6 +47,8 @@ from .targets import Target
 log = logging.getLogger("corral.agent_runs")
 
 LONG_POLL = 25.0
+OUTPUT_READ_LIMIT = 2.0
+"""How long a cancel waits for the output printed so far before answering without it."""
 AGENT_RETRY = 1.0
 FOREVER = 1 << 62
 """A log sequence no process reaches: the long-poll then answers only at the exit."""
@@ -223,9 +226,28 @@ class AgentRunActor(RecordActor):
     @handles(Cancel)
     async def cancel(self, message: Cancel) -> AgentRunRecord:
         self.transition(message)
-        await self._finish("canceled", None, "canceled", {"status": "canceled"})
+        printed = await self._output_so_far()
+        await self._finish("canceled", None, "canceled", {"status": "canceled"}, **printed)
         self._stop_process()
         return self.record
+
+    async def _output_so_far(self) -> dict[str, Any]:
+        """What the process printed until now, so the canceled record shows it at once
+        (the follower replaces it with the full output once the process is gone)."""
+        process = self._process()
+        if process is None:
+            return {}
+        run = self.record
+        with trio.move_on_after(OUTPUT_READ_LIMIT), contextlib.suppress(ApiError, RuntimeErrorBase):
+            agent = await targets.agent_of(self.services, run.target_kind, run.tenant_id, run.target_id)
+            kept = await agent.output(str(process["process_id"]))
+            return {
+                "output": kept.stdout[:OUTPUT_CAP].decode("utf-8", errors="replace"),
+                "stderr": kept.stderr[:OUTPUT_CAP].decode("utf-8", errors="replace"),
+                "output_truncated": int(kept.stdout_bytes > OUTPUT_CAP),
+                "stderr_truncated": int(kept.stderr_bytes > OUTPUT_CAP),
+            }
+        return {}
 
     # -- the process ------------------------------------------------------------------------
 

@@ -94,8 +94,11 @@ export function execTerminal(container, run) {
   let fresh = true;  // the cursor is at the start of a line
   const history = [];
   let back = 0;
+  // stdout and stderr are two pipes: a stderr line that arrives while a stdout line is
+  // still open (a prompt, a `printf` without newline) starts a line of its own.
   const out = (text, colour = false) => {
     if (!text) return;
+    if (colour && !fresh) term.write("\r\n");
     term.write(colour ? red(crlf(text)) : crlf(text));
     fresh = text.endsWith("\n");
   };
