@@ -45,6 +45,7 @@ Rules are applied with `nft -f -`, one atomic transaction per change.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import subprocess
@@ -57,6 +58,8 @@ from .errors import NetworkError
 from .policy import REFUSE, UNRESTRICTED, NetworkPolicy, chain_rules, set_name
 
 CHAIN_PREFIX = "inst_"
+MARK_PREFIX = "corral-policy "
+"""The comment on an instance chain's head rule: this, then `policy_mark` of its rules."""
 GUARD = "guard"
 
 ALWAYS_CLOSED_V4 = ("0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32")
@@ -95,6 +98,11 @@ async def nft_json(*args: str) -> list[dict[str, object]]:
     if result.returncode != 0:
         return []
     return list(json.loads(result.stdout).get("nftables", []))
+
+
+def policy_mark(statements: Sequence[str]) -> str:
+    """A digest of an instance chain's policy rules (what its head rule's comment says)."""
+    return hashlib.sha256("\n".join(statements).encode()).hexdigest()[:32]
 
 
 def chain_name(key: str) -> str:
@@ -208,21 +216,46 @@ table {self._t} {{
 
     def _chain_script(self, chain: str, policy: NetworkPolicy, stale_sets: list[str]) -> str:
         t = self._t
+        statements = chain_rules(policy, chain)
         lines = [f"add chain {t} {chain}"]
         for hostname in policy.hostnames():
             lines.append(f"add set {t} {set_name(chain, hostname)} {{ type ipv4_addr; flags timeout; }}")
         lines += [
             f"flush chain {t} {chain}",
-            f"add rule {t} {chain} ct state established,related accept",
+            f'add rule {t} {chain} ct state established,related accept comment "{MARK_PREFIX}{policy_mark(statements)}"',
         ]
-        lines += [f"add rule {t} {chain} {statement}" for statement in chain_rules(policy, chain)]
+        lines += [f"add rule {t} {chain} {statement}" for statement in statements]
         lines += [f"delete set {t} {name}" for name in stale_sets]
         return "\n".join(lines) + "\n"
+
+    async def chain_mark(self, chain: str) -> tuple[bool, str | None]:
+        """Whether the chain exists, and the policy mark its head rule carries."""
+        items = await nft_json("list", "chain", "inet", self.config.table, chain)
+        exists = any(isinstance(item.get("chain"), dict) for item in items)
+        for item in items:
+            rule = item.get("rule")
+            if isinstance(rule, dict):
+                comment = str(rule.get("comment") or "")
+                return exists, comment[len(MARK_PREFIX):] if comment.startswith(MARK_PREFIX) else None
+        return exists, None
+
+    async def _holds(self, chain: str, policy: NetworkPolicy) -> tuple[bool, bool]:
+        """(the chain exists, it already holds exactly this policy's rules).
+
+        Rewriting a chain that has rules deletes them, and a commit that deletes rules
+        waits for the kernel's RCU grace period: 15 to 30 ms measured on a loaded node,
+        against 3 ms for one that only adds. An instance started again finds its chain
+        as its last boot left it, so the mark on its head rule (a digest of the rules
+        below it) spares that rewrite."""
+        exists, mark = await self.chain_mark(chain)
+        return exists, exists and mark == policy_mark(chain_rules(policy, chain))
 
     async def add_instance(self, key: str, address: str, policy: NetworkPolicy = UNRESTRICTED) -> None:
         """(Re)create the instance's chain and route its traffic through it."""
         chain = chain_name(key)
-        script = self._chain_script(chain, policy, []) + f"add element {self._t} egress {{ {address} : jump {chain} }}\n"
+        element = f"add element {self._t} egress {{ {address} : jump {chain} }}\n"
+        _, current = await self._holds(chain, policy)
+        script = element if current else self._chain_script(chain, policy, []) + element
         try:
             await nft(script)
         except NetworkError:
@@ -234,8 +267,11 @@ table {self._t} {{
         """Replace the policy part of the instance's chain in one transaction; False
         when the instance has no chain (it is not running: its next start applies it)."""
         chain = chain_name(key)
-        if chain not in await self.instance_chains():
+        exists, current = await self._holds(chain, policy)
+        if not exists:
             return False
+        if current:
+            return True
         wanted = {set_name(chain, h) for h in policy.hostnames()}
         stale = [name for name in await self.instance_sets(chain) if name not in wanted]
         await nft(self._chain_script(chain, policy, stale))

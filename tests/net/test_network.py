@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral.net import HostNetwork, NetworkConfig
+from corral.net import HostNetwork, NetworkConfig, NetworkPolicy
 from tests.support import host_names
 
 LISTEN = (
@@ -99,7 +99,7 @@ async def test_attach_detach(network: HostNetwork) -> None:
     ruleset = sh("nft", "list", "table", "inet", TABLE).stdout
     assert attachment.chain in ruleset and f"{NET}.2 : jump " + attachment.chain in ruleset
 
-    again = await network.attach(instance_id)  # idempotent: same address, pieces recreated
+    again = await network.attach(instance_id)  # idempotent: same address, the pieces kept as they are
     assert again.address == attachment.address
 
     await network.detach(instance_id)
@@ -108,6 +108,51 @@ async def test_attach_detach(network: HostNetwork) -> None:
     assert attachment.chain not in sh("nft", "list", "table", "inet", TABLE).stdout
     assert network.addresses.lookup(instance_id) is None
     await network.detach(instance_id)  # idempotent
+
+
+def link_index(name: str) -> int:
+    return int(Path(f"/sys/class/net/{name}/ifindex").read_text())
+
+
+def rule_handles(chain: str) -> list[str]:
+    listing = sh("nft", "-a", "list", "chain", "inet", TABLE, chain).stdout
+    return [line.rsplit("# handle ", 1)[1] for line in listing.splitlines() if "# handle " in line]
+
+
+async def test_attach_again_keeps_what_is_as_made_and_remakes_what_is_not(network: HostNetwork) -> None:
+    """An instance started again finds its network as its last boot left it: the same
+    veth and chain are kept (no delete, no rewrite); a piece that is not as made (the
+    host end off the bridge, an address changed inside, a policy changed meanwhile) is
+    made again."""
+    instance_id = str(uuid.uuid4())
+    first = await network.attach(instance_id)
+    index, handles = link_index(first.host_link), rule_handles(first.chain)
+    assert "corral-policy " in sh("nft", "list", "chain", "inet", TABLE, first.chain).stdout
+
+    again = await network.attach(instance_id)
+    assert link_index(again.host_link) == index and rule_handles(again.chain) == handles
+
+    sh("ip", "link", "set", first.host_link, "nomaster")
+    await network.attach(instance_id)
+    remade = link_index(first.host_link)
+    assert remade != index
+    link = sh("ip", "-d", "link", "show", first.host_link).stdout
+    assert f"master {BRIDGE}" in link and "isolated on" in link
+
+    sh("ip", "-n", first.netns, "addr", "add", f"{NET}.99/24", "dev", "eth0")
+    await network.attach(instance_id)
+    assert link_index(first.host_link) != remade
+    assert sh("ip", "-n", first.netns, "-4", "-o", "addr", "show", "dev", "eth0").stdout.count("inet ") == 1
+
+    # A policy set while the instance was detached from its chain's rules: rewritten.
+    network._policies[instance_id] = NetworkPolicy("isolated")
+    await network.attach(instance_id)
+    assert rule_handles(first.chain) != handles and "reject" in sh("nft", "list", "chain", "inet", TABLE, first.chain).stdout
+    # And one applied that the chain already holds is not written again.
+    handles = rule_handles(first.chain)
+    assert await network.apply_policy(instance_id, NetworkPolicy("isolated"))
+    assert rule_handles(first.chain) == handles
+    await network.detach(instance_id)
 
 
 async def test_cleanup_stale(network: HostNetwork) -> None:
