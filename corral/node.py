@@ -50,6 +50,7 @@ from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.nodes import lost
+from corral.actors.nodes.blobs import BlobSigner, ClusterBlobs
 from corral.actors.nodes.leases import Leases, run_leased
 from corral.actors.previews import AccessCache
 from corral.actors.previews.router import PreviewRouter
@@ -453,6 +454,8 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 notices=Notices(db, events.origin),
                 egress_proxy=proxy,
             )
+            if db.dialect == "postgresql":  # a blob another node wrote is fetched from it on first read
+                platform.blobs = ClusterBlobs(LocalBlobStore(data_dir / "blobs"), db, BlobSigner(platform.jwt_secret, settings.node_name))
             platform.databases = database_node(settings)
             platform.leases = Leases(db, settings.node_name, shared=db.dialect == "postgresql")
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()

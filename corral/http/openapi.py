@@ -96,7 +96,8 @@ def _operation(route: Route) -> dict[str, Any]:
 def build_document(routes: list[Route]) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        paths.setdefault(route.openapi_path, {})[route.method.lower()] = _operation(route)
+        if not route.internal:
+            paths.setdefault(route.openapi_path, {})[route.method.lower()] = _operation(route)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -57,6 +57,9 @@ class Route:
     public_rpm: int | None = None
     """A `public` route with a per-IP bucket of its own and this limit a minute, instead
     of the shared anonymous one (`/tls/ask`: Caddy asks from one address)."""
+    internal: bool = False
+    """Between the nodes of a cluster, not for users: left out of the OpenAPI document
+    (so of the generated client); docs/api.md still describes it."""
 
     @property
     def full_path(self) -> str:
@@ -131,6 +134,7 @@ class Router:
         idempotent: bool = False,
         ticket_purpose: str | None = None,
         public_rpm: int | None = None,
+        internal: bool = False,
     ) -> Callable[[Handler], Handler]:
         if request is not None and not is_model(request):
             raise TypeError(f"{method} {path}: request must be a corral.models.model class, not {request!r}")
@@ -156,6 +160,7 @@ class Router:
                     tenant_wide=self.tenant_wide,
                     ticket_purpose=ticket_purpose,
                     public_rpm=public_rpm,
+                    internal=internal,
                 )
             )
             return handler

@@ -31,6 +31,7 @@ from . import (
     invites,
     members,
     network_policy,
+    node_blobs,
     preview_domains,
     previews,
     quotas,
@@ -61,4 +62,4 @@ def all_routers() -> list[Router]:
         databases.router, database_ops.router,
         branding.router, browser_tokens.router, agent_runtime_profiles.router, sandbox_templates.router,
         agent_runs.router, deployments.router, deployment_events.router,
-        console.router, custom_domains.router, tls.router]
+        console.router, custom_domains.router, tls.router, node_blobs.router]

@@ -11,6 +11,7 @@ before node B looks at it (reaching an instance on another node is not this part
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import os
 import socket
@@ -275,3 +276,46 @@ async def _is_not(answer: Awaitable[str], unexpected: str) -> bool:
 async def _not(answer: Awaitable[bool]) -> bool:
     return not await answer
 
+
+
+async def test_a_static_version_published_through_node_a_is_served_by_node_b(cluster: Cluster) -> None:
+    """The version's artifact is in node A's blob store only; node B's router fetches it
+    from A (a signed node-to-node request) on its first reload and serves it, a 3 MB
+    file byte for byte. The node route gives nothing to a caller that is not a node."""
+    async with http() as client:
+        owner = await new_owner(client, cluster.a)
+        sandbox = (await call(client, cluster.a, owner, "POST", "/sandboxes", 201, json={}, timeout=120))["data"]
+        try:
+            assert sandbox["node"] == "node-a", "placement chose node B (the artifact would be on B's own store)"
+            made = await call(client, cluster.a, owner, "POST", f"/sandboxes/{sandbox['id']}/exec", json={"timeout": 60, "command": (
+                "mkdir -p /workspace/site && echo '<h1>built on node a</h1>' > /workspace/site/index.html"
+                " && head -c 3000000 /dev/urandom > /workspace/site/big.bin && sha256sum /workspace/site/big.bin"
+            )})
+            assert made["exit_code"] == 0, made
+            big_sha = made["stdout"].split()[0]
+            deployment = (await call(client, cluster.a, owner, "POST", f"/projects/{owner.project_id}/deployments", 201, json={"name": "static"}))["data"]
+            published = await call(client, cluster.a, owner, "POST", f"/deployments/{deployment['id']}/publish", json={
+                "source_sandbox_id": sandbox["id"], "output_path": "/workspace/site"}, timeout=300)
+            artifact = published["data"]["version"]["artifact_sha256"]
+            since = time.monotonic()
+            host = f"{deployment['slug']}.{SERVICE_DOMAIN}"
+
+            async def served() -> bool:
+                answer = await router_get(client, cluster, host)
+                return answer.status_code == 200 and "built on node a" in answer.text
+
+            while not await served():  # the first reload fetches the artifact: not a routing delay
+                assert time.monotonic() < since + 30, "node B does not serve the version published on node A"
+                await trio.sleep(0.02)
+            print(f"\nstatic version published on node A, first served by node B after {(time.monotonic() - since) * 1000:.0f} ms")
+            big = await client.get(f"http://127.0.0.1:{cluster.b_preview}/big.bin", headers={"Host": host})
+            assert big.status_code == 200 and hashlib.sha256(big.content).hexdigest() == big_sha
+
+            # Not a node: the same 404 for an unsigned, a forged and a stale request.
+            for headers in ({}, {"X-Corral-Blob-Request": f"node-b {int(time.time())} {'0' * 64}"},
+                            {"X-Corral-Blob-Request": "node-b 1 x"}):
+                refused = await client.get(f"{cluster.a.base}{API}/nodes/blobs/{artifact}", headers=headers)
+                assert refused.status_code == 404 and refused.json()["error"]["code"] == "NOT_FOUND", refused.text
+                assert b"built on node a" not in refused.content
+        finally:
+            await call(client, cluster.a, owner, "DELETE", f"/sandboxes/{sandbox['id']}", timeout=120)

@@ -1,0 +1,165 @@
+"""Blobs any node of the cluster holds, on every node (issue 30).
+
+Each node keeps its blobs in its own data directory (`LocalBlobStore`): a deployment's
+artifact is written where it was published, a run's artifacts where the run
+captured them, a backup where it was taken. Any node may need one of them later: its
+preview router serves a static version through whichever node a browser reached, a
+deployment service may boot on another node, an artifact download may reach any node.
+
+`ClusterBlobs` is the node's blob store: writes stay local; a read of a blob this
+node lacks asks the other live nodes for it, one at a time
+(`GET /api/v1/nodes/blobs/{digest}` on their advertised URL), streams it into the
+local store and serves it from there from then on. A blob is named by its SHA-256, so
+what arrives is checked by what it is called: bytes that hash to anything else are
+not taken (the local store names what it writes by its own digest), whatever a node
+sends. The request is signed like a forwarded one (an HMAC under a key derived from
+the store's shared secret, its own derivation, with the time, good for a minute), so
+only the nodes of the cluster read blobs this way: a blob's digest alone (in a
+version's `artifact_sha256`) is no key to its bytes.
+
+Only one fetch of a blob runs at a time on a node; the readers of the same blob wait
+for it. On a store only one node uses (SQLite) the local store is the node's store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterable
+from pathlib import Path
+
+import httpx
+import trio
+
+from corral.storage import Database
+from corral.storage.blobs import Blob, BlobNotFound, LocalBlobStore, check_digest
+
+from . import store
+
+log = logging.getLogger("corral.nodes.blobs")
+
+HEADER = "X-Corral-Blob-Request"
+PATH = "/api/v1/nodes/blobs/{digest}"
+SIGNATURE_SECONDS = 60
+FETCH_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+"""Between two chunks (a node that stops sending is left for the next); no bound on
+the whole transfer, which a large backup needs."""
+
+
+def blob_key(signing_secret: str) -> bytes:
+    return hmac.new(signing_secret.encode(), b"corral node blob fetch v1", hashlib.sha256).digest()
+
+
+class BlobSigner:
+    """Signs a node's request for a blob; checks another node's."""
+
+    def __init__(self, signing_secret: str, node_name: str) -> None:
+        self.key = blob_key(signing_secret)
+        self.node_name = node_name
+
+    def _mac(self, node: str, sha256: str, stamp: str) -> str:
+        return hmac.new(self.key, f"{node} {sha256} {stamp}".encode(), hashlib.sha256).hexdigest()
+
+    def sign(self, sha256: str) -> str:
+        stamp = str(int(time.time()))
+        return f"{self.node_name} {stamp} {self._mac(self.node_name, sha256, stamp)}"
+
+    def check(self, value: str | None, sha256: str) -> str | None:
+        """The asking node's name when the signature holds for this blob and is fresh."""
+        parts = (value or "").split(" ")
+        if len(parts) != 3:
+            return None
+        node, stamp, mac = parts
+        if not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
+            return None
+        if not hmac.compare_digest(mac, self._mac(node, sha256, stamp)):
+            log.warning("a blob request claimed to come from node %r with a wrong signature", node[:64])
+            return None
+        return node
+
+
+class ClusterBlobs:
+    """The node's blob store: its own blobs, and the other live nodes' on first read."""
+
+    def __init__(self, local: LocalBlobStore, db: Database, signer: BlobSigner) -> None:
+        self.local = local
+        self.db = db
+        self.signer = signer
+        self.backend = local.backend
+        self._fetching: dict[str, trio.Lock] = {}
+
+    def uri(self, sha256: str) -> str:
+        return self.local.uri(sha256)
+
+    async def put_bytes(self, data: bytes) -> Blob:
+        return await self.local.put_bytes(data)
+
+    async def put_file(self, source: Path) -> Blob:
+        return await self.local.put_file(source)
+
+    async def put_stream(self, chunks: AsyncIterable[bytes]) -> Blob:
+        return await self.local.put_stream(chunks)
+
+    async def exists(self, sha256: str) -> bool:
+        return await self.local.exists(sha256)
+
+    async def delete(self, sha256: str) -> None:
+        await self.local.delete(sha256)
+
+    async def local_path(self, sha256: str) -> Path:
+        """This node's own copy, verified (never fetched: what a node serves the others)."""
+        return await self.local.verified_path(sha256)
+
+    async def verified_path(self, sha256: str) -> Path:
+        check_digest(sha256)
+        try:
+            return await self.local.verified_path(sha256)
+        except BlobNotFound:
+            pass
+        lock = self._fetching.setdefault(sha256, trio.Lock())
+        try:
+            async with lock:
+                if not await self.local.exists(sha256):  # another reader fetched it meanwhile
+                    await self._fetch(sha256)
+        finally:
+            if not lock.locked() and not lock.statistics().tasks_waiting:
+                self._fetching.pop(sha256, None)
+        return await self.local.verified_path(sha256)
+
+    async def _fetch(self, sha256: str) -> None:
+        lost_since = store.lost_before()
+        peers = [
+            record for record in await store.all_nodes(self.db)
+            if record.name != self.signer.node_name and store.seen_state(record, lost_since) != store.LOST
+        ]
+        tried = []
+        async with httpx.AsyncClient(timeout=FETCH_TIMEOUT) as client:
+            for peer in peers:
+                tried.append(peer.name)
+                if await self._fetch_from(client, peer.name, peer.advertise_url, sha256):
+                    log.info("blob %s fetched from node %s", sha256, peer.name)
+                    return
+        where = f" (asked {', '.join(tried)})" if tried else " (no other live node)"
+        raise BlobNotFound(f"no blob {sha256} on this node or any other{where}")
+
+    async def _fetch_from(self, client: httpx.AsyncClient, name: str, base_url: str, sha256: str) -> bool:
+        url = base_url.rstrip("/") + PATH.format(digest=sha256)
+        try:
+            async with client.stream("GET", url, headers={HEADER: self.signer.sign(sha256)}) as answer:
+                if answer.status_code != 200:
+                    if answer.status_code != 404:
+                        log.warning("node %s answered %s for blob %s", name, answer.status_code, sha256)
+                    return False
+                blob = await self.local.put_stream(answer.aiter_bytes())
+        except (httpx.HTTPError, OSError) as exc:
+            log.warning("blob %s could not be fetched from node %s: %s", sha256, name, exc)
+            return False
+        if blob.sha256 != sha256:
+            log.warning("node %s sent bytes that are not blob %s (they hash to %s): not taken", name, sha256, blob.sha256)
+            return False
+        return True
+
+
+__all__ = ["HEADER", "PATH", "BlobSigner", "ClusterBlobs", "blob_key"]
