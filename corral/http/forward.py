@@ -63,6 +63,9 @@ PLACED = b"x-corral-placed"
 SIGNATURE_SECONDS = 60
 RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/([0-9A-Za-z_-]{1,64})(?:/|$)")
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
+RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+PUBLISH_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/publish/?$")
+"""A publish reads its source sandbox's files, which only the sandbox's node can."""
 PLACING_AT_ONCE = 2
 """Placements this node has in the store at once: the others wait here, not on the
 cluster's lock holding one of the store's 10 connections each (a burst of creates
@@ -291,6 +294,41 @@ class Forwarder:
         finally:
             with trio.CancelScope(shield=True):
                 await claims.release(self.homes.db, claim_id)
+
+    # -- publishes: served where their source sandbox lives --------------------------
+
+    def follows_source(self, scope: dict[str, Any]) -> bool:
+        """Whether the request is a publish, served on its source sandbox's node (`to_source`)."""
+        return scope["method"] == "POST" and PUBLISH_PATH.match(scope["path"]) is not None
+
+    async def to_source(self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve) -> None:
+        """A publish packs (or builds in) its `source_sandbox_id`'s files, and only the
+        sandbox's node reaches them: the request goes there, as a sandbox's own request
+        does, and the version's artifact is written to that node's blob store (the
+        other nodes fetch it when they need it). A body without a readable source is
+        served here, where the route answers it."""
+        if self.arrived_forwarded(scope):
+            await serve_here(scope, receive, send)
+            return
+        body = await _whole_body(scope, receive)
+        if body is None:
+            return  # the caller went away
+        if len(body) > MAX_CREATE_BODY:
+            await _send_error(send, ApiError(413, "PAYLOAD_TOO_LARGE", f"a publish's body may be at most {MAX_CREATE_BODY} bytes"))
+            return
+        try:
+            data = json.loads(body) if body.strip() else {}
+        except (ValueError, RecursionError):
+            data = None
+        source = data.get("source_sandbox_id") if isinstance(data, dict) else None
+        home = await self.homes.elsewhere("sandboxes", source) if isinstance(source, str) and RESOURCE_ID.match(source) else None
+        if home is None:
+            await serve_here(scope, receive, send)
+            return
+        record = current()
+        if record is not None:
+            record.route = "forwarded"
+        await self.forward(scope, receive, send, home)
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -215,6 +215,9 @@ class ApiFront:
         if forwarder is not None and scope["type"] == "http" and forwarder.places(scope):
             await forwarder.place(scope, receive, send, self._serve)  # a create: placed on a node with room
             return
+        if forwarder is not None and scope["type"] == "http" and forwarder.follows_source(scope):
+            await forwarder.to_source(scope, receive, send, self._serve)  # a publish: where its sandbox is
+            return
         if forwarder is not None and scope["type"] == "http" and not forwarder.arrived_forwarded(scope):
             home = await forwarder.home_of(scope)
             if home is not None:  # the resource lives on another node: its request goes there

@@ -278,10 +278,12 @@ async def _not(answer: Awaitable[bool]) -> bool:
 
 
 
-async def test_a_static_version_published_through_node_a_is_served_by_node_b(cluster: Cluster) -> None:
-    """The version's artifact is in node A's blob store only; node B's router fetches it
-    from A (a signed node-to-node request) on its first reload and serves it, a 3 MB
-    file byte for byte. The node route gives nothing to a caller that is not a node."""
+async def test_a_static_version_of_a_sandbox_on_node_a_published_through_node_b_is_served_by_node_b(cluster: Cluster) -> None:
+    """The publish reaches node B and is served on node A, where its source sandbox is
+    (only A reads its files), so the version's artifact is in A's blob store only; node
+    B's router fetches it from A (a signed node-to-node request) on its first reload and
+    serves it, a 3 MB file byte for byte. The node route gives nothing to a caller that
+    is not a node."""
     async with http() as client:
         owner = await new_owner(client, cluster.a)
         sandbox = (await call(client, cluster.a, owner, "POST", "/sandboxes", 201, json={}, timeout=120))["data"]
@@ -294,8 +296,9 @@ async def test_a_static_version_published_through_node_a_is_served_by_node_b(clu
             assert made["exit_code"] == 0, made
             big_sha = made["stdout"].split()[0]
             deployment = (await call(client, cluster.a, owner, "POST", f"/projects/{owner.project_id}/deployments", 201, json={"name": "static"}))["data"]
-            published = await call(client, cluster.a, owner, "POST", f"/deployments/{deployment['id']}/publish", json={
+            published = await call(client, cluster.b, owner, "POST", f"/deployments/{deployment['id']}/publish", json={
                 "source_sandbox_id": sandbox["id"], "output_path": "/workspace/site"}, timeout=300)
+            assert published["data"]["version"]["state"] == "ready", published
             artifact = published["data"]["version"]["artifact_sha256"]
             since = time.monotonic()
             host = f"{deployment['slug']}.{SERVICE_DOMAIN}"
@@ -307,7 +310,7 @@ async def test_a_static_version_published_through_node_a_is_served_by_node_b(clu
             while not await served():  # the first reload fetches the artifact: not a routing delay
                 assert time.monotonic() < since + 30, "node B does not serve the version published on node A"
                 await trio.sleep(0.02)
-            print(f"\nstatic version published on node A, first served by node B after {(time.monotonic() - since) * 1000:.0f} ms")
+            print(f"\nstatic version published (on node A), first served by node B after {(time.monotonic() - since) * 1000:.0f} ms")
             big = await client.get(f"http://127.0.0.1:{cluster.b_preview}/big.bin", headers={"Host": host})
             assert big.status_code == 200 and hashlib.sha256(big.content).hexdigest() == big_sha
 
