@@ -276,6 +276,7 @@ async def _start_service(
         size=SERVICE_SIZE, run_command=request.run_command, port=request.port, health_check_path=request.health_check_path,
         artifact_sha256=sha256, process_id=None, restarts=0, owner_user_id=None,
         external_user_id=deployment.external_user_id, error=None, last_activity_at=now, created_at=now, updated_at=now,
+        node=platform.settings.node_name,
     )
     ref = await platform.system.create(DeploymentServiceActor, service.id, service)
     await ref.ask(Boot())

@@ -36,6 +36,8 @@ class ServiceRecord:
     last_activity_at: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """The node that runs it (`corral.actors.nodes`); null for rows made before nodes."""
 
 
 SERVICES = RowStore("deployment_services", ServiceRecord)

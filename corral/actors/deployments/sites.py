@@ -15,7 +15,8 @@ sandboxes); None means "not a deployment", and the computer resolver answers.
 a synchronous in-memory answer to "does this host name a live deployment", and
 a deployment's own host (a custom domain's `verification_target`).
 
-Every node routes every deployment. The node whose actor changed what a deployment
+Every node routes every deployment; a service version whose service runs on another
+node is relayed to that node's router (`corral.actors.previews.remote`). The node whose actor changed what a deployment
 serves reloads its entry, then tells the other nodes (`SITE_CHANGED`, a notice:
 not every such change has an event), which reload theirs; a change of preview
 domains reloads every entry.
@@ -31,6 +32,7 @@ from pathlib import Path
 import trio
 
 from corral.actors.previews import domains as preview_domains
+from corral.actors.previews.remote import RemoteRouters
 from corral.actors.previews.urls import service_domain
 from corral.config import Settings
 from corral.net.links import netns_path
@@ -40,7 +42,7 @@ from corral.storage import Database
 from . import artifacts, store
 from .messages import Connect
 from .service_actor import DeploymentServiceActor
-from .service_store import running_service_of
+from .service_store import ServiceRecord, running_service_of
 from .services import DeploymentServices
 from .static_site import FileCache, StaticSite
 from .store import DeploymentRecord, VersionRecord
@@ -62,6 +64,8 @@ class Target:
     number: int
     site: StaticSite | None = None
     upstream: Upstream | None = None
+    home: Upstream | None = None
+    """The preview router of the node that runs the version's service, when another."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +103,7 @@ class DeploymentSites:
         self.platform = platform
         self.root = Path(platform.settings.data_dir) / "sites"
         self.cache = FileCache()
+        self.remote = RemoteRouters(platform)
         self._by_slug: dict[str, SiteEntry] = {}
         self._slug_of: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
@@ -164,14 +169,17 @@ class DeploymentSites:
             site = StaticSite(version.artifact_sha256, root, version.artifact_manifest or {}, self.cache)
             return Target(version.id, version.version_number, site=site)
         if version.kind == "service":
-            upstream = await self._upstream(version)
+            service = await running_service_of(self.platform.db, version.id)
+            home = await self.remote.home_of(service.node) if service is not None else None
+            if home is not None:  # its instance is on that node: relayed to its router
+                return Target(version.id, version.version_number, home=home)
+            upstream = await self._upstream(service) if service is not None else None
             return Target(version.id, version.version_number, upstream=upstream)
         return None
 
-    async def _upstream(self, version: VersionRecord) -> Upstream | None:
-        service = await running_service_of(self.platform.db, version.id)
-        if service is None or not self.platform.runtime.holds(service.id):
-            return None  # not running, or on another node (reaching it from here: forwarding)
+    async def _upstream(self, service: ServiceRecord) -> Upstream | None:
+        if not self.platform.runtime.holds(service.id):
+            return None  # not running here (a lost node's, or one still booting)
         address = await _service_address(self.platform, service.id)
         if address is None:
             return None
@@ -258,6 +266,8 @@ class DeploymentSites:
             return page(404, "no_version", "Nothing published here", f"Deployment {entry.name} {what}.")
         if target.site is not None:
             return await target.site.reply(request.method, request.target, request.header("if-none-match"))
+        if target.home is not None and not request.relayed:
+            return self.remote.relay(target.home, request.peer, f"version {target.number} of {entry.name}")
         if target.upstream is None:
             return page(503, "service_unavailable", "The service is not running", f"Version {target.number} of {entry.name} has no running service.")
         return Forward(target.upstream)

@@ -1,6 +1,7 @@
 """Where an instance-backed resource lives: this node, or another live node (issue 30).
 
-Every sandbox, computer and database row names its home in `node`. Only that node
+Every sandbox, computer, database and deployment service row names its home in
+`node` (a deployment's is its newest live service's). Only that node
 runs the resource's actor and talks to its instance (its agent listens on that node's
 bridge, unreachable from the others), so a request for it that reaches another node
 is forwarded there (`corral.http.forward`). `Homes.elsewhere` answers the question the
@@ -24,8 +25,18 @@ from corral.storage import Database
 
 from . import store
 
-COLLECTIONS = {"sandboxes": "sandboxes", "computers": "computers", "databases": "databases"}
-"""The API's collection names of instance-backed resources, and their tables."""
+COLLECTIONS = {
+    "sandboxes": "SELECT node FROM sandboxes WHERE id = ?",
+    "computers": "SELECT node FROM computers WHERE id = ?",
+    "databases": "SELECT node FROM databases WHERE id = ?",
+    "deployments": (
+        "SELECT node FROM deployment_services WHERE deployment_id = ? AND status <> 'destroyed'"
+        " ORDER BY created_at DESC LIMIT 1"
+    ),
+}
+"""The API's collection names of resources with a home, and how to read it. A
+deployment's home is its newest live service's node (where the service's actor runs and
+its instance is); a deployment without one has none and is served where it is asked."""
 RESOURCE_SECONDS = 2.0
 NODES_SECONDS = 1.0
 MAX_CACHED = 50_000
@@ -59,24 +70,24 @@ class Homes:
     async def elsewhere(self, collection: str, resource_id: str) -> Home | None:
         """The live node other than this one where the resource lives; None when it is
         this node's, unknown (the route answers its 404), or on a lost node."""
-        table = COLLECTIONS.get(collection)
-        if not self.shared or table is None:
+        query = COLLECTIONS.get(collection)
+        if not self.shared or query is None:
             return None
-        node = await self._node_of(table, resource_id)
+        node = await self._node_of(query, resource_id)
         if node is None or node == self.node_name:
             return None
         return (await self._live_nodes()).get(node)
 
-    async def _node_of(self, table: str, resource_id: str) -> str | None:
+    async def _node_of(self, query: str, resource_id: str) -> str | None:
         now = time.monotonic()
-        cached = self._resources.get((table, resource_id))
+        cached = self._resources.get((query, resource_id))
         if cached is not None and now - cached[1] < RESOURCE_SECONDS:
             return cached[0]
-        row = await self.db.fetch_one(f"SELECT node FROM {table} WHERE id = ?", (resource_id,))
+        row = await self.db.fetch_one(query, (resource_id,))
         node = None if row is None or row["node"] is None else str(row["node"])
         if len(self._resources) >= MAX_CACHED:
             self._resources.clear()
-        self._resources[(table, resource_id)] = (node, now)
+        self._resources[(query, resource_id)] = (node, now)
         return node
 
     async def _live_nodes(self) -> dict[str, Home]:

@@ -222,7 +222,7 @@ async def _end_runs_of_lost_targets(db: Database, refs: Refs, runs: type) -> Non
 # -- a returning node ------------------------------------------------------------------
 
 
-OWNERS = (("sandboxes", "id"), ("computers", "instance_id"))
+OWNERS = (("sandboxes", "id"), ("computers", "instance_id"), ("deployment_services", "id"))
 """Where the runtime's instances have their records, by the column that names them."""
 
 

@@ -86,6 +86,7 @@ HOSTED = {
     "sandboxes": "status != 'destroyed'",
     "computers": "TRUE",  # a deleted computer's row is gone
     "databases": "status != 'deleted'",
+    "deployment_services": "status != 'destroyed'",
 }
 """The tables of resources with a home (`node`), and which of their rows still live."""
 

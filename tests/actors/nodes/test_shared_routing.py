@@ -322,3 +322,53 @@ async def test_a_static_version_of_a_sandbox_on_node_a_published_through_node_b_
                 assert b"built on node a" not in refused.content
         finally:
             await call(client, cluster.a, owner, "DELETE", f"/sandboxes/{sandbox['id']}", timeout=120)
+
+
+SERVICE_APP = """
+import http.server, os
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = ("served on node a " + self.path).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+
+async def test_a_service_version_running_on_node_a_is_reached_and_managed_through_node_b(cluster: Cluster) -> None:
+    """A service version's instance runs on its source sandbox's node (A): node B's
+    router relays the deployment's host to A's router, and the deployment's requests
+    through B (its service's logs, its deletion) are served on A, where the service's
+    actor is, so deleting it through B stops the service on A."""
+    async with http() as client:
+        owner = await new_owner(client, cluster.a)
+        sandbox = (await call(client, cluster.a, owner, "POST", "/sandboxes", 201, json={}, timeout=120))["data"]
+        try:
+            assert sandbox["node"] == "node-a", "placement chose node B"
+            await call(client, cluster.a, owner, "POST", f"/sandboxes/{sandbox['id']}/files/write", 201,
+                       json={"path": "/workspace/server.py", "content": SERVICE_APP})
+            deployment = (await call(client, cluster.b, owner, "POST", f"/projects/{owner.project_id}/deployments", 201, json={"name": "api"}))["data"]
+            published = (await call(client, cluster.b, owner, "POST", f"/deployments/{deployment['id']}/publish", json={
+                "source_sandbox_id": sandbox["id"], "run_command": "python3 server.py", "port": 8000}, timeout=300))["data"]
+            [service] = published["services"]
+            assert published["version"]["state"] == "ready" and service["state"] == "healthy", published
+            host = f"{deployment['slug']}.{SERVICE_DOMAIN}"
+            since = time.monotonic()
+            while (answer := await client.get(f"http://127.0.0.1:{cluster.b_preview}/x", headers={"Host": host})).status_code != 200:
+                assert time.monotonic() < since + 30, answer.text
+                await trio.sleep(0.05)
+            assert answer.text == "served on node a /x"
+
+            logs = await call(client, cluster.b, owner, "GET", f"/deployments/{deployment['id']}/services/{service['id']}/logs")
+            assert "data" in logs
+            await call(client, cluster.b, owner, "DELETE", f"/deployments/{deployment['id']}")
+            since = time.monotonic()
+            while (await client.get(f"http://127.0.0.1:{cluster.b_preview}/x", headers={"Host": host})).status_code == 200:
+                assert time.monotonic() < since + 30, "the deleted deployment is still served"
+                await trio.sleep(0.05)
+            listed = await call(client, cluster.a, owner, "GET", f"/deployments/{deployment['id']}", expect=404)
+            assert listed["error"]["code"] == "DEPLOYMENT_NOT_FOUND"
+        finally:
+            await call(client, cluster.a, owner, "DELETE", f"/sandboxes/{sandbox['id']}", timeout=120)
