@@ -96,6 +96,11 @@ class SandboxActor(InstanceActor):
         agent: AgentClient | None = self.services.agents.client(info) if info is not None else None
         await halt_processes(self.services, self.id, agent)
 
+    async def on_instance_lost(self) -> None:
+        """Its processes died with the instance (its node was lost, or the runtime no
+        longer has it): their records say `killed`, without last lines (no agent)."""
+        await halt_processes(self.services, self.id, None)
+
     def spec(self, boot_env: dict[str, str], instance_id: str | None = None) -> InstanceSpec:
         """As a pooled instance is made (`warm_pool.sandbox_spec`): the size's limits,
         hostname from the id."""

@@ -175,6 +175,11 @@ def test_a_killed_nodes_sandboxes_read_node_lost_on_the_survivor_and_the_node_de
                 lambda: (r := client.get(f"{b.base}{API}/agent-runs/{run_id}").json()["data"])["status"] != "running" and r, 10,
             )
             assert ended["status"] == "failed" and "no longer running" in ended["error"], ended
+            # Its process died with the instance: the sandbox's record of it says so.
+            process_id = ended["metadata"]["agent_process"]["process_id"]
+            process = client.get(f"{b.base}{API}/sandboxes/{kept_id}/processes/{process_id}").json()["data"]
+            assert process["status"] == "killed", process
+            assert all(p["status"] != "running" for p in client.get(f"{b.base}{API}/sandboxes/{kept_id}/processes").json()["data"])
 
             # The jobs moved to B, and the prune ran there.
             wait_for("the jobs on node B", lambda: lease_holders(url) == {LOST_LEASE: "node-b", EGRESS_PRUNE_LEASE: "node-b"}, 10)
