@@ -217,11 +217,8 @@ class Forwarder:
             await self._serve_claimed(scope, receive, send, serve_here, self.placed_claim(scope))
             return
         self.placed_claim(scope)  # a caller's own is dropped
-        body = await _whole_body(scope, receive)
+        body = await _small_body(scope, receive, send, "a create")
         if body is None:
-            return  # the caller went away
-        if len(body) > MAX_CREATE_BODY:
-            await _send_error(send, ApiError(413, "PAYLOAD_TOO_LARGE", f"a create's body may be at most {MAX_CREATE_BODY} bytes"))
             return
         demand = self.demand(scope, body)
         if demand is None or not await self._authenticated(scope):  # the route's answer (401, 400, 422), here
@@ -237,9 +234,7 @@ class Forwarder:
             await self._serve_claimed(scope, receive, send, serve_here, placed.claim_id)
             return
         home = Home(placed.node, placed.url)
-        record = current()
-        if record is not None:
-            record.route = "forwarded"  # as the front names a forwarded request's route
+        _name_forwarded()
         if not await self.forward(scope, receive, send, home, [(PLACED, self.sign_placed(placed.claim_id, placed.node))]):
             with trio.CancelScope(shield=True):
                 await claims.release(self.homes.db, placed.claim_id)
@@ -259,11 +254,8 @@ class Forwarder:
         itself without creating anything (no credentials, a body it refuses)."""
         if not any(name == b"authorization" for name, _ in scope["headers"]):
             return None
-        try:
-            data = json.loads(body) if body.strip() else {}
-        except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-            return None
-        if not isinstance(data, dict):
+        data = _json_object(body)
+        if data is None:
             return None
         size, region = data.get("size", "small"), data.get("region")
         if not isinstance(size, str) or size not in placement.SIZE_NAMES:
@@ -310,28 +302,45 @@ class Forwarder:
         if self.arrived_forwarded(scope):
             await serve_here(scope, receive, send)
             return
-        body = await _whole_body(scope, receive)
+        body = await _small_body(scope, receive, send, "a publish")
         if body is None:
-            return  # the caller went away
-        if len(body) > MAX_CREATE_BODY:
-            await _send_error(send, ApiError(413, "PAYLOAD_TOO_LARGE", f"a publish's body may be at most {MAX_CREATE_BODY} bytes"))
             return
-        try:
-            data = json.loads(body) if body.strip() else {}
-        except (ValueError, RecursionError):
-            data = None
-        source = data.get("source_sandbox_id") if isinstance(data, dict) else None
+        source = (_json_object(body) or {}).get("source_sandbox_id")
         home = await self.homes.elsewhere("sandboxes", source) if isinstance(source, str) and RESOURCE_ID.match(source) else None
         if home is None:
             await serve_here(scope, receive, send)
             return
-        record = current()
-        if record is not None:
-            record.route = "forwarded"
+        _name_forwarded()
         await self.forward(scope, receive, send, home)
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _name_forwarded() -> None:
+    """Name the request's route as the front names a forwarded request's."""
+    record = current()
+    if record is not None:
+        record.route = "forwarded"
+
+
+async def _small_body(scope: dict[str, Any], receive: Receive, send: Send, what: str) -> bytes | None:
+    """The body of a request read whole to decide where it goes (a create, a publish);
+    None when the caller went away or it was past `MAX_CREATE_BODY` (answered 413)."""
+    body = await _whole_body(scope, receive)
+    if body is not None and len(body) > MAX_CREATE_BODY:
+        await _send_error(send, ApiError(413, "PAYLOAD_TOO_LARGE", f"{what}'s body may be at most {MAX_CREATE_BODY} bytes"))
+        return None
+    return body
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object (empty: `{}`); None when it is not one (the route answers)."""
+    try:
+        data = json.loads(body) if body.strip() else {}
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        return None
+    return data if isinstance(data, dict) else None
 
 
 async def _body(receive: Receive) -> AsyncIterator[bytes]:

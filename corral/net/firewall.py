@@ -250,11 +250,14 @@ table {self._t} {{
         exists, mark = await self.chain_mark(chain)
         return exists, exists and mark == policy_mark(chain_rules(policy, chain))
 
-    async def add_instance(self, key: str, address: str, policy: NetworkPolicy = UNRESTRICTED) -> None:
-        """(Re)create the instance's chain and route its traffic through it."""
+    async def add_instance(
+        self, key: str, address: str, policy: NetworkPolicy = UNRESTRICTED, *, may_be_current: bool = True
+    ) -> None:
+        """(Re)create the instance's chain and route its traffic through it. Without
+        `may_be_current` (a new instance) the chain is written without looking first."""
         chain = chain_name(key)
         element = f"add element {self._t} egress {{ {address} : jump {chain} }}\n"
-        _, current = await self._holds(chain, policy)
+        current = may_be_current and (await self._holds(chain, policy))[1]
         script = element if current else self._chain_script(chain, policy, []) + element
         try:
             await nft(script)

@@ -151,8 +151,9 @@ def create_veth(
     address: str,
     prefixlen: int,
     gateway: str,
-) -> None:
-    """A veth pair: `host_name` on the bridge, `eth0` inside `netns` with `address`.
+) -> bool:
+    """A veth pair: `host_name` on the bridge, `eth0` inside `netns` with `address`;
+    True when the pair was there already, as made, and kept.
 
     An instance started again finds its pair as its last boot left it (a stop keeps
     the network): then nothing is made again. Deleting a veth waits for the kernel's
@@ -163,7 +164,7 @@ def create_veth(
     CAP_NET_ADMIN over it)."""
     if veth_in_place(ipr, host_name, netns, bridge, address, prefixlen, gateway):
         ipr.brport("set", index=link_index(ipr, host_name), isolated=1)  # as made, whatever it says
-        return
+        return True
     delete_link(ipr, host_name)
     ipr.link("add", ifname=host_name, kind="veth", peer={"ifname": "eth0", "net_ns_fd": netns_path(netns)})
     index = link_index(ipr, host_name)
@@ -186,6 +187,7 @@ def create_veth(
         inside.link("set", index=eth0, state="up")
         inside.link("set", index=lo, state="up")
         inside.route("add", dst="default", gateway=gateway)
+    return False
 
 
 def veth_in_place(

@@ -288,11 +288,12 @@ class HostNetwork:
         netns, host_link, address = attachment.netns, attachment.host_link, attachment.address
         try:
             await self.netlink.call(lambda ipr: links.create_netns(netns))
-            await self.netlink.call(
+            kept = await self.netlink.call(
                 links.create_veth, host_link, netns, self.config.bridge, address, self.network.prefixlen, self.gateway
             )
             policy = self.policy(instance_id)
-            await self.firewall.add_instance(instance_key(instance_id), address, policy)
+            # Only an instance whose network was kept may still have its chain as made.
+            await self.firewall.add_instance(instance_key(instance_id), address, policy, may_be_current=kept)
             self.dns.prefetch(policy.hostnames())
         except BaseException:
             await self.detach(instance_id)

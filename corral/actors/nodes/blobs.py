@@ -23,10 +23,7 @@ for it. On a store only one node uses (SQLite) the local store is the node's sto
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
-import time
 from collections.abc import AsyncIterable
 from pathlib import Path
 
@@ -37,47 +34,33 @@ from corral.storage import Database
 from corral.storage.blobs import Blob, BlobNotFound, LocalBlobStore, check_digest
 
 from . import store
+from .signing import NodeSigner
 
 log = logging.getLogger("corral.nodes.blobs")
 
 HEADER = "X-Corral-Blob-Request"
 PATH = "/api/v1/nodes/blobs/{digest}"
-SIGNATURE_SECONDS = 60
 FETCH_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 """Between two chunks (a node that stops sending is left for the next); no bound on
 the whole transfer, which a large backup needs."""
 
 
-def blob_key(signing_secret: str) -> bytes:
-    return hmac.new(signing_secret.encode(), b"corral node blob fetch v1", hashlib.sha256).digest()
-
-
 class BlobSigner:
-    """Signs a node's request for a blob; checks another node's."""
+    """Signs a node's request for a blob (over its digest); checks another node's."""
 
     def __init__(self, signing_secret: str, node_name: str) -> None:
-        self.key = blob_key(signing_secret)
+        self.signer = NodeSigner(signing_secret, b"corral node blob fetch v1", node_name)
         self.node_name = node_name
 
-    def _mac(self, node: str, sha256: str, stamp: str) -> str:
-        return hmac.new(self.key, f"{node} {sha256} {stamp}".encode(), hashlib.sha256).hexdigest()
-
     def sign(self, sha256: str) -> str:
-        stamp = str(int(time.time()))
-        return f"{self.node_name} {stamp} {self._mac(self.node_name, sha256, stamp)}"
+        return " ".join(self.signer.sign(sha256))
 
     def check(self, value: str | None, sha256: str) -> str | None:
         """The asking node's name when the signature holds for this blob and is fresh."""
         parts = (value or "").split(" ")
-        if len(parts) != 3:
+        if len(parts) != 3 or not self.signer.verify(parts[0], sha256, parts[1], parts[2]):
             return None
-        node, stamp, mac = parts
-        if not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
-            return None
-        if not hmac.compare_digest(mac, self._mac(node, sha256, stamp)):
-            log.warning("a blob request claimed to come from node %r with a wrong signature", node[:64])
-            return None
-        return node
+        return parts[0]
 
 
 class ClusterBlobs:
@@ -162,4 +145,4 @@ class ClusterBlobs:
         return True
 
 
-__all__ = ["HEADER", "PATH", "BlobSigner", "ClusterBlobs", "blob_key"]
+__all__ = ["HEADER", "PATH", "BlobSigner", "ClusterBlobs"]

@@ -28,42 +28,33 @@ forged or stale header is dropped.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import time
 from urllib.parse import urlsplit
 
 from corral.actors.nodes import store as nodes
+from corral.actors.nodes.signing import NodeSigner
 from corral.net.preview import RELAY_HEADER, Forward, Upstream, page
 
 from .services import PreviewServices
 
 log = logging.getLogger("corral.previews.remote")
 
-SIGNATURE_SECONDS = 60
 NODES_SECONDS = 1.0
 """How long the live nodes' preview addresses are kept (a lost node stops being relayed
 to within about this, on top of the heartbeat's staleness)."""
-
-
-def relay_key(signing_secret: str) -> bytes:
-    return hmac.new(signing_secret.encode(), b"corral preview relay v1", hashlib.sha256).digest()
 
 
 class RelaySigner:
     """Signs the client's address on a relayed request; checks another node's signature."""
 
     def __init__(self, signing_secret: str, node_name: str) -> None:
-        self.key = relay_key(signing_secret)
+        self.signer = NodeSigner(signing_secret, b"corral preview relay v1", node_name)
         self.node_name = node_name
 
-    def _mac(self, node: str, client: str, stamp: str) -> str:
-        return hmac.new(self.key, f"{node} {client} {stamp}".encode(), hashlib.sha256).hexdigest()
-
     def sign(self, client: str) -> str:
-        stamp = str(int(time.time()))
-        return f"{self.node_name} {client} {stamp} {self._mac(self.node_name, client, stamp)}"
+        node, stamp, mac = self.signer.sign(client)
+        return f"{node} {client} {stamp} {mac}"
 
     def check(self, value: str) -> tuple[str, str] | None:
         """(relaying node, client address) when the signature holds and is fresh."""
@@ -71,12 +62,7 @@ class RelaySigner:
         if len(parts) != 4:
             return None
         node, client, stamp, mac = parts
-        if not stamp.isdigit() or abs(time.time() - int(stamp)) > SIGNATURE_SECONDS:
-            return None
-        if not hmac.compare_digest(mac, self._mac(node, client, stamp)):
-            log.warning("a preview request claimed to be relayed by node %r with a wrong signature", node[:64])
-            return None
-        return node, client
+        return (node, client) if self.signer.verify(node, client, stamp, mac) else None
 
 
 def signer_for(platform: PreviewServices) -> RelaySigner:
