@@ -50,6 +50,7 @@ LONG_POLL = 25.0
 OUTPUT_READ_LIMIT = 2.0
 """How long a cancel waits for the output printed so far before answering without it."""
 AGENT_RETRY = 1.0
+OUTPUT_ATTEMPTS = 3
 FOREVER = 1 << 62
 """A log sequence no process reaches: the long-poll then answers only at the exit."""
 
@@ -302,11 +303,16 @@ class AgentRunActor(RecordActor):
 
     async def _collect(self, agent: AgentClient, final: dict[str, Any], process_id: str) -> Exited:
         run = self.record
-        try:
-            kept = await agent.output(process_id)
+        out, err, out_total, err_total = b"", b"", 0, 0
+        for attempt in range(OUTPUT_ATTEMPTS):  # a busy agent may miss one call: the output is the run's result
+            try:
+                kept = await agent.output(process_id)
+            except RuntimeErrorBase as exc:
+                log.warning("agent run %s: its output could not be read (%s)", run.id, exc)
+                await trio.sleep(AGENT_RETRY * attempt)
+                continue
             out, err, out_total, err_total = kept.stdout, kept.stderr, kept.stdout_bytes, kept.stderr_bytes
-        except RuntimeErrorBase:
-            out, err, out_total, err_total = b"", b"", 0, 0
+            break
         paths = artifact_paths(run.metadata) if self.state == "running" else []
         captured = await capture(agent, self.services.blobs, run.id, run.tenant_id, paths) if paths else []
         exit_code = final.get("exit_code")
