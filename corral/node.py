@@ -382,8 +382,14 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
     kinds = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
     await platform.nursery.start(
         run_leased, platform.leases, lost.LEASE,
-        partial(lost.sweep, platform.db, platform.system, platform.settings.node_name, kinds, agent_runs.AgentRunActor),
+        partial(
+            lost.sweep, platform.db, platform.system, platform.settings.node_name, kinds, agent_runs.AgentRunActor,
+            {"databases": databases.DEFERRED},
+        ),
         lambda: lost.SWEEP_SECONDS, "taking over lost nodes' resources",
+    )
+    await platform.nursery.start(
+        databases.promote_forever, platform.db, platform.system, platform.settings.node_name, databases.DatabaseActor
     )
 
 
@@ -457,6 +463,10 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
             if db.dialect == "postgresql":  # a blob another node wrote is fetched from it on first read
                 platform.blobs = ClusterBlobs(LocalBlobStore(data_dir / "blobs"), db, BlobSigner(platform.jwt_secret, settings.node_name))
             platform.databases = database_node(settings)
+            if db.dialect == "postgresql":  # replicas on other nodes derive their primary's password (issue 30)
+                platform.databases.driver.replication_secret = hmac.new(
+                    platform.jwt_secret.encode(), b"corral database replication v1", hashlib.sha256
+                ).digest()
             platform.leases = Leases(db, settings.node_name, shared=db.dialect == "postgresql")
             platform.agent_runtime_profiles = agent_profiles.ProfileResolver()
             platform.run_profiles = agent_profiles.RunProfileResolver(platform)

@@ -64,6 +64,8 @@ SIGNATURE_SECONDS = 60
 RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases|deployments)/([0-9A-Za-z_-]{1,64})(?:/|$)")
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+REPLICA_PATH = re.compile(r"^/api/v1/databases/([0-9A-Za-z_-]{1,64})/replicas/?$")
+"""A new replica is placed like a create, away from its primary's node (issue 30)."""
 PUBLISH_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/publish/?$")
 """A publish reads its source sandbox's files, which only the sandbox's node can."""
 PLACING_AT_ONCE = 2
@@ -196,7 +198,8 @@ class Forwarder:
 
     def places(self, scope: dict[str, Any]) -> bool:
         """Whether the request is a create, which placement sends to a node (`place`)."""
-        return scope["method"] == "POST" and CREATE_PATH.match(scope["path"]) is not None
+        path = scope["path"]
+        return scope["method"] == "POST" and (CREATE_PATH.match(path) is not None or REPLICA_PATH.match(path) is not None)
 
     def sign_placed(self, claim_id: str, node: str) -> bytes:
         stamp = str(int(time.time()))
@@ -220,7 +223,8 @@ class Forwarder:
         body = await _small_body(scope, receive, send, "a create")
         if body is None:
             return
-        demand = self.demand(scope, body)
+        replica_of = REPLICA_PATH.match(scope["path"])
+        demand = await self.replica_demand(scope, replica_of[1]) if replica_of else self.demand(scope, body)
         if demand is None or not await self._authenticated(scope):  # the route's answer (401, 400, 422), here
             await serve_here(scope, receive, send)
             return
@@ -272,6 +276,19 @@ class Forwarder:
             found = get_template(data["template_type"]) if isinstance(data.get("template_type"), str) else None
             template = found.runtime_template if found is not None else None
         return placement.Demand(kind, size, template, region)
+
+    async def replica_demand(self, scope: dict[str, Any], primary_id: str) -> placement.Demand | None:
+        """A replica's: its primary's size and region, away from its node; None (the
+        route answers, where the request is) for a caller without credentials or an id
+        that is no live primary."""
+        if not any(name == b"authorization" for name, _ in scope["headers"]):
+            return None
+        row = await self.homes.db.fetch_one(
+            "SELECT size, region, node FROM databases WHERE id = ? AND role = 'primary' AND status <> 'deleted'", (primary_id,)
+        )
+        if row is None or row["size"] not in placement.SIZE_NAMES:
+            return None
+        return placement.Demand("databases", str(row["size"]), None, str(row["region"]), away_from=row["node"])
 
     async def _serve_claimed(
         self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve, claim_id: str | None

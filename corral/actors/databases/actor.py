@@ -34,7 +34,7 @@ from corral.storage import BlobNotFound, associated_data, utc_now_iso
 from corral.vm import SIZES, InstanceInfo, InstanceSpec, RuntimeDriver
 from corral.vm.postgres import PostgresDriver
 
-from . import store
+from . import replication, store
 from .messages import (
     AddReplica,
     Backup,
@@ -43,6 +43,7 @@ from .messages import (
     Booted,
     Branch,
     Destroy,
+    HandOver,
     Move,
     RecoverServer,
     Resize,
@@ -112,6 +113,7 @@ class DatabaseActor(InstanceActor):
             ("restarting", RecoverServer): "running",
             ("*", BackupDone): "*",
             ("*", Destroy): "deleted",
+            ("running", HandOver): "deleted",
         },
         refusals={
             Start: _invalid("database cannot be started from its current status"),
@@ -124,6 +126,7 @@ class DatabaseActor(InstanceActor):
             Move: _invalid("database cannot be moved from its current status"),
             Branch: _invalid("database cannot be branched from its current status"),
             AddReplica: _invalid("database must be running to add a replica"),
+            HandOver: _invalid("replica is not running"),
             Backup: _invalid("database must be running to back up"),
             Restore: _invalid("database cannot be restored from its current status"),
             Restored: _invalid("database is not being restored"),
@@ -192,8 +195,41 @@ class DatabaseActor(InstanceActor):
         self, driver: RuntimeDriver, env: dict[str, str], clone_source: str | None, snapshot_source: str | None
     ) -> InstanceInfo:
         if self.record.role == "replica" and self.record.primary_id:
-            return await self.servers.create_replica(self.record.primary_id, self.spec(env))
+            spec = self.spec(env)
+            source = await replication.primary_source(self.db, self.services.settings.node_name, self.node, self.record.primary_id)
+            if source is not None:  # the primary is another node's (issue 30)
+                spec.env.update(primary_host=source[0], primary_port=str(source[1]))
+            return await self.servers.create_replica(self.record.primary_id, spec)
         return await super().make_instance(driver, env, clone_source, snapshot_source)
+
+    async def recover_here(self, lost_node: str) -> bool:
+        """A primary whose node is lost, taken over by a node that runs a replica of it:
+        the replica hands its server over, which is promoted to be this database's
+        (same id, role, password and port: `url` follows it, with this node's host).
+        False when no running replica of it is here: it reads `NODE_LOST` as others do."""
+        if self.record.role != "primary":
+            return False
+        replica = await replication.local_replica(self.db, self.services.settings.node_name, self.id, self.servers)
+        if replica is None:
+            return False
+        replica_ref = await self.services.system.get(type(self), replica.id)
+        await replica_ref.ask(HandOver(self.id), timeout=120)
+        try:
+            info = await self.servers.promote_into(replica.id, self.spec(await self.boot_env()))
+        except Exception as exc:
+            log.warning("database %s: replica %s could not be promoted: %s", self.id, replica.id, exc)
+            return False
+        self.info = info
+        await self.services.runtime.driver()  # the bridge, for the proxy's internal address
+        await self.node.proxy.listen(self.id, self.record.port, self.node.listen_hosts(True))
+        await self.persist(state="running", error=None, last_activity_at=utc_now_iso())
+        await self.on_instance_up(info)
+        self.node.proxy.mark_active(self.id)
+        await self.emit(
+            "promoted", {**self.subject_data(), "replica_id": replica.id, "lost_node": lost_node, "node": self.record.node}
+        )
+        log.warning("database %s of lost node %s runs again here, promoted from its replica %s", self.id, lost_node, replica.id)
+        return True
 
     async def create_record(self, draft: DatabaseDraft) -> DatabaseRecord:
         record = await self.db.transaction(lambda tx: store.create(tx, self.id, draft, self.services.settings.node_name))
@@ -357,6 +393,17 @@ class DatabaseActor(InstanceActor):
             await self.servers.rotate_password(self.id, self.record.pg_user, password)
         await self.persist(password_sealed=sealed)
         await self.emit("credentials.rotated", {"database_id": self.id})
+        return self.record
+
+    @handles(HandOver)
+    async def hand_over(self, message: HandOver) -> DatabaseRecord:
+        if self.record.primary_id != message.primary_id:
+            raise conflict("INVALID_STATE", "not a replica of that database")
+        next_state = self.transition(message)
+        self.node.proxy.forget(self.id)
+        await self.halt_instance()
+        await self.persist(state=next_state, password_sealed=None)
+        await self.emit("deleted", {"database_id": self.id, "name": self.record.name, "promoted_into": message.primary_id})
         return self.record
 
     @handles(Destroy)

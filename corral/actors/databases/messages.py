@@ -10,7 +10,7 @@ from corral.actors.messages import Message
 from .store import BackupRecord
 
 __all__ = [
-    "AddReplica", "Backup", "BackupDone", "Boot", "Booted", "Branch", "Destroy", "Get", "Move", "RecoverServer",
+    "AddReplica", "Backup", "BackupDone", "Boot", "Booted", "Branch", "Destroy", "Get", "HandOver", "Move", "RecoverServer",
     "Resize", "Restart", "Restore", "Restored", "Rotate", "ServerExited", "Start", "Stop", "Suspend", "Upstream", "Wake",
 ]
 
@@ -64,6 +64,14 @@ class Branch(Message):
 @dataclass(frozen=True)
 class AddReplica(Message):
     """Check that the primary can take a replica now (it must run)."""
+
+
+@dataclass(frozen=True)
+class HandOver(Message):
+    """A running replica gives its server to its primary, whose node is lost (issue 30):
+    it stops it and ends `deleted`, leaving its files for the primary to take."""
+
+    primary_id: str
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from corral.actors.nodes.lost import public_error
 from corral.actors.ref import ActorRef
 from corral.actors.runtime import require_disk_reserve
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
-from corral.errors import ApiError, forbidden, not_found, validation_error
+from corral.errors import ApiError, conflict, forbidden, not_found, validation_error
 from corral.ids import new_uuid
 from corral.models import Rule, model
 from corral.storage import associated_data
@@ -225,9 +225,16 @@ async def branch_database(platform: DatabaseServices, owner: str | None, source:
 
 
 async def add_replica(platform: DatabaseServices, owner: str | None, primary: DatabaseRecord, new: NewReplica) -> DatabaseRecord:
-    """A streaming, read-only replica: its own server and port, the primary's role and data."""
-    primary_ref = await platform.system.get(DatabaseActor, primary.id)
-    await primary_ref.ask(AddReplica(), timeout=ASK_TIMEOUT)
+    """A streaming, read-only replica: its own server and port, the primary's role and data.
+    Placement may have sent the request to another node than the primary's (issue 30):
+    the primary's actor lives there, so its row says whether it can take one."""
+    if primary.node in (None, platform.settings.node_name):
+        primary_ref = await platform.system.get(DatabaseActor, primary.id)
+        await primary_ref.ask(AddReplica(), timeout=ASK_TIMEOUT)
+    elif primary.role != "primary":
+        raise conflict("INVALID_STATE", "a replica cannot have replicas; add one to its primary")
+    elif primary.status != "running":
+        raise conflict("INVALID_STATE", "database must be running to add a replica")
     count = len(await store.replicas_of(platform.db, primary.id))
     name = (new.name or "").strip() or f"{primary.name[:50]}-replica-{count + 1}"
     record, ref = await _create(

@@ -243,10 +243,17 @@ class InstanceActor(RecordActor):
         if taken.error is None:
             log.warning("%s %s of node %s, whose instance is here, is this node's now", self.kind, self.id, lost_node)
             return
+        if await self.recover_here(lost_node):
+            return
         await self.persist(state=self.error_state, error=taken.error)
         log.warning("%s %s of lost node %s is this node's now: %s", self.kind, self.id, lost_node, taken.error)
         await self.emit("error", {**self.subject, "error": lost.public_error(taken.error)})
         await self.on_instance_lost()
+
+    async def recover_here(self, lost_node: str) -> bool:
+        """The kind's way back from a lost node, on the node that took the resource over
+        (a database promotes a replica it has here); False: it reads `NODE_LOST`."""
+        return False
 
     async def reconcile(self) -> None:
         """Bring the record and the runtime into agreement after a (re)activation."""

@@ -11,7 +11,10 @@ None to serve it here.
 It is asked on every request for a resource, so answers are cached: a resource's
 home for `RESOURCE_SECONDS` (a home changes only when the resource is re-placed) and
 the nodes table for `NODES_SECONDS` (so a node that became lost stops being forwarded
-to within about that, on top of the 6 s a heartbeat takes to go stale). A resource of
+to within about that, on top of the 6 s a heartbeat takes to go stale). A cached home
+that is no longer live is read again at once: a take-over moves the home, and the
+request goes to the new one rather than being served here for the rest of the
+cache's time. A resource of
 a lost node is served here, where its actor finds no instance and says so. On a store
 that only one node may use (SQLite) every resource is this node's, and nothing is read.
 """
@@ -76,12 +79,17 @@ class Homes:
         node = await self._node_of(query, resource_id)
         if node is None or node == self.node_name:
             return None
-        return (await self._live_nodes()).get(node)
+        live = await self._live_nodes()
+        if node not in live:  # a home that is lost may have been taken over since: read it again
+            node = await self._node_of(query, resource_id, fresh=True)
+            if node is None or node == self.node_name:
+                return None
+        return live.get(node)
 
-    async def _node_of(self, query: str, resource_id: str) -> str | None:
+    async def _node_of(self, query: str, resource_id: str, *, fresh: bool = False) -> str | None:
         now = time.monotonic()
         cached = self._resources.get((query, resource_id))
-        if cached is not None and now - cached[1] < RESOURCE_SECONDS:
+        if cached is not None and now - cached[1] < RESOURCE_SECONDS and not fresh:
             return cached[0]
         row = await self.db.fetch_one(query, (resource_id,))
         node = None if row is None or row["node"] is None else str(row["node"])

@@ -171,10 +171,16 @@ RUN_TARGETS = {"sandbox": "sandboxes", "computer": "computers"}
 """Agent runs' target kinds, and their tables."""
 
 
-async def sweep(db: Database, refs: Refs, node: str, kinds: Mapping[str, type], runs: type | None = None) -> int:
+async def sweep(
+    db: Database, refs: Refs, node: str, kinds: Mapping[str, type], runs: type | None = None,
+    deferred: Mapping[str, str] | None = None,
+) -> int:
     """Activate here the actor of every live resource homed on a lost node, which takes
     it over, then of every running agent run whose target was taken over (`runs`);
-    returns how many resources were taken (or found taken by another node meanwhile)."""
+    returns how many resources were taken (or found taken by another node meanwhile).
+    `deferred`: per table, a condition (`{lost}` standing for the lost nodes' names)
+    that a resource left to another node's own take-over fails (a database with a
+    running replica on a live node: that node promotes it)."""
     if runs is not None:
         await _end_runs_of_lost_targets(db, refs, runs)
     lost = await lost_nodes(db, node)
@@ -183,8 +189,11 @@ async def sweep(db: Database, refs: Refs, node: str, kinds: Mapping[str, type], 
     marks = ", ".join("?" for _ in lost)
     taken = 0
     for table, actor_class in kinds.items():
+        extra = (deferred or {}).get(table)
+        condition = f" AND {extra.format(lost=marks)}" if extra else ""
         rows = await db.fetch_all(
-            f"SELECT id FROM {sql_identifier(table)} WHERE node IN ({marks}) AND {HOSTED[table]}", tuple(lost)
+            f"SELECT id FROM {sql_identifier(table)} WHERE node IN ({marks}) AND {HOSTED[table]}{condition}",
+            tuple(lost) * (2 if extra else 1),
         )
         for row in rows:
             try:

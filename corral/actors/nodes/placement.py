@@ -13,7 +13,8 @@ The policy (docs/api.md "Nodes", "Placement"):
    S's added, within its `CORRAL_NODE_MAX_MEMORY_MB` (each 0: no limit). Sizes are
    limits, not reservations (an idle sandbox uses a few MiB of its 4 GiB), so memory
    is counted against what the operator lets a node promise, not its RAM.
-3. **Order.** Among those with room: a node that has the template built first (a
+3. **Order.** Among those with room: for a replica, a node other than its primary's
+   first (so that it outlives the primary's node); then a node that has the template built first (a
    sandbox's built-in template, a computer's desktop); then the least loaded (resources
    placed per core); then the node the request reached (no hop); then the most memory
    available as last reported; then by name.
@@ -22,8 +23,9 @@ The policy (docs/api.md "Nodes", "Placement"):
 The check and the claim are one PostgreSQL transaction under an advisory lock, so
 placements on every node are serialised: the room one sees includes every claim made
 before, and two never take the same last room. Each resource counts once, as its claim
-until its row exists and as its row from then on (`claims.py`). Fork, clone, branch and replica are not placed: they are requests on
-their source's id, which go to the source's home (`corral.http.forward`).
+until its row exists and as its row from then on (`claims.py`). Fork, clone and branch are not placed: they are requests on their source's id,
+which go to the source's home (`corral.http.forward`). A replica is placed, away from
+its primary's node (`databases.replication`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Demand:
     template: str | None = None
     """The runtime template it boots from, when placement can tell."""
     region: str | None = None
+    away_from: str | None = None
+    """A node to avoid while another has room: a replica's primary's (it is to outlive it)."""
 
     @property
     def memory_mb(self) -> int:
@@ -100,11 +104,12 @@ def choose(nodes: list[NodeRecord], usage: dict[str, Usage], demand: Demand, her
     if not roomy:
         return None
 
-    def order(node: NodeRecord) -> tuple[int, float, int, int, str]:
+    def order(node: NodeRecord) -> tuple[int, int, float, int, int, str]:
+        apart = node.name != demand.away_from
         cached = demand.template is None or demand.template in node.templates
         load = usage.get(node.name, Usage()).resources / max(node.cores, 1)
         available = node.memory_mb - node.memory_mb_used
-        return (0 if cached else 1, load, 0 if node.name == here else 1, -available, node.name)
+        return (0 if apart else 1, 0 if cached else 1, load, 0 if node.name == here else 1, -available, node.name)
 
     return min(roomy, key=order)
 

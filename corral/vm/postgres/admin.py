@@ -30,7 +30,7 @@ def _connect(socket: Socket, dbname: str = "postgres") -> psycopg.Connection[Any
     )
 
 
-def _adopt(socket: Socket, role: str, database: str, password: str | None) -> None:
+def _adopt(socket: Socket, role: str, database: str, password: str | None, replication_password: str | None = None) -> None:
     """Give the cluster this server's identity: its one login role is renamed to
     `role` and its one application database to `database` (a cluster copied from the
     template, a parent or a backup of another database carries another's names).
@@ -56,6 +56,8 @@ def _adopt(socket: Socket, role: str, database: str, password: str | None) -> No
             statements.append(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(database), sql.Identifier(role)))
         if password is not None:
             statements.append(_password_statement(role, password))
+        if replication_password is not None:  # replicas on other nodes log in with it (issue 30)
+            statements.append(_password_statement(REPLICATION_ROLE, replication_password))
         if statements:
             with conn.transaction():
                 conn.execute(sql.SQL("; ").join([sql.SQL("SET LOCAL synchronous_commit = off"), *statements]))
@@ -103,8 +105,10 @@ def _template_roles(socket: Socket) -> None:
         conn.execute(sql.SQL("CREATE DATABASE {} OWNER app_user").format(sql.Identifier(TEMPLATE_DATABASE)))
 
 
-async def adopt(socket: Socket, role: str, database: str, password: str | None) -> None:
-    await trio.to_thread.run_sync(_adopt, socket, role, database, password)
+async def adopt(
+    socket: Socket, role: str, database: str, password: str | None, replication_password: str | None = None
+) -> None:
+    await trio.to_thread.run_sync(_adopt, socket, role, database, password, replication_password)
 
 
 async def rotate(socket: Socket, role: str, password: str) -> None:
@@ -134,3 +138,24 @@ async def wait_setting(socket: Socket, name: str, value: str, timeout: float = 1
 
 async def set_replication_password(socket: Socket, password: str) -> None:
     await rotate(socket, REPLICATION_ROLE, password)
+
+
+class SlotActive(Exception):
+    """The slot is still in use (its replica's connection has not ended yet)."""
+
+
+def _drop_remote_slot(host: str, port: int, password: str, slot: str) -> None:
+    with psycopg.connect(
+        host=host, port=port, user=REPLICATION_ROLE, password=password, dbname="postgres", autocommit=True, connect_timeout=5
+    ) as conn:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return
+        if row[0]:
+            raise SlotActive(slot)
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+async def drop_remote_slot(host: str, port: int, password: str, slot: str) -> None:
+    """Drop a replica's slot on a primary of another node, as the replication role."""
+    await trio.to_thread.run_sync(_drop_remote_slot, host, port, password, slot)

@@ -15,6 +15,7 @@ restores, replicas, passwords, statistics) is here as plain methods.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -72,6 +73,10 @@ class PostgresDriver(RuntimeDriver):
         self._template_lock = trio.Lock()
         self._locks: dict[str, trio.Lock] = {}
         self.ready = ReadyCopies(self.layout, lambda: self.disks, self.prepare_template)
+        self.replication_secret: bytes | None = None
+        """Set on a store several nodes share (the same on every node): replicas on other
+        nodes derive their primary's replication password from it, which every primary
+        sets when it starts (issue 30). None: the node's own `.replication-secret`."""
 
     @property
     def disks(self) -> DiskStore:
@@ -265,9 +270,10 @@ class PostgresDriver(RuntimeDriver):
         self.layout.run(state.id).mkdir(exist_ok=True)
         self.layout.log(state.id).touch()
 
-    def _finish_dirs(self, state: ServerState, primary_conninfo: str | None = None) -> None:
+    def _finish_dirs(self, state: ServerState, primary_conninfo: str | None = None, slot: str | None = None) -> None:
         data = self.layout.data(state.id)
-        slot = files.replica_slot(state.id) if primary_conninfo is not None else None
+        if primary_conninfo is not None and slot is None:
+            slot = files.replica_slot(state.id)
         files.write_config(
             data, self.layout.run(state.id), state.role, state.memory_mb, primary_conninfo, state.port, state.listen, slot
         )
@@ -338,7 +344,8 @@ class PostgresDriver(RuntimeDriver):
             await self._end_fresh_start(state)
             if not self._is_replica(instance_id):
                 password = (boot_env or {}).get("password")
-                await admin.adopt(self._sock(state), state.role, state.database, password)
+                replication = self.replication_password(instance_id) if self.replication_secret is not None else None
+                await admin.adopt(self._sock(state), state.role, state.database, password, replication)
                 await self._drop_orphan_slots(state)
             return self._info(state)
 
@@ -361,7 +368,9 @@ class PostgresDriver(RuntimeDriver):
         if state is not None:
             async with self._lock(instance_id):
                 await self._pg_ctl_stop(state, "immediate")
-            if state.replica_of is not None:
+            if state.replica_of is not None and state.primary_host:
+                await self._drop_remote_slot(state)
+            elif state.replica_of is not None:
                 await self._drop_slot(state.replica_of, files.replica_slot(instance_id))
         if self.cgroups is not None:
             await trio.to_thread.run_sync(self.cgroups.remove, instance_id)
@@ -382,6 +391,24 @@ class PostgresDriver(RuntimeDriver):
                 "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
                 (slot,),
             )
+
+    async def _drop_remote_slot(self, replica: ServerState) -> None:
+        """Free the WAL a gone replica held on a primary of another node, as the
+        replication role over TCP (its walsender may take a moment to end after the
+        replica's server stopped). A primary that cannot be reached keeps the slot: its
+        WAL is bounded by `max_slot_wal_keep_size` (`files.conf`)."""
+        assert replica.replica_of is not None
+        password = self.replication_password(replica.replica_of)
+        slot = files.replica_slot(replica.id, remote=True)
+        for _ in range(20):
+            try:
+                await admin.drop_remote_slot(replica.primary_host, replica.primary_port, password, slot)
+                return
+            except admin.SlotActive:
+                await trio.sleep(0.1)
+            except Exception as exc:
+                log.warning("replica %s: its slot on %s:%s was not dropped: %s", replica.id, replica.primary_host, replica.primary_port, exc)
+                return
 
     async def _drop_orphan_slots(self, primary: ServerState) -> None:
         replicas = {
@@ -425,6 +452,8 @@ class PostgresDriver(RuntimeDriver):
         return await self.start(spec.instance_id, spec.boot_env)
 
     def replication_password(self, primary_id: str) -> str:
+        if self.replication_secret is not None:
+            return hmac.new(self.replication_secret, primary_id.encode(), hashlib.sha256).hexdigest()
         path = self.layout.secret_file
         if not path.exists():
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -433,7 +462,12 @@ class PostgresDriver(RuntimeDriver):
         return hmac.new(path.read_bytes(), primary_id.encode(), hashlib.sha256).hexdigest()
 
     async def create_replica(self, primary_id: str, spec: InstanceSpec) -> InstanceInfo:
-        """A streaming, read-only replica of the running primary (hot standby)."""
+        """A streaming, read-only replica of the running primary (hot standby): over the
+        primary's socket when it is this node's, else over TCP at `primary_host` and
+        `primary_port` of `spec.env` (a primary on another node, issue 30)."""
+        remote_host = spec.env.get("primary_host")
+        if remote_host:
+            return await self._create_remote_replica(primary_id, remote_host, int(spec.env["primary_port"]), spec)
         primary = self._state(primary_id)
         if files.postmaster_pid(self.layout.data(primary_id)) is None:
             raise InvalidInstanceState("the primary is not running")
@@ -452,6 +486,63 @@ class PostgresDriver(RuntimeDriver):
             await self.destroy(spec.instance_id)
             raise
         return await self.start(spec.instance_id)
+
+    async def _create_remote_replica(self, primary_id: str, host: str, port: int, spec: InstanceSpec) -> InstanceInfo:
+        """A replica of a primary another node runs, streaming from its server's TCP port
+        as the replication role (SCRAM, with the password both nodes derive). Its slot on
+        the primary is `remote_<id>` (`files.replica_slot`), which the primary's own
+        clean-up of gone local replicas leaves alone; this node drops it when the replica
+        goes (`destroy`)."""
+        password = self.replication_password(primary_id)
+        state, _ = await self._begin(spec)
+        state = dataclasses.replace(state, primary_host=host, primary_port=port)
+        conninfo = (
+            f"host={host} port={port} user={REPLICATION_ROLE} password={password}"
+            f" application_name=r{state.id.replace('-', '')[:12]} connect_timeout=10"
+        )
+        slot = files.replica_slot(state.id, remote=True)
+        try:
+            result = await trio.run_process(
+                [str(PG_BIN / "pg_basebackup"), "-h", host, "-p", str(port), "-U", REPLICATION_ROLE, "-w",
+                 "-c", "fast", "--no-sync", "-D", str(self.layout.data(state.id)), "-X", "stream", "-C", "-S", slot],
+                env={**files.ENV, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"},
+                capture_stdout=True, capture_stderr=True, check=False,
+            )
+            if result.returncode != 0:
+                raise BackupFailed(
+                    f"pg_basebackup from {host}:{port} failed: {result.stderr.decode(errors='replace').strip()[:400]}"
+                )
+            await trio.to_thread.run_sync(self._finish_dirs, state, conninfo, slot)
+        except BaseException:
+            await self.destroy(spec.instance_id)
+            raise
+        return await self.start(spec.instance_id)
+
+    async def promote_into(self, replica_id: str, spec: InstanceSpec) -> InstanceInfo:
+        """The replica's server becomes the server of `spec` (its primary, whose node is
+        lost: issue 30): stopped, its directory (its disk mounted in it: the mount moves
+        with it) renamed to the primary's, its configuration the primary's (port, listen
+        addresses, no `standby.signal`, no upstream), and started: it replays the WAL it
+        received and comes up as a primary, on the primary's identity (its data has the
+        primary's role and password already)."""
+        source = self._state(replica_id)
+        if self.layout.load(spec.instance_id) is not None:
+            raise InvalidInstanceState(f"database server {spec.instance_id} exists already")
+        async with self._lock(replica_id):
+            await self._pg_ctl_stop(source)
+            if self.cgroups is not None:
+                await trio.to_thread.run_sync(self.cgroups.remove, replica_id)
+            self.layout.server_dir(replica_id).rename(self.layout.server_dir(spec.instance_id))
+            state = dataclasses.replace(
+                source, id=spec.instance_id, role=spec.env["role"], database=spec.env["database"],
+                port=int(spec.env.get("port", SOCKET_PORT)), listen=spec.env.get("listen", ""),
+                replica_of=None, primary_host="", primary_port=0,
+            )
+            await trio.to_thread.run_sync(self._finish_dirs, state)
+            self.layout.state_file(replica_id).unlink(missing_ok=True)
+        self._locks.pop(replica_id, None)
+        self._note(state.id, f"promoted: this server was replica {replica_id} of this database, whose node was lost")
+        return await self.start(state.id, spec.boot_env)
 
     async def backup(self, instance_id: str, dest: Path) -> int:
         """A compressed tar of a consistent base backup of the running server (WAL

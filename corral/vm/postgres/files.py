@@ -31,21 +31,28 @@ FRESH_LINE = "fsync = off  # the first start of a fresh copy (corral)\n"
 
 
 def hba(role: str) -> str:
-    """Only the server's own role (SCRAM), the replication role (SCRAM), and the
-    control plane (root, by peer) are admitted, and only over the socket."""
+    """The server's own role (SCRAM, socket and TCP), the control plane (root, by peer,
+    socket only) and the replication role (SCRAM): over the socket for a replica on this
+    node, over TCP for one on another node (issue 30), which also drops its slot in a
+    session on `postgres` when it goes. The replication role's password is derived from
+    the cluster's secret, per primary (`PostgresDriver.replication_password`)."""
     return (
         f"local all {ADMIN_ROLE} peer map=admin\n"
         f"local replication {ADMIN_ROLE} peer map=admin\n"
         f"local replication {REPLICATION_ROLE} scram-sha-256\n"
+        f"host replication {REPLICATION_ROLE} 0.0.0.0/0 scram-sha-256\n"
+        f"host postgres {REPLICATION_ROLE} 0.0.0.0/0 scram-sha-256\n"
         f'local all "{role}" scram-sha-256\n'
         f'host all "{role}" 0.0.0.0/0 scram-sha-256\n'
     )
 
 
-def replica_slot(server_id: str) -> str:
+def replica_slot(server_id: str, *, remote: bool = False) -> str:
     """The physical replication slot a replica holds on its primary: the primary keeps
-    every WAL segment the replica has not received yet, however long it was away."""
-    return "replica_" + server_id.replace("-", "")
+    every WAL segment the replica has not received yet, however long it was away (up to
+    `max_slot_wal_keep_size`). A replica on another node has `remote_<id>`: the
+    primary, which cannot tell whether such a replica still exists, leaves it alone."""
+    return ("remote_" if remote else "replica_") + server_id.replace("-", "")
 
 
 def conf(
@@ -71,6 +78,9 @@ def conf(
         # A backup (`pg_basebackup -X fetch`) needs every WAL segment from its start to its
         # end; a checkpoint meanwhile (another backup's, a branch's) must not recycle them.
         "wal_keep_size = 128MB",
+        # A replica on another node that went without dropping its slot (its primary was
+        # unreachable then) holds at most this much WAL.
+        "max_slot_wal_keep_size = 4GB",
         "hot_standby = on",
         "wal_receiver_status_interval = 1s",
     ]

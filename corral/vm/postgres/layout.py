@@ -48,6 +48,9 @@ class ServerState:
     port: int = SOCKET_PORT
     listen: str = ""
     """TCP addresses the server listens on at `port` (comma-separated; empty: the socket only)."""
+    primary_host: str = ""
+    primary_port: int = 0
+    """A replica of a primary on another node: where it streams from (empty: the primary is here)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

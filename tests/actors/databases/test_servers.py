@@ -3,6 +3,8 @@ own uid and modes, identity adoption, SCRAM verifiers, the restore's rollback.""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import shutil
 import stat
@@ -15,7 +17,7 @@ import trio
 
 from corral.vm import InstanceSpec, InstanceState, Limits, release_mounts
 from corral.vm.postgres import BackupFailed, PostgresDriver
-from tests.support import TEST_SLOT
+from tests.support import TEST_SLOT, free_port
 
 
 @pytest.fixture
@@ -135,3 +137,97 @@ async def test_a_branch_of_a_running_server_has_its_committed_data_and_fsync_on(
         assert conn.execute("SELECT count(*), min(v), max(v) FROM t").fetchone() == (50000, 1, 50000)
         assert conn.execute("SELECT current_setting('fsync')").fetchone() == ("on",)
     assert "fsync" in servers.log_path("br").read_text()  # the reload that put it back
+
+
+@pytest.fixture
+async def other_node_servers(servers: PostgresDriver) -> AsyncIterator[PostgresDriver]:
+    """A second node's servers (a root, disks and cgroups of their own), with the same
+    replication secret as `servers`, which this fixture sets (a cluster's, issue 30)."""
+    root = Path(f"/var/lib/corral/test-servers-{TEST_SLOT}-b")
+    release_mounts(f"corral-test-db{TEST_SLOT}b")
+    shutil.rmtree(root, ignore_errors=True)
+    servers.replication_secret = b"cluster secret"
+    driver = PostgresDriver(root, f"corral-test-db{TEST_SLOT}b")
+    driver.replication_secret = b"cluster secret"
+    try:
+        yield driver
+    finally:
+        for info in await driver.instances():
+            await driver.destroy(info.id)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def tcp_spec(server_id: str, role: str, database: str, port: int, **env: str) -> InstanceSpec:
+    made = spec(server_id, role, database)
+    return InstanceSpec(
+        instance_id=made.instance_id, limits=made.limits, boot_env=made.boot_env,
+        env={**made.env, "port": str(port), "listen": "127.0.0.1", **env},
+    )
+
+
+def tcp(port: int, user: str = "dora", dbname: str = "ledger") -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(host="127.0.0.1", port=port, user=user, password="pw", dbname=dbname, autocommit=True)
+
+
+def slots(port: int) -> list[str]:
+    with psycopg.connect(
+        host="127.0.0.1", port=port, user="corral_replicator", password=hmac_password("p"), dbname="postgres", autocommit=True
+    ) as conn:
+        return [str(row[0]) for row in conn.execute("SELECT slot_name FROM pg_replication_slots").fetchall()]
+
+
+def hmac_password(primary_id: str) -> str:
+    return hmac.new(b"cluster secret", primary_id.encode(), hashlib.sha256).hexdigest()
+
+
+async def until_replayed(port: int, want: list[tuple[object, ...]]) -> None:
+    with trio.fail_after(30):
+        while True:
+            try:
+                rows = await trio.to_thread.run_sync(lambda: tcp(port).execute("SELECT v FROM t ORDER BY v").fetchall())
+            except psycopg.Error:
+                rows = []
+            if rows == want:
+                return
+            await trio.sleep(0.05)
+
+
+async def test_a_replica_on_another_node_streams_over_tcp_and_is_promoted_into_its_primary(
+    servers: PostgresDriver, other_node_servers: PostgresDriver
+) -> None:
+    primary_port, replica_port, spare_port = free_port(), free_port(), free_port()
+    await servers.create(tcp_spec("p", "dora", "ledger", primary_port))
+    with tcp(primary_port) as conn:
+        conn.execute("CREATE TABLE t (v int)")
+        conn.execute("INSERT INTO t VALUES (1), (2)")
+    source = {"replica_of": "p", "primary_host": "127.0.0.1", "primary_port": str(primary_port)}
+    await other_node_servers.create_replica("p", tcp_spec("r", "dora", "ledger", replica_port, **source))
+    await other_node_servers.create_replica("p", tcp_spec("r2", "dora", "ledger", spare_port, **source))
+    await until_replayed(replica_port, [(1,), (2,)])
+    with tcp(primary_port) as conn:
+        conn.execute("INSERT INTO t VALUES (3)")
+    await until_replayed(replica_port, [(1,), (2,), (3,)])
+    with tcp(replica_port) as conn, pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+        conn.execute("INSERT INTO t VALUES (4)")
+    assert sorted(slots(primary_port)) == ["remote_r", "remote_r2"]  # the primary's clean-up leaves them alone
+    await servers.stop("p")
+    await servers.start("p", {"password": "pw"})
+    assert sorted(slots(primary_port)) == ["remote_r", "remote_r2"]
+
+    await other_node_servers.destroy("r2")  # a replica that goes drops its slot on the other node
+    assert slots(primary_port) == ["remote_r"]
+
+    await servers.destroy("p")  # the primary's node is gone
+    promoted_port = free_port()
+    info = await other_node_servers.promote_into("r", tcp_spec("p", "dora", "ledger", promoted_port))
+    assert info.id == "p" and info.state is InstanceState.RUNNING
+    assert other_node_servers.layout.load("r") is None and not other_node_servers.layout.server_dir("r").exists()
+    with tcp(promoted_port) as conn:
+        assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+        conn.execute("INSERT INTO t VALUES (4)")
+        assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [(1,), (2,), (3,), (4,)]
+    assert "promoted: this server was replica r" in other_node_servers.log_path("p").read_text()
+    await other_node_servers.stop("p")  # and it starts again as itself
+    await other_node_servers.start("p", {"password": "pw"})
+    with tcp(promoted_port) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (4,)

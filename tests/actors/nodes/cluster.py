@@ -46,6 +46,9 @@ LINKS = f"10.230.{TEST_SLOT}"
 API_PORT, PREVIEW_PORT = 8080, 8081
 """Every node listens on these in its own namespace: no other process shares its ports."""
 LETTERS = ("a", "b", "c")
+CLUSTER_KEK = "5c" * 32
+"""Every node of a cluster has the same key-encryption key (README): a secret one node
+sealed (a database's password) is read on another (its replica's node)."""
 
 
 @dataclass
@@ -77,6 +80,23 @@ class Node:
 class Cluster:
     nodes: dict[str, Node]
     database_url: str
+    root: Path
+
+    def kill_machine(self, node: Node) -> None:
+        """As if its machine died: `kill -9` of the node and of everything else in its
+        namespace (its database servers, which outlive the node's process otherwise)."""
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        pids = subprocess.run(["ip", "netns", "pids", node.netns], capture_output=True, text=True, check=False).stdout.split()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+
+    def restart(self, node: Node) -> None:
+        """The node started again on its data directory, answering."""
+        start_node(node, self.root, self.database_url)
+        wait_answering(node)
 
     def owner_key(self, node: str, name: str, email: str) -> str:
         """A new tenant's owner key, made through `node`."""
@@ -180,10 +200,10 @@ def postgres_for(nodes: dict[str, Node]) -> Iterator[str]:
 def start_node(node: Node, root: Path, database_url: str) -> None:
     """`corral serve` in the node's namespace, advertising its link's address."""
     directory = root / node.name
-    directory.mkdir()
+    directory.mkdir(exist_ok=True)  # a restart's is the node's own
     node.log_path = directory / "node.log"
     env = {
-        **os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_PREPARE_TEMPLATES": "0", "CORRAL_EGRESS_PROXY": "0",
+        **os.environ, "CORRAL_ADMIN_KEY": ADMIN_KEY, "CORRAL_KEK": CLUSTER_KEK, "CORRAL_PREPARE_TEMPLATES": "0", "CORRAL_EGRESS_PROXY": "0",
         "CORRAL_WARM_POOL": "0", "CORRAL_SSE_HEARTBEAT_SECONDS": "1", "CORRAL_DATABASE_HOST": node.address,
         "CORRAL_DATABASE_PORTS": DB_PORTS, "CORRAL_TEMPLATE_DIR": str(RUNTIME_SETTINGS["template_dir"]),
         "CORRAL_DATABASE_URL": database_url.replace("@127.0.0.1:", f"@{node.host_address}:"), **node.runtime,
@@ -191,7 +211,7 @@ def start_node(node: Node, root: Path, database_url: str) -> None:
     serve = [sys.executable, "-m", "corral", "serve", "--host", "0.0.0.0", "--port", str(API_PORT),
              "--preview-port", str(PREVIEW_PORT), "--data-dir", str(directory / "data"),
              "--node-name", node.name, "--advertise", node.base]
-    with open(node.log_path, "wb") as log_file:
+    with open(node.log_path, "ab") as log_file:
         node.process = subprocess.Popen(
             ["ip", "netns", "exec", node.netns, "sh", "-c", f'{_remount_cgroups()} && exec "$@"', "sh", *serve],
             env=env, stdout=log_file, stderr=log_file,
@@ -254,7 +274,7 @@ def three_nodes(root: Path) -> Iterator[Cluster]:
                 for node in nodes.values():
                     wait_answering(node)
                 all_active(nodes["node-a"], set(nodes))
-                yield Cluster(nodes, url)
+                yield Cluster(nodes, url, root)
             finally:
                 errors = []
                 for node in nodes.values():

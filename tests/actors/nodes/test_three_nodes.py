@@ -4,6 +4,7 @@ the home (and PostgreSQL) only at advertised addresses (tests/actors/nodes/clust
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -142,6 +143,92 @@ async def test_a_database_made_through_a_is_reached_at_its_homes_address(cluster
         finally:
             deleted = await client.delete(f"{x.base}{API}/databases/{did}")
             assert deleted.status_code in (200, 202, 204), deleted.text
+
+
+async def until_status(client: httpx.AsyncClient, node: Node, database_id: str, status: str, seconds: float) -> dict[str, object]:
+    with trio.fail_after(seconds):
+        while True:
+            answer = await client.get(f"{node.base}{API}/databases/{database_id}")
+            if answer.status_code == 200 and (record := answer.json()["data"])["status"] == status:
+                return dict(record)
+            await trio.sleep(0.1)
+
+
+async def credentials_url(client: httpx.AsyncClient, node: Node, database_id: str) -> str:
+    answer = await client.get(f"{node.base}{API}/databases/{database_id}/credentials")
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["data"]["url"])
+
+
+async def until_rows(url: str, statement: str, want: list[tuple[object, ...]], seconds: float = 30) -> None:
+    with trio.fail_after(seconds):
+        while True:
+            with contextlib.suppress(psycopg.Error):
+                if await trio.to_thread.run_sync(query, url, statement) == want:
+                    return
+            await trio.sleep(0.1)
+
+
+async def test_a_replica_lives_on_another_node_and_is_promoted_when_the_primarys_node_dies(cluster: Cluster) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Failover", "owner@failover.example")
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+        created = await client.post(f"{a.base}{API}/databases", json={"name": "orders"})
+        assert created.status_code == 202, created.text
+        did = created.json()["data"]["id"]
+        primary = await until_status(client, a, did, "running", 120)
+        home = cluster.nodes[str(primary["node"])]
+        x, y = not_home(cluster, str(home.name))
+        url = await credentials_url(client, x, did)
+        with psycopg.connect(url, autocommit=True, connect_timeout=20) as conn:
+            conn.execute("CREATE TABLE t (v int)")
+            conn.execute("INSERT INTO t VALUES (1), (2)")
+
+        # The replica is placed away from the primary's node, whichever node the request reached.
+        made = await client.post(f"{home.base}{API}/databases/{did}/replicas", json={})
+        assert made.status_code == 202, made.text
+        rid = made.json()["data"]["id"]
+        replica = await until_status(client, y, rid, "running", 120)
+        assert replica["node"] != home.name and replica["role"] == "replica", replica
+        replica_node = cluster.nodes[str(replica["node"])]
+        replica_url = await credentials_url(client, x, rid)
+        assert httpx.URL(replica_url).host == replica_node.address
+        await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (3) RETURNING v")
+        await until_rows(replica_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,)])
+        listed = (await client.get(f"{x.base}{API}/databases/{did}/replicas")).json()["data"]
+        assert [r["id"] for r in listed] == [rid]
+
+        # The primary's machine dies; the replica's node promotes it into the primary.
+        cluster.kill_machine(home)
+        killed = trio.current_time()
+        survivor = next(node for node in (x, y) if node is not replica_node)
+        with trio.fail_after(30):
+            while True:
+                answer = await client.get(f"{survivor.base}{API}/databases/{did}")
+                record = answer.json()["data"] if answer.status_code == 200 else {}
+                if record.get("status") == "running" and record.get("node") == replica_node.name:
+                    break
+                assert record.get("status") != "error", record  # never NODE_LOST: it had a replica
+                await trio.sleep(0.1)
+        new_url = await credentials_url(client, survivor, did)
+        assert httpx.URL(new_url).host == replica_node.address and httpx.URL(new_url).port == httpx.URL(url).port
+        await until_rows(new_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,)])
+        answering = trio.current_time() - killed
+        print(f"kill -9 of the primary's machine -> the promoted replica answering at the database's url: {answering:.2f} s")
+        assert answering < 30
+        assert await trio.to_thread.run_sync(query, new_url, "INSERT INTO t VALUES (4) RETURNING v") == [(4,)]
+        assert (await client.get(f"{survivor.base}{API}/databases/{rid}")).status_code == 404  # it became the primary
+        assert (await client.get(f"{survivor.base}{API}/databases/{did}/replicas")).json()["data"] == []
+
+        # The dead node comes back: the primary is no longer its own, and its old server goes.
+        cluster.restart(home)
+        with trio.fail_after(30):
+            while "taken over by another node while this node was lost" not in home.log():
+                await trio.sleep(0.2)
+        assert (await client.get(f"{home.base}{API}/databases/{did}")).json()["data"]["node"] == replica_node.name
+        assert await trio.to_thread.run_sync(query, new_url, "SELECT count(*) FROM t") == [(4,)]
+        deleted = await client.delete(f"{home.base}{API}/databases/{did}")
+        assert deleted.status_code in (200, 202, 204), deleted.text
 
 
 @asynccontextmanager

@@ -1,0 +1,95 @@
+"""Replicas on other nodes, and their promotion when a primary's node is lost (issue 30).
+
+A replica goes to another node than its primary's when one has room (placement's
+`away_from`), so that it outlives the primary's node. It streams from the primary's
+server over TCP, at the primary's node's `--advertise` host and the server's own port,
+as the replication role with a password both nodes derive from the cluster's secret.
+
+When the primary's node is lost, each node that runs a running replica of it tries to
+take the primary over (`promote_lost_primaries`, every `lost.SWEEP_SECONDS`); the
+take-over is the one compare-and-set every take-over is, so one node wins, and its
+primary actor promotes the replica it has (`DatabaseActor.recover_here`). The
+cluster's sweep of lost resources leaves such primaries to them (`lost.sweep`'s
+`deferred`), so they do not read `NODE_LOST` first.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+import trio
+
+from corral.actors.nodes import lost
+from corral.actors.nodes import store as nodes_store
+from corral.errors import ApiError
+from corral.storage import Database
+from corral.vm.postgres import PostgresDriver
+
+from . import store
+from .node import DatabaseNode
+from .store import DatabaseRecord
+
+log = logging.getLogger("corral.databases.replication")
+
+DEFERRED = (
+    "NOT EXISTS (SELECT 1 FROM databases replica WHERE replica.primary_id = databases.id"
+    " AND replica.status = 'running' AND replica.node IS NOT NULL AND replica.node NOT IN ({lost}))"
+)
+"""A lost primary the cluster's sweep leaves to the node of a running replica of it."""
+
+
+async def primary_source(db: Database, node_name: str, node: DatabaseNode, primary_id: str) -> tuple[str, int] | None:
+    """Where a new replica streams from when its primary is another node's: that node's
+    advertised host and the primary server's own port; None when it is this node's."""
+    row = await db.fetch_one("SELECT node, port FROM databases WHERE id = ?", (primary_id,))
+    if row is None or row["node"] in (None, node_name):
+        return None
+    home = await nodes_store.find(db, str(row["node"]))
+    host = urlsplit(home.advertise_url).hostname if home is not None else None
+    if not host:
+        raise ApiError(503, "SERVICE_UNAVAILABLE", f"the primary's node {row['node']} is not in the cluster")
+    return host, node.server_port(int(row["port"]))
+
+
+async def local_replica(db: Database, node_name: str, primary_id: str, servers: PostgresDriver) -> DatabaseRecord | None:
+    """A running replica of the primary on this node, whose server this node has."""
+    for replica in await store.replicas_of(db, primary_id):
+        if replica.node == node_name and replica.status == "running" and servers.layout.load(replica.id) is not None:
+            return replica
+    return None
+
+
+async def promote_lost_primaries(db: Database, refs: lost.Refs, node_name: str, actor_class: type) -> int:
+    """Take over here every primary of a lost node that has a running replica here (its
+    actor promotes the replica); returns how many were tried."""
+    gone = await lost.lost_nodes(db, node_name)
+    if not gone:
+        return 0
+    marks = ", ".join("?" for _ in gone)
+    rows = await db.fetch_all(
+        "SELECT DISTINCT databases.id FROM databases JOIN databases replica ON replica.primary_id = databases.id"
+        f" WHERE databases.node IN ({marks}) AND databases.status NOT IN ('deleted', 'error')"
+        " AND replica.node = ? AND replica.status = 'running'",
+        (*gone, node_name),
+    )
+    for row in rows:
+        try:
+            await refs.get(actor_class, str(row["id"]))
+        except ApiError as exc:
+            log.info("database %s of a lost node was not taken over here: %s", row["id"], exc.message)
+    return len(rows)
+
+
+async def promote_forever(
+    db: Database, refs: lost.Refs, node_name: str, actor_class: type, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """`promote_lost_primaries` every `lost.SWEEP_SECONDS`, on every node (not leased:
+    only the node with the replica can promote it); a round that fails is logged."""
+    task_status.started()
+    while True:
+        try:
+            await promote_lost_primaries(db, refs, node_name, actor_class)
+        except Exception:
+            log.warning("promoting replicas of lost primaries failed", exc_info=True)
+        await trio.sleep(lost.SWEEP_SECONDS)
