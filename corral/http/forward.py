@@ -19,6 +19,10 @@ A request that arrives forwarded is served where it arrives, never forwarded aga
 The client is `node_client.NodeClient` (h11, kept-alive connections to each node): the
 request head and body are the caller's, the framing h11's.
 
+A publish (`POST /deployments/{id}/publish`) and a new agent run (`POST /agent-runs`)
+are served on the node of the sandbox or computer their body names (`to_named_home`),
+and an agent run's own requests on its target's node (`homes.COLLECTIONS`).
+
 A create (`POST /api/v1/{sandboxes|computers|databases}`) has no home yet: the node it
 reaches places it (`corral.actors.nodes.placement`: a node with room, and a claim on
 that room) and serves it itself, or forwards it to the chosen node with
@@ -61,13 +65,17 @@ Send = Callable[[Message], Awaitable[None]]
 HEADER = b"x-corral-forwarded"
 PLACED = b"x-corral-placed"
 SIGNATURE_SECONDS = 60
-RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases|deployments)/([0-9A-Za-z_-]{1,64})(?:/|$)")
+RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs)/([0-9A-Za-z_-]{1,64})(?:/|$)")
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 REPLICA_PATH = re.compile(r"^/api/v1/databases/([0-9A-Za-z_-]{1,64})/replicas/?$")
 """A new replica is placed like a create, away from its primary's node (issue 30)."""
 PUBLISH_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/publish/?$")
 """A publish reads its source sandbox's files, which only the sandbox's node can."""
+AGENT_RUN_PATH = re.compile(r"^/api/v1/agent-runs/?$")
+"""A new agent run starts a process in its target, which only the target's node reaches,
+and its actor follows that process there."""
+TARGET_COLLECTIONS = {"sandbox": "sandboxes", "computer": "computers"}
 PLACING_AT_ONCE = 2
 """Placements this node has in the store at once: the others wait here, not on the
 cluster's lock holding one of the store's 10 connections each (a burst of creates
@@ -304,26 +312,34 @@ class Forwarder:
             with trio.CancelScope(shield=True):
                 await claims.release(self.homes.db, claim_id)
 
-    # -- publishes: served where their source sandbox lives --------------------------
+    # -- publishes and agent runs: served where the resource their body names lives --
 
-    def follows_source(self, scope: dict[str, Any]) -> bool:
-        """Whether the request is a publish, served on its source sandbox's node (`to_source`)."""
-        return scope["method"] == "POST" and PUBLISH_PATH.match(scope["path"]) is not None
+    def follows_body(self, scope: dict[str, Any]) -> bool:
+        """Whether the request is a publish or a new agent run, served on the node of the
+        sandbox or computer its body names (`to_named_home`)."""
+        if scope["method"] != "POST":
+            return False
+        path = scope["path"]
+        return PUBLISH_PATH.match(path) is not None or AGENT_RUN_PATH.match(path) is not None
 
-    async def to_source(self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve) -> None:
-        """A publish packs (or builds in) its `source_sandbox_id`'s files, and only the
-        sandbox's node reaches them: the request goes there, as a sandbox's own request
-        does, and the version's artifact is written to that node's blob store (the
-        other nodes fetch it when they need it). A body without a readable source is
-        served here, where the route answers it."""
+    async def to_named_home(self, scope: dict[str, Any], receive: Receive, send: Send, serve_here: Serve) -> None:
+        """A publish packs (or builds in) its `source_sandbox_id`'s files, and a new agent
+        run starts a process in its target: only that sandbox's or computer's node
+        reaches them, so the request goes there, as the resource's own request does (a
+        version's artifact is then written to that node's blob store, which the other
+        nodes fetch when they need it; a run's actor follows its process there). A body
+        that names no resource this way is served here, where the route answers it."""
         if self.arrived_forwarded(scope):
             await serve_here(scope, receive, send)
             return
-        body = await _small_body(scope, receive, send, "a publish")
+        body = await _small_body(scope, receive, send, "a publish" if PUBLISH_PATH.match(scope["path"]) else "an agent run")
         if body is None:
             return
-        source = (_json_object(body) or {}).get("source_sandbox_id")
-        home = await self.homes.elsewhere("sandboxes", source) if isinstance(source, str) and RESOURCE_ID.match(source) else None
+        home = None
+        for collection, resource_id in _named_resources(scope["path"], _json_object(body) or {}):
+            home = await self.homes.elsewhere(collection, resource_id)
+            if home is not None:
+                break
         if home is None:
             await serve_here(scope, receive, send)
             return
@@ -332,6 +348,28 @@ class Forwarder:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _named_resources(path: str, body: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (collection, id) pairs a publish's or a new agent run's body may name, in the
+    order the route reads them (`agent_runs.service._target`: `target_id` before
+    `sandbox_id` before `computer_id`; a target without a kind may be either)."""
+    if PUBLISH_PATH.match(path):
+        named, kinds = body.get("source_sandbox_id"), ["sandboxes"]
+    else:
+        kind = body.get("target_kind")
+        if body.get("sandbox_id"):
+            kind = kind or "sandbox"
+            named = body.get("target_id") or body.get("sandbox_id")
+        elif body.get("computer_id"):
+            kind = kind or "computer"
+            named = body.get("target_id") or body.get("computer_id")
+        else:
+            named = body.get("target_id")
+        kinds = [TARGET_COLLECTIONS[kind]] if isinstance(kind, str) and kind in TARGET_COLLECTIONS else ["sandboxes", "computers"]
+    if not isinstance(named, str) or not RESOURCE_ID.match(named):
+        return []
+    return [(collection, named.lower()) for collection in kinds]
 
 
 def _name_forwarded() -> None:

@@ -215,8 +215,8 @@ class ApiFront:
         if forwarder is not None and scope["type"] == "http" and forwarder.places(scope):
             await forwarder.place(scope, receive, send, self._serve)  # a create: placed on a node with room
             return
-        if forwarder is not None and scope["type"] == "http" and forwarder.follows_source(scope):
-            await forwarder.to_source(scope, receive, send, self._serve)  # a publish: where its sandbox is
+        if forwarder is not None and scope["type"] == "http" and forwarder.follows_body(scope):
+            await forwarder.to_named_home(scope, receive, send, self._serve)  # where the sandbox it names is
             return
         if forwarder is not None and scope["type"] == "http" and not forwarder.arrived_forwarded(scope):
             home = await forwarder.home_of(scope)

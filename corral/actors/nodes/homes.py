@@ -36,10 +36,18 @@ COLLECTIONS = {
         "SELECT node FROM deployment_services WHERE deployment_id = ? AND status <> 'destroyed'"
         " ORDER BY created_at DESC LIMIT 1"
     ),
+    "agent-runs": (
+        "SELECT COALESCE(sandboxes.node, computers.node) AS node FROM agent_runs"
+        " LEFT JOIN sandboxes ON agent_runs.target_kind = 'sandbox' AND sandboxes.id = agent_runs.target_id"
+        " LEFT JOIN computers ON agent_runs.target_kind = 'computer' AND computers.id = agent_runs.target_id"
+        " WHERE agent_runs.id = ?"
+    ),
 }
 """The API's collection names of resources with a home, and how to read it. A
 deployment's home is its newest live service's node (where the service's actor runs and
-its instance is); a deployment without one has none and is served where it is asked."""
+its instance is); a deployment without one has none and is served where it is asked.
+An agent run's home is its target's: its actor follows a process in the target's agent
+there, and its live events are announced on that node's bus only."""
 RESOURCE_SECONDS = 2.0
 NODES_SECONDS = 1.0
 MAX_CACHED = 50_000

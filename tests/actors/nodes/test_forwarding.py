@@ -20,7 +20,7 @@ import trio
 from corral.actors.nodes.homes import Home, Homes
 from corral.actors.sandboxes import SandboxActor
 from corral.errors import ApiError
-from corral.http.forward import HEADER, Forwarder, forwarding_key
+from corral.http.forward import HEADER, Forwarder, _named_resources, forwarding_key
 from corral.storage import open_database
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.pg_server import create_database
@@ -189,3 +189,29 @@ async def test_a_resource_homed_on_a_live_node_is_activated_only_there(tmp_path:
                             await trio.sleep(0.5)
                 record = await b.platform.db.fetch_one("SELECT status, error FROM sandboxes WHERE id = ?", (sandbox_id,))
                 assert record is not None and record["status"] == "error" and "gone" in str(record["error"])
+
+
+SID = "0b0e4c4e-7f7d-4c0b-9a55-3c1d2a7e9f10"
+CID = "1c1f5d5f-8080-4d1c-8b66-4d2e3b8fa021"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "named"),
+    [
+        ("/api/v1/deployments/d1/publish", {"source_sandbox_id": SID}, [("sandboxes", SID)]),
+        ("/api/v1/agent-runs", {"sandbox_id": SID.upper()}, [("sandboxes", SID)]),
+        ("/api/v1/agent-runs", {"computer_id": CID}, [("computers", CID)]),
+        ("/api/v1/agent-runs", {"target_id": CID, "sandbox_id": SID}, [("sandboxes", CID)]),
+        ("/api/v1/agent-runs", {"target_id": CID, "target_kind": "computer"}, [("computers", CID)]),
+        ("/api/v1/agent-runs", {"target_id": SID}, [("sandboxes", SID), ("computers", SID)]),
+        ("/api/v1/agent-runs", {"target_id": "../x"}, []),
+        ("/api/v1/agent-runs", {"sandbox_id": 7}, []),
+        ("/api/v1/agent-runs", {}, []),
+    ],
+)
+def test_a_publish_or_a_new_run_goes_where_the_resource_its_body_names_lives(
+    path: str, body: dict[str, object], named: list[tuple[str, str]]
+) -> None:
+    """Read as the routes read the body (`target_id` first, then `sandbox_id`, then
+    `computer_id`); what cannot be an id names nothing, and the route answers it."""
+    assert _named_resources(path, body) == named

@@ -287,3 +287,54 @@ async def test_a_computers_terminal_made_through_a_is_opened_through_one_node_an
         finally:
             deleted = await client.delete(f"{y.base}{API}/computers/{cid}")
             assert deleted.status_code in (200, 204), deleted.text
+
+
+async def test_an_agent_run_made_followed_and_canceled_through_the_other_nodes_runs_on_its_sandboxs(cluster: Cluster) -> None:
+    """A run is made through one node that is not its sandbox's, streamed through the
+    other, canceled through the first: its process runs, stops and is recorded on the
+    sandbox's node, and the stream sees it end."""
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Runs", "owner@runs.example")
+    bearer = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(timeout=120, headers=bearer) as client:
+        created = await client.post(f"{a.base}{API}/sandboxes", json={})
+        assert created.status_code == 201, created.text
+        sid, home = created.json()["data"]["id"], created.json()["data"]["node"]
+        x, y = not_home(cluster, home)
+        try:
+            waited = await client.post(f"{x.base}{API}/agent-runs", json={
+                "sandbox_id": sid, "prompt": "p", "command": "echo ran in $(hostname)",
+            })
+            assert waited.status_code == 200, waited.text
+            assert (waited.json()["data"]["status"], waited.json()["data"]["output"]) == ("succeeded", f"ran in sbx-{sid[:8]}\n")
+
+            started = await client.post(f"{y.base}{API}/agent-runs", json={
+                "target_id": sid, "prompt": "p", "command": "echo started; sleep 600", "wait": False,
+            })
+            assert started.status_code == 200, started.text
+            run_id = started.json()["data"]["id"]
+            async with open_sse(client, f"{x.base}{API}/agent-runs/{run_id}/events?stream=true", bearer) as stream:
+                assert (await stream.next_frame()).event == "created"
+                with trio.fail_after(20):
+                    while "sleep 600" not in (await client.post(f"{y.base}{API}/sandboxes/{sid}/exec", json={"command": "ps -eo args"})).json()["stdout"]:
+                        await trio.sleep(0.1)
+                canceled = await client.post(f"{x.base}{API}/agent-runs/{run_id}/cancel")
+                assert canceled.status_code == 200, canceled.text
+                assert (canceled.json()["data"]["status"], canceled.json()["data"]["output"]) == ("canceled", "started\n")
+                frames = await stream.frames_until("canceled", timeout=20)
+                assert frames[-1].data["run_id"] == run_id
+            with trio.fail_after(15):  # the process is gone from the sandbox, and its record says killed
+                while "sleep 600" in (await client.post(f"{x.base}{API}/sandboxes/{sid}/exec", json={"command": "ps -eo args"})).json()["stdout"]:
+                    await trio.sleep(0.1)
+            process_id = canceled.json()["data"]["metadata"]["agent_process"]["process_id"]
+            process = (await client.get(f"{y.base}{API}/sandboxes/{sid}/processes/{process_id}")).json()["data"]
+            assert process["status"] == "killed", process
+            admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+            actors = {name: (await client.get(f"{node.base}{API}/admin/actors/agent_run/{run_id}", headers=admin)).status_code
+                      for name, node in cluster.nodes.items()}
+            assert actors[x.name] == actors[y.name] == 404, actors
+            again = await client.post(f"{y.base}{API}/agent-runs/{run_id}/cancel")
+            assert again.status_code == 409 and again.json()["error"]["code"] == "INVALID_STATE", again.text
+        finally:
+            destroyed = await client.delete(f"{y.base}{API}/sandboxes/{sid}")
+            assert destroyed.status_code == 200, destroyed.text
