@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidInstanceState
+from .errors import InvalidInstanceState, SnapshotNotFound
 
 DEFAULT_DISK_MB = 10 * 1024
 """A sandbox's disk unless the operator says otherwise (`CORRAL_SANDBOX_DISK_GB`, contract §18)."""
@@ -158,6 +158,18 @@ class RuntimeDriver(abc.ABC):
     @abc.abstractmethod
     async def delete_snapshot(self, snapshot_id: str) -> None:
         """Remove the snapshot's files; an unknown snapshot is no error."""
+
+    def has_snapshot(self, snapshot_id: str) -> bool:
+        """Whether the snapshot's files are on this node."""
+        return False
+
+    async def export_snapshot(self, snapshot_id: str, dest: Path) -> None:
+        """The snapshot as one archive at `dest`, for another node (`import_snapshot`)."""
+        raise SnapshotNotFound(f"snapshot not found: {snapshot_id}")
+
+    async def import_snapshot(self, snapshot_id: str, archive: Path) -> None:
+        """Keep the snapshot another node exported (`export_snapshot`) as this node's."""
+        raise SnapshotNotFound(f"snapshot not found: {snapshot_id}")
 
     async def save_template_layer(self, instance_id: str, template: str, layer_id: str) -> int:
         """Keep the stopped instance's own files as layer `layer_id` of template `template`

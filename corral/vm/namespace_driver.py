@@ -358,6 +358,33 @@ class NamespaceDriver(RuntimeDriver):
                 await trio.to_thread.run_sync(shutil.rmtree, directory / legacy, True)
             return self._info(state)
 
+    def has_snapshot(self, snapshot_id: str) -> bool:
+        return self.snapshots.exists(snapshot_id)
+
+    async def export_snapshot(self, snapshot_id: str, dest: Path) -> None:
+        async with self._snapshot_lock(snapshot_id):
+            await self.snapshots.pack(snapshot_id, dest)
+
+    async def import_snapshot(self, snapshot_id: str, archive: Path) -> None:
+        """The snapshot's files go over this node's root file system of its template: the
+        one it was taken over when this node has that path (nodes that share a template
+        directory), else this node's current one of the same template."""
+        async with self._snapshot_lock(snapshot_id):
+            if self.snapshots.exists(snapshot_id):
+                return
+            self.disks.check_reserve(archive.stat().st_size)  # the files go on the node's disk
+            read = await trio.run_process(["tar", "-xOf", str(archive), "manifest.json"], capture_stdout=True, capture_stderr=True, check=False)
+            try:
+                about = dict(json.loads(read.stdout)) if read.returncode == 0 else None
+            except ValueError:
+                about = None
+            if about is None:
+                raise LaunchFailed(f"the archive of snapshot {snapshot_id} has no readable manifest")
+            lower = str(about.get("lower") or "")
+            if not lower or not all(Path(part).is_dir() for part in lower.split(":")):
+                lower = await self.templates.lower(str(about.get("template") or "default"))
+            await self.snapshots.unpack(snapshot_id, archive, lower)
+
     async def delete_snapshot(self, snapshot_id: str) -> None:
         async with self._snapshot_lock(snapshot_id):
             await self.snapshots.delete(snapshot_id)

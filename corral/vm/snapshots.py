@@ -42,6 +42,14 @@ async def copy_tree(source: Path, dest: Path) -> None:
         raise LaunchFailed(f"copying files failed: {result.stderr.decode(errors='replace').strip()}")
 
 
+async def _tar(doing: str, *arguments: str) -> None:
+    result = await trio.run_process(
+        ["tar", "--xattrs", "--xattrs-include=*", "--numeric-owner", *arguments], capture_stderr=True, check=False
+    )
+    if result.returncode != 0:
+        raise LaunchFailed(f"{doing} the snapshot failed: {result.stderr.decode(errors='replace').strip()}")
+
+
 def tree_size(root: Path) -> int:
     """Bytes of the regular files and symbolic links under `root` (their apparent sizes)."""
     total = 0
@@ -111,6 +119,39 @@ class SnapshotStore:
         """The snapshot's files into `dest` (an empty directory, or made)."""
         self.manifest(snapshot_id)
         await copy_tree(self.files(snapshot_id), dest)
+
+    async def pack(self, snapshot_id: str, dest: Path) -> None:
+        """The whole snapshot (its manifest and files) as one tar at `dest`, everything
+        kept as `take` keeps it (numeric owners, modes, extended attributes, whiteouts),
+        uncompressed: a desktop's layer is mostly compressed files already, and the
+        archive is written once per snapshot and read on a node that lacks it."""
+        self.manifest(snapshot_id)
+        await _tar("packing", "-C", str(self.path(snapshot_id)), "-cf", str(dest), "manifest.json", "files")
+
+    async def unpack(self, snapshot_id: str, archive: Path, lower: str) -> None:
+        """Keep the snapshot `pack` made (on this node or another) from `archive`, its
+        files over `lower` (this node's root file system of its template); nothing
+        happens when it is here already. The archive is one this platform packed and
+        the blob store verified by its digest; it is unpacked into a fresh directory
+        (GNU tar refuses members outside it) and renamed into place once whole."""
+        final = self.path(snapshot_id)
+        if self.exists(snapshot_id):
+            return
+        partial = final.with_name(final.name + PARTIAL)
+        await trio.to_thread.run_sync(shutil.rmtree, partial, True)
+        partial.mkdir(parents=True, mode=0o700)
+        try:
+            await _tar("unpacking", "-C", str(partial), "--same-permissions", "--same-owner", "-xf", str(archive))
+            manifest = json.loads((partial / "manifest.json").read_text())
+            if manifest.get("id") != snapshot_id or not (partial / "files").is_dir():
+                raise LaunchFailed(f"the archive is not snapshot {snapshot_id}")
+            manifest["lower"] = lower
+            (partial / "manifest.json").write_text(json.dumps(manifest, indent=1))
+            os.replace(partial, final)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(shutil.rmtree, partial, True)
+            raise
 
     async def delete(self, snapshot_id: str) -> None:
         """Remove the snapshot (whole or partial); nothing to remove is fine."""

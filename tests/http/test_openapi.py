@@ -34,7 +34,9 @@ async def test_every_registered_route_is_documented(api: Api) -> None:
     internal = {(route.method.lower(), route.full_path) for route in create_app(api.platform).extensions["corral.routes"] if route.internal}
     missing = _registered(api) - documented - internal
     assert not missing, f"routes missing from the OpenAPI document: {sorted(missing)}"
-    assert internal == {("get", "/api/v1/nodes/blobs/{digest}")}  # node to node only: not a user's
+    assert internal == {  # node to node only: not a user's
+        ("get", "/api/v1/nodes/blobs/{digest}"), ("post", "/api/v1/nodes/blobs/{digest}/hold"), ("delete", "/api/v1/nodes/blobs/{digest}/hold"),
+    }
     assert not internal & documented
     assert len(documented) >= 20
 

@@ -149,3 +149,61 @@ def test_a_restore_cut_short_is_settled(tmp_path: Path) -> None:
     (done / "upper.old").mkdir()
     NamespaceDriver._settle_restore(done)
     assert sorted(os.listdir(done)) == ["upper"]
+
+
+def _tree(root: Path) -> dict[str, tuple[object, ...]]:
+    """Everything `cp -a` keeps, per path: type and mode, owners, device, size, xattrs."""
+    seen: dict[str, tuple[object, ...]] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            xattrs = {key: os.getxattr(path, key, follow_symlinks=False) for key in os.listxattr(path, follow_symlinks=False)}
+            size = info.st_size if not os.path.isdir(path) or os.path.islink(path) else 0
+            seen[os.path.relpath(path, root)] = (info.st_mode, info.st_uid, info.st_gid, info.st_rdev, size, sorted(xattrs.items()))
+    return seen
+
+
+async def test_a_snapshot_exported_to_an_archive_comes_back_whole_on_a_node_that_lacks_it(
+    driver: NamespaceDriver, instance: InstanceInfo, tmp_path: Path
+) -> None:
+    """What another node does with a snapshot it lacks (issue 30): the archive carries
+    the files with their owners, whiteouts and overlay attributes, and the files go over
+    this node's root file system of the template when the one named is not here."""
+    async with AgentClient.for_instance(instance) as agent:
+        await agent.write_file("/workspace/keep.bin", DATA)
+        ran = await agent.exec("rm /etc/motd && mkdir -p /opt/tree && echo leaf > /opt/tree/leaf"
+                               " && touch /workspace/owned && chown 1000:1000 /workspace/owned && rm -r /usr/share/doc")
+        assert ran.exit_code == 0, ran
+    await driver.snapshot(instance.id, "snap-away")
+    files = driver.snapshots.files("snap-away")
+    before = _tree(files)
+    assert any(stat_info[3] == 0 and (stat_info[0] & 0o170000) == 0o020000 for stat_info in before.values())  # a whiteout
+    manifest_path = driver.snapshots.path("snap-away") / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    lower_here = manifest["lower"]
+    manifest_path.write_text(json.dumps({**manifest, "lower": "/another/node/templates/default/rootfs"}))
+    archive = tmp_path / "snap-away.tar"
+    await driver.export_snapshot("snap-away", archive)
+    await driver.delete_snapshot("snap-away")
+    assert not driver.has_snapshot("snap-away")
+
+    await driver.import_snapshot("snap-away", archive)
+    assert driver.has_snapshot("snap-away")
+    assert _tree(files) == before
+    assert driver.snapshots.manifest("snap-away")["lower"] == lower_here
+    await driver.import_snapshot("snap-away", archive)  # here already: nothing happens
+    copy = await driver.create_from_snapshot("snap-away", new_spec())
+    async with AgentClient.for_instance(copy) as agent:
+        assert (await agent.read_file("/workspace/keep.bin")).data == DATA
+        assert (await agent.exec("test -e /etc/motd || test -e /usr/share/doc")).exit_code == 1
+        assert (await agent.exec("cat /opt/tree/leaf; stat -c %u:%g /workspace/owned")).stdout == "leaf\n1000:1000\n"
+
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(os.urandom(4096))
+    with pytest.raises(LaunchFailed):
+        await driver.import_snapshot("snap-junk", junk)
+    assert not driver.has_snapshot("snap-junk")
+    assert not [p.name for p in driver.snapshots.root.iterdir() if p.name.startswith("snap-junk")]
+    with pytest.raises(SnapshotNotFound):
+        await driver.export_snapshot("snap-missing", tmp_path / "none.tar")

@@ -7,6 +7,9 @@
 - the SSE event latency across nodes (`tools/bench/node_events.py`: a sandbox on A,
   its event stream read through B; goal: p50 at most 20 ms);
 - `kill -9` of a node to its being `lost` in `GET /admin/nodes` (goal: within 10 s);
+- what comes back when a node dies, on three nodes in namespaces of their own
+  (`tools/bench/node_failover.py`: a promoted replica answering, goal within 30 s; a
+  computer running again from its snapshot), `--failover-rounds` times (0: not run);
 - placement throughput with two nodes, each with room for `--room` sandboxes
   (`CORRAL_NODE_MAX_INSTANCES`): `--placements` creates at once (16 in flight,
   alternating nodes, spread over tenants so that no tenant's own limit of 10 refuses
@@ -19,7 +22,8 @@
 
 Needs root and the default template; uses host names of its own and removes what it made.
 
-    .venv/bin/python -m tools.bench.nodes [--requests 300] [--events 200] [--placements 40] [--room 10] [--json out.json]
+    .venv/bin/python -m tools.bench.nodes [--requests 300] [--events 200] [--placements 40] [--room 10]
+        [--failover-rounds 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from corral.actors.nodes import claims, placement
 from corral.storage import open_database
 from tests.pg_server import create_database, postgres_server
 from tests.serve_process import ADMIN_KEY, Served, corral_serve
+from tools.bench import node_failover
 from tools.bench.api import platform_key
 from tools.bench.node_events import NODES, cleanup_nodes, node_env
 from tools.bench.node_events import measure as sse_latency
@@ -187,6 +192,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=200)
     parser.add_argument("--placements", type=int, default=40, help="creates at once through both nodes")
     parser.add_argument("--room", type=int, default=10, help="sandboxes each node has room for")
+    parser.add_argument("--failover-rounds", type=int, default=3, help="node deaths to measure failover over (0: none)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corral-bench-nodes-"))
@@ -228,6 +234,9 @@ def main() -> int:
     alone = results["placement_transaction"]
     print(f"  the check-and-claim transaction and its release alone: {alone['1_caller_per_second']:.0f} a second (1 caller),"
           f" {alone['8_callers_per_second']:.0f} (8 at once)")
+    if args.failover_rounds > 0:
+        results["failover"] = node_failover.measure(args.failover_rounds)
+        node_failover.report(results["failover"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

@@ -15,7 +15,7 @@ from corral.actors.billing.services import BillingServices
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorSystem
 from corral.actors.tenancy.services import TenancyServices
-from corral.storage import SecretBox
+from corral.storage import BlobStore, SecretBox
 
 from .activity import Activity
 
@@ -50,6 +50,8 @@ class ComputerServices(BillingServices, TenancyServices, Protocol):
     runtime: RuntimeHolder
     agents: AgentPool
     secrets: SecretBox
+    blobs: BlobStore
+    """Snapshots' archives, on several nodes (`snapshots.copies`)."""
     computer_activity: Activity | None
     """Commands in flight on this node (the idle watcher skips busy computers)."""
     computer_metrics: MetricsSampling | None

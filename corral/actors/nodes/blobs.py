@@ -19,6 +19,11 @@ version's `artifact_sha256`) is no key to its bytes.
 
 Only one fetch of a blob runs at a time on a node; the readers of the same blob wait
 for it. On a store only one node uses (SQLite) the local store is the node's store.
+
+A blob that must outlive its node (a computer snapshot's archive) is copied to one
+other live node when it is written (`copy_elsewhere`: that node is asked, signed the
+same way, to fetch it as above, and answers once it holds it), and removed from every
+live node when it goes (`delete_everywhere`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ log = logging.getLogger("corral.nodes.blobs")
 
 HEADER = "X-Corral-Blob-Request"
 PATH = "/api/v1/nodes/blobs/{digest}"
+HOLD_PATH = "/api/v1/nodes/blobs/{digest}/hold"
+HOLD_TIMEOUT = httpx.Timeout(None, connect=5.0)
+"""The node asked to hold a copy answers once it has fetched the whole blob."""
+PULL = "hold "
+DROP = "drop "
+"""What a request to hold or to drop a blob signs, before the digest (so that neither
+signature stands for a fetch, nor one for the other)."""
 FETCH_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 """Between two chunks (a node that stops sending is left for the next); no bound on
 the whole transfer, which a large backup needs."""
@@ -111,12 +123,50 @@ class ClusterBlobs:
                 self._fetching.pop(sha256, None)
         return await self.local.verified_path(sha256)
 
-    async def _fetch(self, sha256: str) -> None:
+    async def _peers(self) -> list[store.NodeRecord]:
+        """The other live nodes, by name."""
         lost_since = store.lost_before()
-        peers = [
+        return [
             record for record in await store.all_nodes(self.db)
             if record.name != self.signer.node_name and store.seen_state(record, lost_since) != store.LOST
         ]
+
+    async def copy_elsewhere(self, sha256: str) -> str | None:
+        """Have one other live node hold a copy of this node's blob; the name of the node
+        that does, or None when none could (no other live node, or none answered). The
+        nodes are tried from one the digest picks, so copies spread over the cluster."""
+        check_digest(sha256)
+        peers = await self._peers()
+        if not peers:
+            return None
+        start = int(sha256[:8], 16) % len(peers)
+        async with httpx.AsyncClient(timeout=HOLD_TIMEOUT) as client:
+            for peer in peers[start:] + peers[:start]:
+                url = peer.advertise_url.rstrip("/") + HOLD_PATH.format(digest=sha256)
+                try:
+                    answer = await client.post(url, headers={HEADER: self.signer.sign(PULL + sha256)})
+                except (httpx.HTTPError, OSError) as exc:
+                    log.warning("node %s could not be asked to hold blob %s: %s", peer.name, sha256, exc)
+                    continue
+                if answer.status_code == 200:
+                    return peer.name
+                log.warning("node %s answered %s when asked to hold blob %s", peer.name, answer.status_code, sha256)
+        return None
+
+    async def delete_everywhere(self, sha256: str) -> None:
+        """Remove the blob here and from every other live node (a node down now keeps its
+        copy, which nothing names any more)."""
+        await self.local.delete(sha256)
+        async with httpx.AsyncClient(timeout=FETCH_TIMEOUT) as client:
+            for peer in await self._peers():
+                url = peer.advertise_url.rstrip("/") + HOLD_PATH.format(digest=sha256)
+                try:
+                    await client.delete(url, headers={HEADER: self.signer.sign(DROP + sha256)})
+                except (httpx.HTTPError, OSError) as exc:
+                    log.warning("node %s could not be asked to drop blob %s: %s", peer.name, sha256, exc)
+
+    async def _fetch(self, sha256: str) -> None:
+        peers = await self._peers()
         tried = []
         async with httpx.AsyncClient(timeout=FETCH_TIMEOUT) as client:
             for peer in peers:
@@ -145,4 +195,4 @@ class ClusterBlobs:
         return True
 
 
-__all__ = ["HEADER", "PATH", "BlobSigner", "ClusterBlobs"]
+__all__ = ["DROP", "HEADER", "HOLD_PATH", "PATH", "PULL", "BlobSigner", "ClusterBlobs"]

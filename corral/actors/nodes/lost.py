@@ -73,8 +73,15 @@ def lost_text(kind: str, node: str, when: str) -> str:
     since when (`stopped answering at T`)."""
     return (
         f"{PREFIX}node {node} {when}; this {kind}'s instance is gone with it"
-        f" (destroyed if the node comes back). Delete the {kind}: it cannot be restored on another node yet"
+        f" (destroyed if the node comes back). Delete the {kind}: {NO_WAY_BACK.get(kind, 'it cannot be restored on another node')}"
     )
+
+
+NO_WAY_BACK = {
+    "computer": "it had no snapshot that another node holds, to come back from",
+    "database": "it had no running replica on another node to promote",
+}
+"""Why a resource of a kind that can come back on another node did not."""
 
 
 def _since(seconds: float) -> str:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -338,3 +340,101 @@ async def test_an_agent_run_made_followed_and_canceled_through_the_other_nodes_r
         finally:
             destroyed = await client.delete(f"{y.base}{API}/sandboxes/{sid}")
             assert destroyed.status_code == 200, destroyed.text
+
+
+def holders(cluster: Cluster, sha256: str) -> list[str]:
+    """The nodes whose blob store holds the blob."""
+    return sorted(name for name in cluster.nodes
+                  if (cluster.root / name / "data" / "blobs" / "sha256" / sha256[:2] / sha256).is_file())
+
+
+async def computer_until(client: httpx.AsyncClient, node: Node, cid: str, ok: object, seconds: float = 120) -> dict[str, object]:
+    """The computer once `ok(record)`; a record in `error` ends the wait at once."""
+    with trio.fail_after(seconds):
+        while True:
+            answer = await client.get(f"{node.base}{API}/computers/{cid}")
+            record: dict[str, object] = answer.json() if answer.status_code == 200 else {}
+            if record and ok(record):  # type: ignore[operator]
+                return record
+            assert record.get("status") != "error", record
+            await trio.sleep(0.1)
+
+
+async def computer_run(client: httpx.AsyncClient, node: Node, cid: str, command: str) -> dict[str, object]:
+    answer = await client.post(f"{node.base}{API}/computers/{cid}/exec", json={"command": command})
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def test_a_computers_snapshot_is_kept_on_two_nodes_used_on_a_third_and_brings_it_back_when_its_node_dies(
+    cluster: Cluster,
+) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Phoenix", "owner@phoenix.example")
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        made = await client.post(f"{a.base}{API}/computers", json={"name": "Phoenix", "template_type": "svc-desktop"})
+        assert made.status_code == 201, made.text
+        cid = made.json()["id"]
+        state = await computer_until(client, a, cid, lambda r: r["status"] == "running")
+        home = cluster.nodes[str(state["node"])]
+        x, y = not_home(cluster, home.name)
+        await computer_run(client, x, cid, "echo kept > /root/kept.txt")
+
+        asked = trio.current_time()
+        taken = await client.post(f"{y.base}{API}/computers/{cid}/snapshots", json={"name": "before"})
+        assert taken.status_code == 201, taken.text
+        sid = taken.json()["data"]["id"]
+        with trio.fail_after(60):
+            while (snap := (await client.get(f"{x.base}{API}/computers/{cid}/snapshots/{sid}")).json()["data"])["status"] != "ready":
+                assert snap["status"] == "creating", snap
+                await trio.sleep(0.1)
+        [(archive,)] = await trio.to_thread.run_sync(
+            query, cluster.database_url, f"SELECT archive_sha256 FROM computer_snapshots WHERE id = '{sid}'"
+        )
+        assert isinstance(archive, str)
+        size = (cluster.root / home.name / "data" / "blobs" / "sha256" / archive[:2] / archive).stat().st_size
+        print(f"\nsnapshot ready, kept on two nodes ({size / 1e6:.1f} MB archive): {trio.current_time() - asked:.2f} s")
+        kept_on = holders(cluster, archive)
+        assert home.name in kept_on and len(kept_on) == 2, kept_on  # its node, and one other
+        # Not a node: asking one to hold or to drop a blob is the fetch's 404, and does nothing.
+        for method in ("POST", "DELETE"):
+            for headers in ({}, {"X-Corral-Blob-Request": f"{home.name} {int(time.time())} {'0' * 64}"}):
+                refused = await client.request(method, f"{x.base}{API}/nodes/blobs/{archive}/hold", headers=headers)
+                assert refused.status_code == 404 and refused.json()["error"]["code"] == "NOT_FOUND", refused.text
+        assert holders(cluster, archive) == kept_on
+
+        # A new computer from it is placed on a less loaded node, which fetches the files.
+        copy = await client.post(f"{x.base}{API}/computers", json={"name": "Copy", "template_type": "svc-desktop", "snapshot_id": sid})
+        assert copy.status_code == 201, copy.text
+        copy_id = copy.json()["id"]
+        copied = await computer_until(client, y, copy_id, lambda r: r["status"] == "running")
+        assert copied["node"] != home.name, copied
+        assert (await computer_run(client, home, copy_id, "cat /root/kept.txt"))["output"] == "kept\n"
+        assert (await client.delete(f"{home.base}{API}/computers/{copy_id}")).status_code in (200, 204)
+
+        # Its node dies: the computer comes back on another node from the snapshot.
+        await computer_run(client, x, cid, "echo later > /root/later.txt")
+        cluster.kill_machine(home)
+        killed = trio.current_time()
+        back = await computer_until(client, x, cid, lambda r: r["status"] == "running" and r["node"] != home.name, seconds=90)
+        elapsed = trio.current_time() - killed
+        print(f"\nkill -9 of the computer's machine -> running again on {back['node']} from its snapshot: {elapsed:.1f} s")
+        survivor = y if back["node"] == x.name else x
+        ran = await computer_run(client, survivor, cid, "cat /root/kept.txt; test -e /root/later.txt; echo $?")
+        assert ran["output"] == "kept\n1\n", ran  # as it was at the snapshot: what came after is gone with the node
+        events = await trio.to_thread.run_sync(
+            query, cluster.database_url, f"SELECT data FROM events WHERE resource_id = '{cid}' AND type = 'computer.restored'"
+        )
+        assert [json.loads(str(data))["lost_node"] for data, in events] == [home.name], events
+
+        # The snapshot goes: so does its archive, on every live node.
+        deleted = await client.delete(f"{survivor.base}{API}/computers/{cid}/snapshots/{sid}")
+        assert deleted.status_code == 200, deleted.text
+        assert [name for name in holders(cluster, archive) if name != home.name] == []
+
+        cluster.restart(home)
+        with trio.fail_after(30):
+            while "taken over by another node while this node was lost" not in home.log():
+                await trio.sleep(0.2)
+        assert (await computer_run(client, home, cid, "cat /root/kept.txt"))["output"] == "kept\n"
+        assert (await client.delete(f"{home.base}{API}/computers/{cid}")).status_code in (200, 204)

@@ -22,6 +22,7 @@ class SnapshotTaken(Message):
     snapshot_id: str
     size_bytes: int | None = None
     error: str | None = None
+    archive_sha256: str | None = None
 
 
 @dataclass(frozen=True)

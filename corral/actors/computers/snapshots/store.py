@@ -30,6 +30,8 @@ class SnapshotRecord:
     created_at: str
     ready_at: str | None
     error: str | None
+    archive_sha256: str | None = None
+    """The snapshot packed in the blob store, which another node holds too (`copies`)."""
 
 
 SNAPSHOTS = RowStore("computer_snapshots", SnapshotRecord)
@@ -64,6 +66,14 @@ async def list_for_computer(db: Database, computer_id: str) -> list[SnapshotReco
 async def all_for_computer(db: Database, computer_id: str) -> list[SnapshotRecord]:
     """Every row of the computer, deleted ones too (whose files may need removing)."""
     return await SNAPSHOTS.where(db, [("computer_id", computer_id)], order_by=NEWEST_FIRST)
+
+
+async def newest_kept_elsewhere(db: Database, computer_id: str) -> SnapshotRecord | None:
+    """The computer's newest ready snapshot that another node holds a copy of."""
+    found = await SNAPSHOTS.where(
+        db, [("computer_id", computer_id), ("status", "ready")], also="archive_sha256 IS NOT NULL", order_by=NEWEST_FIRST
+    )
+    return found[0] if found else None
 
 
 async def creating(db: Database) -> list[SnapshotRecord]:
