@@ -49,7 +49,8 @@ from corral.actors.computers.activity import Activity
 from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
-from corral.actors.nodes import lost
+from corral.actors.instances import MoveAway
+from corral.actors.nodes import lost, moves
 from corral.actors.nodes.blobs import BlobSigner, ClusterBlobs
 from corral.actors.nodes.leases import Leases, run_leased
 from corral.actors.previews import AccessCache
@@ -376,7 +377,9 @@ async def _start_parts(platform: Platform) -> None:
 
 async def _take_over_lost_nodes(platform: Platform) -> None:
     """On a store several nodes share: the node holding the lease takes over the
-    resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`)."""
+    resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`);
+    every node moves its own resources off itself while it drains, and makes those
+    moved to it (`corral.actors.nodes.moves`)."""
     if not platform.leases.shared:
         return
     kinds = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
@@ -391,6 +394,9 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
     await platform.nursery.start(
         databases.promote_forever, platform.db, platform.system, platform.settings.node_name, databases.DatabaseActor
     )
+    movable = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor}
+    await platform.nursery.start(moves.move_forever, platform.db, platform.system, platform.settings.node_name, movable, MoveAway)
+    await platform.nursery.start(moves.adopt_forever, platform.db, platform.system, platform.settings.node_name, movable)
 
 
 async def _hear_other_nodes(platform: Platform) -> None:

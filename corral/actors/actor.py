@@ -94,7 +94,9 @@ class Actor:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        handlers = dict(cls._handlers)
+        handlers: dict[type, str] = {}
+        for base in reversed(cls.__mro__[1:]):  # every base's, a mixin's too; the nearest wins
+            handlers.update(vars(base).get("_handlers", {}))
         for name, member in vars(cls).items():
             for message_type in getattr(member, "__actor_handles__", ()):
                 handlers[message_type] = name
@@ -127,6 +129,12 @@ class Actor:
     def ref(self) -> Teller:
         """A reference to this actor, e.g. for a child task to report back by `tell`."""
         return self.system.ref(type(self), self.id)
+
+    def retire(self) -> None:
+        """Stop this actor once the message it handles now is answered: what it owned
+        lives elsewhere now (another node), and messages queued for it are refused."""
+        if self._cell is not None:
+            self._cell.request_stop()
 
     def transition(self, message: Any) -> str:
         """The state `message` leads to from the current state, or the table's 409."""

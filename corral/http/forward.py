@@ -47,7 +47,7 @@ from typing import Any
 import trio
 
 from corral.actors.computers import get_template
-from corral.actors.nodes import claims, placement
+from corral.actors.nodes import claims, homes, placement
 from corral.actors.nodes.homes import Home, Homes
 from corral.errors import ApiError
 
@@ -156,9 +156,14 @@ class Forwarder:
     # -- forwarding -------------------------------------------------------------------
 
     async def home_of(self, scope: dict[str, Any]) -> Home | None:
-        """The other node to send this request to, or None to serve it here."""
+        """The other node to send this request to, or None to serve it here. A request
+        forwarded here is served here, unless its resource has just moved off this
+        node (a drain): a node that still had this one cached as its home sent it, and
+        it goes on, once, to the new home."""
         match = RESOURCE_PATH.match(scope["path"])
         if match is None:
+            return None
+        if self.arrived_forwarded(scope) and not homes.moved_away(match[2]):
             return None
         return await self.homes.elsewhere(match[1], match[2])
 

@@ -207,7 +207,7 @@ class ApiFront:
 
     async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
         forwarder = self.forwarder
-        if forwarder is not None and scope["type"] == "websocket" and not forwarder.arrived_forwarded(scope):
+        if forwarder is not None and scope["type"] == "websocket":
             home = await forwarder.home_of(scope)
             if home is not None:  # a WebSocket of a resource on another node: relayed there
                 await forward_websocket(forwarder, scope, receive, send, home)
@@ -218,7 +218,7 @@ class ApiFront:
         if forwarder is not None and scope["type"] == "http" and forwarder.follows_body(scope):
             await forwarder.to_named_home(scope, receive, send, self._serve)  # where the sandbox it names is
             return
-        if forwarder is not None and scope["type"] == "http" and not forwarder.arrived_forwarded(scope):
+        if forwarder is not None and scope["type"] == "http":
             home = await forwarder.home_of(scope)
             if home is not None:  # the resource lives on another node: its request goes there
                 record = current()

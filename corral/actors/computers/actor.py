@@ -30,7 +30,8 @@ from dataclasses import replace
 from typing import Any
 
 from corral.actors.actor import handles
-from corral.actors.instances import InstanceActor, Refusals
+from corral.actors.instances import MovingInstance, Refusals
+from corral.actors.nodes.placement import Demand
 from corral.actors.runtime import computer_disk_gb, disk_mb
 from corral.actors.runtime_errors import public_text
 from corral.actors.transitions import TransitionTable
@@ -74,12 +75,14 @@ def not_running() -> ApiError:
     return ApiError(409, *NOT_RUNNING)
 
 
-class ComputerActor(SnapshotHandlers, InstanceActor):
+class ComputerActor(SnapshotHandlers, MovingInstance):
     kind = "computer"
     store = COMPUTERS
     record: ComputerRecord
     booting_state = "provisioning"
     removed_state = "deleted"
+    movable_states = ("stopped",)
+    movable_when_running = ("running",)
     refusals = Refusals(
         not_running=not_running(),
         instance_gone=ApiError(500, "INTERNAL_ERROR", "the computer's instance is gone"),
@@ -221,6 +224,15 @@ class ComputerActor(SnapshotHandlers, InstanceActor):
         reason = "idle" if isinstance(message, IdleStop) else message.reason
         await self.emit_stopped(reason)
         return self.record
+
+    def move_demand(self) -> Demand:
+        return Demand("computers", self.record.size, self.runtime_template(), self.record.region)
+
+    async def stop_for_move(self) -> None:
+        await self.stop(Stop(reason="move"))
+
+    async def start_after_move(self) -> None:
+        await self.start(Start())
 
     @handles(Pause)
     async def pause(self, message: Pause) -> ComputerRecord:

@@ -5,7 +5,8 @@ from .actor import InstanceActor, RunningInstance, failure_summary
 from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
-from .messages import Boot, Booted, Connect, Get
+from .messages import Boot, Booted, Connect, Get, MoveAway
+from .moving import MovingInstance
 from .refusals import Refusals, runtime_refusals
 from .sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
 
@@ -22,6 +23,8 @@ __all__ = [
     "InstanceActor",
     "InstanceDraft",
     "InstanceFiles",
+    "MoveAway",
+    "MovingInstance",
     "Refusals",
     "RunningInstance",
     "SealedEnv",

@@ -203,6 +203,7 @@ class InstanceActor(RecordActor):
     async def on_activate(self) -> None:
         await super().on_activate()
         await self.refuse_if_homed_elsewhere()
+        await self.adopt_move()
         await self.reconcile()
 
     async def refuse_if_homed_elsewhere(self) -> None:
@@ -243,12 +244,17 @@ class InstanceActor(RecordActor):
         if taken.error is None:
             log.warning("%s %s of node %s, whose instance is here, is this node's now", self.kind, self.id, lost_node)
             return
-        if await self.recover_here(lost_node):
+        if await self.adopt_move() or await self.recover_here(lost_node):
             return
         await self.persist(state=self.error_state, error=taken.error)
         log.warning("%s %s of lost node %s is this node's now: %s", self.kind, self.id, lost_node, taken.error)
         await self.emit("error", {**self.subject, "error": lost.public_error(taken.error)})
         await self.on_instance_lost()
+
+    async def adopt_move(self) -> bool:
+        """A resource moved to this node by a drain: make its instance here from what
+        the old home sent (`moving.MovingInstance`); False: nothing was moved here."""
+        return False
 
     async def recover_here(self, lost_node: str) -> bool:
         """The kind's way back from a lost node, on the node that took the resource over

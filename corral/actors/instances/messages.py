@@ -22,6 +22,16 @@ class Boot(Message):
 
 
 @dataclass(frozen=True)
+class MoveAway(Message):
+    """Move the resource to another node with room (a drain, issue 30): its files go
+    through the blob store, and that node makes its instance from them. A stopped
+    resource moves as it is; a running one only with `running_too` (stopped here,
+    started there). Answers the node it went to."""
+
+    running_too: bool = False
+
+
+@dataclass(frozen=True)
 class Booted(Message):
     """The boot child's outcome: the running instance, or the error that stopped it.
 

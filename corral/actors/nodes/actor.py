@@ -70,7 +70,10 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class Drain:
-    """Place no new work on the node until it restarts; answers its record."""
+    """Place no new work on the node until it restarts, and move what `move` says to
+    other nodes (`moves.MOVES`: `none`, `stopped`, `all`); answers its record."""
+
+    move: str = "stopped"
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class NodeActor(RecordActor):
             now = utc_now_iso()
             values: dict[str, Any] = {
                 "state": next_state, "advertise_url": message.advertise_url, "region": message.region,
-                "boot_id": message.boot_id, "started_at": now, "heartbeat_at": now, "updated_at": now,
+                "boot_id": message.boot_id, "started_at": now, "heartbeat_at": now, "updated_at": now, "moving": None,
                 "advertise_preview_url": message.advertise_preview_url, **dataclasses.asdict(message.load),
             }
 
@@ -160,9 +163,10 @@ class NodeActor(RecordActor):
     @handles(Drain)
     async def drain(self, message: Drain) -> NodeRecord:
         await self.reload()  # the node may have restarted (and rejoined) since this actor read its row
-        if self.state != DRAINING:
-            await self.apply(message)
-            log.info("node %s is draining: no new work is placed on it", self.id)
+        moving = None if message.move == "none" else message.move
+        if self.state != DRAINING or self.record.moving != moving:
+            await self.apply(message, moving=moving)
+            log.info("node %s is draining: no new work is placed on it; moving %s of its resources", self.id, message.move)
         return self.record
 
     async def reload(self) -> None:

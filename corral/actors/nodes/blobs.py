@@ -142,16 +142,29 @@ class ClusterBlobs:
         start = int(sha256[:8], 16) % len(peers)
         async with httpx.AsyncClient(timeout=HOLD_TIMEOUT) as client:
             for peer in peers[start:] + peers[:start]:
-                url = peer.advertise_url.rstrip("/") + HOLD_PATH.format(digest=sha256)
-                try:
-                    answer = await client.post(url, headers={HEADER: self.signer.sign(PULL + sha256)})
-                except (httpx.HTTPError, OSError) as exc:
-                    log.warning("node %s could not be asked to hold blob %s: %s", peer.name, sha256, exc)
-                    continue
-                if answer.status_code == 200:
+                if await self._hold_on(client, peer, sha256):
                     return peer.name
-                log.warning("node %s answered %s when asked to hold blob %s", peer.name, answer.status_code, sha256)
         return None
+
+    async def copy_to(self, sha256: str, node: str) -> bool:
+        """Have the live node `node` hold a copy of this node's blob; whether it does."""
+        check_digest(sha256)
+        peer = next((record for record in await self._peers() if record.name == node), None)
+        if peer is None:
+            return False
+        async with httpx.AsyncClient(timeout=HOLD_TIMEOUT) as client:
+            return await self._hold_on(client, peer, sha256)
+
+    async def _hold_on(self, client: httpx.AsyncClient, peer: store.NodeRecord, sha256: str) -> bool:
+        url = peer.advertise_url.rstrip("/") + HOLD_PATH.format(digest=sha256)
+        try:
+            answer = await client.post(url, headers={HEADER: self.signer.sign(PULL + sha256)})
+        except (httpx.HTTPError, OSError) as exc:
+            log.warning("node %s could not be asked to hold blob %s: %s", peer.name, sha256, exc)
+            return False
+        if answer.status_code != 200:
+            log.warning("node %s answered %s when asked to hold blob %s", peer.name, answer.status_code, sha256)
+        return answer.status_code == 200
 
     async def delete_everywhere(self, sha256: str) -> None:
         """Remove the blob here and from every other live node (a node down now keeps its

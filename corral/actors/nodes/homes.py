@@ -53,6 +53,27 @@ NODES_SECONDS = 1.0
 MAX_CACHED = 50_000
 
 
+_LEFT: dict[str, float] = {}
+
+
+def left_this_node(resource_id: str) -> None:
+    """A resource this node hosted lives on another node now (a drain moved it): its
+    home is read afresh here for the next `RESOURCE_SECONDS`, and a request that was
+    forwarded here for it meanwhile goes on to its new home (`moved_away`)."""
+    _LEFT[resource_id] = time.monotonic()
+
+
+def moved_away(resource_id: str) -> bool:
+    """Whether the resource left this node in the last `RESOURCE_SECONDS`."""
+    left = _LEFT.get(resource_id)
+    if left is None:
+        return False
+    if time.monotonic() - left < RESOURCE_SECONDS:
+        return True
+    del _LEFT[resource_id]
+    return False
+
+
 @dataclass(frozen=True)
 class Home:
     """Another node, where a resource lives."""
@@ -97,7 +118,7 @@ class Homes:
     async def _node_of(self, query: str, resource_id: str, *, fresh: bool = False) -> str | None:
         now = time.monotonic()
         cached = self._resources.get((query, resource_id))
-        if cached is not None and now - cached[1] < RESOURCE_SECONDS and not fresh:
+        if cached is not None and now - cached[1] < RESOURCE_SECONDS and not fresh and not moved_away(resource_id):
             return cached[0]
         row = await self.db.fetch_one(query, (resource_id,))
         node = None if row is None or row["node"] is None else str(row["node"])

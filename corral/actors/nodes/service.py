@@ -129,6 +129,7 @@ def public(record: NodeRecord, lost_since: str, resources: int) -> dict[str, Any
             "disk_reserve_gb": round(record.disk_reserve_mb / 1024, 1),
         },
         "templates": record.templates,
+        "moving": record.moving,
     }
 
 
@@ -138,10 +139,11 @@ async def describe(db: Database) -> list[dict[str, Any]]:
     return [public(record, lost_since, hosted.get(record.name, 0)) for record in await store.all_nodes(db)]
 
 
-async def drain(platform: NodeServices, name: str) -> dict[str, Any]:
-    """Mark `name` draining (404 `NODE_NOT_FOUND` for a name no node has)."""
+async def drain(platform: NodeServices, name: str, move: str = "stopped") -> dict[str, Any]:
+    """Mark `name` draining, moving what `move` says off it (404 `NODE_NOT_FOUND` for a
+    name no node has)."""
     if await store.find(platform.db, name) is None:
         raise node_not_found()
     ref = await platform.system.get(NodeActor, name)
-    record: NodeRecord = await ref.ask(Drain())
+    record: NodeRecord = await ref.ask(Drain(move))
     return public(record, store.lost_before(), (await store.hosted_counts(platform.db)).get(name, 0))

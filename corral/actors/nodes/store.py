@@ -51,6 +51,8 @@ class NodeRecord:
     advertise_preview_url: str = ""
     """Where the other nodes' preview routers relay requests for this node's instances
     (`--advertise-preview`); empty: nowhere (they are served only through this node)."""
+    moving: str | None = None
+    """What its drain moves to other nodes (`moves.py`): `stopped`, `all`, or None."""
 
 
 NODES = RowStore("nodes", NodeRecord, id_column="name", json_columns=("templates",))

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from corral.actors.actor import handles
-from corral.actors.instances import InstanceActor
+from corral.actors.instances import MovingInstance
+from corral.actors.nodes.placement import Demand
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
 from corral.vm import AgentClient, InstanceInfo, InstanceSpec
@@ -25,7 +26,7 @@ from .warm_pool import sandbox_spec
 NOT_RUNNING = ("SANDBOX_NOT_RUNNING", "sandbox is not running")
 
 
-class SandboxActor(InstanceActor):
+class SandboxActor(MovingInstance):
     kind = "sandbox"
     store = SANDBOXES
     record: SandboxRecord
@@ -33,6 +34,8 @@ class SandboxActor(InstanceActor):
     created_now = False
     adopt_while_booting = True
     gone_states = ("destroyed",)
+    movable_states = ("stopped", "suspended")
+    movable_when_running = ("running",)
     transitions = TransitionTable(
         {
             ("creating", Boot): "creating",
@@ -134,6 +137,15 @@ class SandboxActor(InstanceActor):
         else:
             await self.emit("stopped", {**self.subject, "reason": message.reason})
         return self.record
+
+    def move_demand(self) -> Demand:
+        return Demand("sandboxes", self.record.size, self.record.template_id, self.record.region)
+
+    async def stop_for_move(self) -> None:
+        await self.stop(Stop(reason="move"))
+
+    async def start_after_move(self) -> None:
+        await self.start(Start())
 
     @handles(Fork)
     async def fork(self, message: Fork) -> InstanceInfo:

@@ -196,10 +196,21 @@ async def list_nodes(ctx: RequestContext) -> Reply:
     return data(await nodes.describe(ctx.platform.db))
 
 
+@model
+class DrainNode:
+    """What the drain moves to other nodes (docs/api.md "Drain"): nothing, the stopped
+    sandboxes and computers (the default), or the running ones too (stopped, moved,
+    started)."""
+
+    move: Literal["none", "stopped", "all"] = "stopped"
+
+
 @router.post(
     "/admin/nodes/{name}/drain",
-    summary="Place no new work on a node (until it restarts); answers the node, draining",
+    summary="Place no new work on a node (until it restarts) and move its sandboxes and computers; answers the node, draining",
     auth="admin",
+    request=DrainNode,
 )
 async def drain_node(ctx: RequestContext, name: str) -> Reply:
-    return data(await nodes.drain(ctx.platform, name))
+    body = await ctx.body(DrainNode)
+    return data(await nodes.drain(ctx.platform, name, body.move))

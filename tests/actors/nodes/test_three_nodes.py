@@ -19,7 +19,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
-from tests.actors.nodes.cluster import LINKS, Cluster, Node, three_nodes
+from tests.actors.nodes.cluster import LINKS, Cluster, Node, stop_node, three_nodes
 from tests.sse_client import open_sse
 from tests.support import ADMIN_KEY
 
@@ -438,3 +438,96 @@ async def test_a_computers_snapshot_is_kept_on_two_nodes_used_on_a_third_and_bri
                 await trio.sleep(0.2)
         assert (await computer_run(client, home, cid, "cat /root/kept.txt"))["output"] == "kept\n"
         assert (await client.delete(f"{home.base}{API}/computers/{cid}")).status_code in (200, 204)
+
+
+async def sandbox_until(client: httpx.AsyncClient, node: Node, sid: str, ok: object, seconds: float = 60) -> dict[str, object]:
+    with trio.fail_after(seconds):
+        while True:
+            answer = await client.get(f"{node.base}{API}/sandboxes/{sid}")
+            record: dict[str, object] = answer.json()["data"] if answer.status_code == 200 else {}
+            if record and ok(record):  # type: ignore[operator]
+                return record
+            assert record.get("status") != "error", record
+            await trio.sleep(0.1)
+
+
+async def test_a_drained_node_moves_its_stopped_sandboxes_and_computers_and_on_request_its_running_ones(cluster: Cluster) -> None:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Movers", "owner@movers.example")
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        first = await client.post(f"{a.base}{API}/sandboxes", json={})
+        assert first.status_code == 201, first.text
+        stopped_id, home = first.json()["data"]["id"], cluster.nodes[first.json()["data"]["node"]]
+        x, y = not_home(cluster, home.name)
+        # Everything else goes to the same node: the other two take no new work for a while.
+        for other in (x, y):
+            assert (await client.post(f"{a.base}{API}/admin/nodes/{other.name}/drain", headers=admin, json={"move": "none"})).status_code == 200
+        second = await client.post(f"{x.base}{API}/sandboxes", json={})
+        made = await client.post(f"{y.base}{API}/computers", json={"name": "Mover", "template_type": "svc-desktop"})
+        assert second.status_code == 201 and made.status_code == 201, (second.text, made.text)
+        running_id, cid = second.json()["data"]["id"], made.json()["id"]
+        assert second.json()["data"]["node"] == home.name
+        computer = await computer_until(client, a, cid, lambda r: r["status"] == "running")
+        assert computer["node"] == home.name
+        for other in (x, y):  # back to taking work: a restart ends a drain
+            stop_node(other)
+            cluster.restart(other)
+
+        for sid, text in ((stopped_id, "stopped one"), (running_id, "running one")):
+            wrote = await client.post(f"{a.base}{API}/sandboxes/{sid}/files/write", json={"path": "/workspace/kept.txt", "content": text})
+            assert wrote.status_code == 201, wrote.text
+        await computer_run(client, a, cid, "echo desk > /root/kept.txt")
+        taken = await client.post(f"{a.base}{API}/computers/{cid}/snapshots", json={"name": "before the move"})
+        sid_snapshot = taken.json()["data"]["id"]
+        with trio.fail_after(60):
+            while (await client.get(f"{a.base}{API}/computers/{cid}/snapshots/{sid_snapshot}")).json()["data"]["status"] != "ready":
+                await trio.sleep(0.1)
+        await computer_run(client, a, cid, "echo after > /root/after.txt")
+        assert (await client.post(f"{a.base}{API}/sandboxes/{stopped_id}/stop")).status_code == 200
+        assert (await client.post(f"{a.base}{API}/computers/{cid}/stop")).status_code == 200
+
+        bad = await client.post(f"{a.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "everything"})
+        assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR", bad.text
+        drained = await client.post(f"{x.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={})
+        assert drained.status_code == 200, drained.text
+        assert (drained.json()["data"]["state"], drained.json()["data"]["moving"]) == ("draining", "stopped")
+
+        # The stopped ones move, stay stopped, and start elsewhere with their files.
+        since = trio.current_time()
+        moved = await sandbox_until(client, a, stopped_id, lambda r: r["node"] != home.name)
+        moved_computer = await computer_until(client, a, cid, lambda r: r["node"] != home.name)
+        print(f"\ndrain: a stopped sandbox and a stopped desktop computer moved in {trio.current_time() - since:.1f} s")
+        assert moved["status"] == "stopped" and moved_computer["status"] == "stopped", (moved, moved_computer)
+        assert (await sandbox_until(client, a, running_id, lambda r: True))["node"] == home.name  # running: not asked for
+        assert (await client.post(f"{a.base}{API}/sandboxes/{stopped_id}/start")).status_code == 200
+        ran = await client.post(f"{y.base}{API}/sandboxes/{stopped_id}/exec", json={"command": "cat /workspace/kept.txt"})
+        assert ran.json()["stdout"] == "stopped one", ran.text
+        assert (await client.post(f"{a.base}{API}/computers/{cid}/start")).status_code == 200
+        await computer_until(client, a, cid, lambda r: r["status"] == "running")
+        ran_computer = await computer_run(client, x, cid, "cat /root/kept.txt /root/after.txt")
+        assert ran_computer["output"] == "desk\nafter\n", ran_computer  # its files as they were when it stopped
+        restored = await client.post(f"{y.base}{API}/computers/{cid}/snapshots/{sid_snapshot}/restore")
+        assert restored.status_code == 200, restored.text
+        assert (await computer_run(client, x, cid, "cat /root/kept.txt; test -e /root/after.txt; echo $?"))["output"] == "desk\n1\n"
+
+        # Asked for, the running one moves too: stopped here, started there.
+        again = await client.post(f"{y.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "all"})
+        assert again.json()["data"]["moving"] == "all", again.text
+        relocated = await sandbox_until(client, a, running_id, lambda r: r["node"] != home.name and r["status"] == "running")
+        ran = await client.post(f"{x.base}{API}/sandboxes/{running_id}/exec", json={"command": "cat /workspace/kept.txt"})
+        assert ran.json()["stdout"] == "running one", ran.text
+        nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=admin)).json()["data"]}
+        assert nodes[home.name]["resources"] == 0, nodes[home.name]
+        assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
+        events = await trio.to_thread.run_sync(
+            query, cluster.database_url,
+            f"SELECT resource_id, type, data FROM events WHERE type IN ('sandbox.moved', 'computer.moved', 'sandbox.stopped')"
+            f" AND resource_id IN ('{stopped_id}', '{running_id}', '{cid}') ORDER BY id",
+        )
+        seen = [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
+        assert (stopped_id, "sandbox.moved", home.name) in seen and (cid, "computer.moved", home.name) in seen, seen
+        assert seen[-2:] == [(running_id, "sandbox.stopped", "move"), (running_id, "sandbox.moved", home.name)], seen
+        for path in (f"/sandboxes/{stopped_id}", f"/sandboxes/{running_id}", f"/computers/{cid}"):
+            assert (await client.delete(f"{home.base}{API}{path}")).status_code in (200, 204)
+        assert relocated["node"] in (x.name, y.name)

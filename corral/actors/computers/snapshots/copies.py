@@ -17,10 +17,9 @@ On one node (SQLite) nothing is packed: the directory is all there is, as before
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
+from corral.actors.instances.moving import export_to_blobs, forget_archive
 from corral.actors.nodes.blobs import ClusterBlobs
 from corral.errors import ApiError
 from corral.storage import BlobStore
@@ -30,10 +29,6 @@ from .store import SnapshotRecord
 
 log = logging.getLogger("corral.computers.snapshots")
 
-SCRATCH = "snapshot-archives"
-"""Under the data directory: an archive while it is packed, before the blob store takes it."""
-
-
 async def keep_elsewhere(blobs: BlobStore, driver: RuntimeDriver, data_dir: Path, snapshot_id: str) -> str | None:
     """Pack the snapshot into the blob store and have another live node hold a copy;
     the archive's digest (None on a one-node store). The copy failing (no other node
@@ -41,16 +36,7 @@ async def keep_elsewhere(blobs: BlobStore, driver: RuntimeDriver, data_dir: Path
     on one node."""
     if not isinstance(blobs, ClusterBlobs):
         return None
-    scratch = data_dir / SCRATCH
-    scratch.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=scratch, suffix=".tar")
-    path = Path(name)
-    os.close(handle)  # tar writes it
-    try:
-        await driver.export_snapshot(snapshot_id, path)
-        blob = await blobs.put_file(path)
-    finally:
-        path.unlink(missing_ok=True)
+    blob = await export_to_blobs(blobs, driver, data_dir, snapshot_id)
     holder = await blobs.copy_elsewhere(blob.sha256)
     if holder is None:
         log.warning("snapshot %s: no other node holds a copy yet (archive %s)", snapshot_id, blob.sha256)
@@ -81,12 +67,5 @@ def _unavailable(message: str) -> ApiError:
 
 async def forget(blobs: BlobStore, archive_sha256: str | None) -> None:
     """A snapshot's archive, on every live node (a deleted snapshot leaves nothing)."""
-    if not archive_sha256:
-        return
-    try:
-        if isinstance(blobs, ClusterBlobs):
-            await blobs.delete_everywhere(archive_sha256)
-        else:
-            await blobs.delete(archive_sha256)
-    except Exception as exc:
-        log.warning("the snapshot archive %s could not be removed everywhere: %s", archive_sha256, exc)
+    if archive_sha256:
+        await forget_archive(blobs, archive_sha256)

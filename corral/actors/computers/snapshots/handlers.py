@@ -165,6 +165,20 @@ class SnapshotHandlers(InstanceActor):
 
     # -- on another node --------------------------------------------------------------------
 
+    async def prepare_move(self) -> None:
+        """A computer moving off its node: every ready snapshot kept there alone (taken
+        before snapshots were kept on two nodes) gets its archive first."""
+        for record in await store.list_for_computer(self.db, self.id):
+            if record.status == "ready" and not record.archive_sha256:
+                archive = await copies.keep_elsewhere(self.services.blobs, await self.driver(), self.services.settings.data_dir, record.id)
+                await store.update(self.db, record.id, archive_sha256=archive)
+
+    async def after_move_away(self) -> None:
+        """The snapshots' files this node kept: their archives are what the new home uses."""
+        for record in await store.all_for_computer(self.db, self.id):
+            if record.archive_sha256 or record.status != "ready":
+                await self.delete_snapshot_files(record.id)
+
     async def make_instance(
         self, driver: RuntimeDriver, env: dict[str, str], clone_source: str | None, snapshot_source: str | None
     ) -> InstanceInfo:
