@@ -14,6 +14,7 @@ from typing import Any
 from corral.actors.instances.activity import InstanceDraft
 from corral.actors.record import RowStore
 from corral.actors.tenancy.slugs import slugify
+from corral.actors.tenancy.store import tenants
 from corral.errors import ApiError, conflict
 from corral.storage import Database, Transaction
 
@@ -134,6 +135,7 @@ def limit_reached(limit: int) -> ApiError:
 def create(tx: Transaction, sandbox_id: str, draft: SandboxDraft, node: str) -> SandboxRecord:
     """Insert the new sandbox (`creating`) within the tenant's concurrent-sandbox cap."""
     tenant_id = draft.attribution.tenant_id
+    tenants.lock(tx, tenant_id)
     limit = sandbox_limit(tx, tenant_id)
     if active_count(tx, tenant_id) >= limit:
         raise limit_reached(limit)

@@ -25,6 +25,7 @@ import trio
 from corral.actors.instances import MAX_VARS, Boot, Booted, Get
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import Placement, resolve_attribution
+from corral.actors.tenancy.store import tenants
 from corral.errors import ApiError, conflict, not_found
 from corral.ids import UUID_PATTERN, is_uuid, new_uuid
 from corral.models import Rule, model
@@ -191,6 +192,7 @@ async def create_template(
     )
 
     def work(tx: Transaction) -> None:
+        tenants.lock(tx, tenant_id)
         if store.active_builds_of_tenant(tx, tenant_id) >= MAX_ACTIVE_BUILDS:
             raise _build_limit_reached()
         if store.name_taken(tx, template.workspace_id, template.name):

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral.actors.record import RowStore
+from corral.actors.tenancy.store import tenants
 from corral.errors import ApiError, conflict
 from corral.ids import prefixed
 from corral.storage import Database, Row, Transaction, iso_in, sql_identifier, utc_now_iso
@@ -160,6 +161,7 @@ async def create_webhook(db: Database, record: WebhookRecord, *, limit: int) -> 
     """Insert `record` unless its tenant already has `limit` webhooks."""
 
     def insert(tx: Transaction) -> None:
+        tenants.lock(tx, record.tenant_id)
         count = tx.fetch_value("SELECT COUNT(*) FROM webhooks WHERE tenant_id = ?", (record.tenant_id,))
         if int(count or 0) >= limit:
             raise limit_reached(limit)

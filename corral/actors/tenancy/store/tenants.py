@@ -42,6 +42,16 @@ async def list_all(db: Database) -> list[TenantRecord]:
     return TENANTS.records(await db.fetch_all("SELECT * FROM tenants ORDER BY created_at, id"))
 
 
+def lock(tx: Transaction, tenant_id: str) -> None:
+    """Hold the tenant's row until the transaction ends, so that a count of its
+    resources and the insert it allows are one step for every node and connection (a
+    tenant's caps: sandboxes, webhooks, builds). On PostgreSQL two transactions that
+    both counted under the cap would otherwise both insert (READ COMMITTED); SQLite
+    runs one write transaction at a time anyway."""
+    if tx.dialect == "postgresql":
+        tx.fetch_one("SELECT id FROM tenants WHERE id = ? FOR UPDATE", (tenant_id,))
+
+
 def exists(tx: Transaction, tenant_id: str) -> bool:
     return tx.fetch_one("SELECT 1 FROM tenants WHERE id = ?", (tenant_id,)) is not None
 
