@@ -304,12 +304,12 @@ OPERATIONS: dict[str, tuple[str, str]] = {
 class Operations(SyncBase):
     """Every operation of the API, blocking."""
 
-    def admin_node_drain(self, name: str, *, request_timeout: float | None = None) -> Any:
-        """Place no new work on a node (until it restarts); answers the node, draining.
+    def admin_node_drain(self, name: str, *, move: Literal['none', 'stopped', 'all'] | Unset = UNSET, request_timeout: float | None = None) -> Any:
+        """Place no new work on a node (until it restarts) and move its sandboxes and computers; answers the node, draining.
 
         `POST /api/v1/admin/nodes/{name}/drain`. Admin key (`msk_a_`).
         """
-        return self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, request_timeout=request_timeout)
+        return self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, body={'move': move}, request_timeout=request_timeout)
 
     def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.
@@ -2315,12 +2315,12 @@ class Operations(SyncBase):
 class AsyncOperations(AsyncBase):
     """Every operation of the API, async (trio or asyncio)."""
 
-    async def admin_node_drain(self, name: str, *, request_timeout: float | None = None) -> Any:
-        """Place no new work on a node (until it restarts); answers the node, draining.
+    async def admin_node_drain(self, name: str, *, move: Literal['none', 'stopped', 'all'] | Unset = UNSET, request_timeout: float | None = None) -> Any:
+        """Place no new work on a node (until it restarts) and move its sandboxes and computers; answers the node, draining.
 
         `POST /api/v1/admin/nodes/{name}/drain`. Admin key (`msk_a_`).
         """
-        return await self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, request_timeout=request_timeout)
+        return await self._call('POST', '/api/v1/admin/nodes/{name}/drain', path={'name': name}, body={'move': move}, request_timeout=request_timeout)
 
     async def agent_run_cancel(self, run_id: str, *, idempotency_key: str | None = None, request_timeout: float | None = None) -> Any:
         """Stop the run's process (SIGTERM, then SIGKILL) and mark it canceled.

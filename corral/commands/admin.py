@@ -22,7 +22,7 @@ from .context import Context, leaf
 __all__ = ["frame", "register"]
 
 ACTOR_COLUMNS = ("kind", "id", "state", "mailbox", "restarts", "crashes", "last_error")
-NODE_COLUMNS = ("name", "state", "region", "advertise_url", "heartbeat_at", "resources")
+NODE_COLUMNS = ("name", "state", "moving", "region", "advertise_url", "heartbeat_at", "resources")
 
 
 def _use_admin_key(ctx: Context) -> None:
@@ -139,7 +139,7 @@ def nodes(ctx: Context) -> int:
 
 def drain(ctx: Context) -> int:
     _use_admin_key(ctx)
-    node = unwrap(ctx.client.admin_node_drain(ctx.args.name))
+    node = unwrap(ctx.client.admin_node_drain(ctx.args.name, move=ctx.args.move))
     ctx.console.table([node], NODE_COLUMNS, raw=node)
     return 0
 
@@ -152,5 +152,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between frames (default 2)")
     parser.add_argument("--limit", type=int, default=None, help="actors shown (default: what fits the terminal, else 15)")
     leaf(actions, "nodes", nodes, "the cluster's nodes: state (active, draining, lost), region, address, heartbeat")
-    drainer = leaf(actions, "drain", drain, "place no new work on a node (until it restarts)")
+    drainer = leaf(actions, "drain", drain, "place no new work on a node (until it restarts) and move its sandboxes and computers")
     drainer.add_argument("name", help="the node's name (corral admin nodes)")
+    drainer.add_argument("--move", choices=("none", "stopped", "all"), default="stopped",
+                         help="what moves to other nodes: nothing, the stopped ones (default), or the running ones too")

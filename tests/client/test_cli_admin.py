@@ -60,11 +60,11 @@ async def test_admin_nodes_lists_the_node_and_admin_drain_drains_it(api: Api, te
     cli.env["CORRAL_ADMIN_KEY"] = ADMIN_KEY
     name = api.platform.settings.node_name
     listed = (await cli.ok("admin", "nodes")).splitlines()
-    assert listed[0].split() == ["NAME", "STATE", "REGION", "ADVERTISE_URL", "HEARTBEAT_AT", "RESOURCES"]
-    assert listed[1].split()[:3] == [name, "active", "local"], listed
-    drained = (await cli.ok("admin", "drain", name)).splitlines()
-    assert drained[1].split()[:2] == [name, "draining"], drained
-    assert [node["state"] for node in await cli.json("admin", "nodes")] == ["draining"]
+    assert listed[0].split() == ["NAME", "STATE", "MOVING", "REGION", "ADVERTISE_URL", "HEARTBEAT_AT", "RESOURCES"]
+    assert listed[1].split()[:4] == [name, "active", "-", "local"], listed
+    drained = (await cli.ok("admin", "drain", name, "--move", "all")).splitlines()
+    assert drained[1].split()[:3] == [name, "draining", "all"], drained
+    assert [(node["state"], node["moving"]) for node in await cli.json("admin", "nodes")] == [("draining", "all")]
     code, _out, err = await cli("admin", "drain", "no-such-node")
     assert code == 1 and "NODE_NOT_FOUND" in err, err
     refused = Cli(api, tmp_path, tenant.key)
