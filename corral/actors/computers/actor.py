@@ -11,7 +11,8 @@
 | running | `Pause` | paused | instance frozen (cgroup freezer); metering stops; `computer.stopped {reason}` (`paused`, or `credits_exhausted` from billing) |
 | running | `Restart` | running | stop, then start at once |
 | running | `Clone` | running | answers the instance to copy |
-| stopped | `Resize`, `Move` | stopped | new limits reach the cgroups on the next start |
+| stopped | `Resize` | stopped | new limits reach the cgroups on the next start |
+| stopped | `Move` | stopped | to another region's node on a shared store: the files move there (`MovingInstance`) |
 | running, paused, stopped | `TakeSnapshot` | (same) | a child task copies the files (see `snapshots.handlers`) |
 | running, stopped | `RestoreSnapshot` | (same) | running: stopped, restored, started again |
 | any | `Destroy` | (record removed) | instance destroyed; `computer.deleted` |
@@ -82,7 +83,7 @@ class ComputerActor(SnapshotHandlers, MovingInstance):
     booting_state = "provisioning"
     removed_state = "deleted"
     movable_states = ("stopped",)
-    movable_when_running = ("running",)
+    movable_when_running = ("running", "paused")
     refusals = Refusals(
         not_running=not_running(),
         instance_gone=ApiError(500, "INTERNAL_ERROR", "the computer's instance is gone"),
@@ -228,8 +229,16 @@ class ComputerActor(SnapshotHandlers, MovingInstance):
     def move_demand(self) -> Demand:
         return Demand("computers", self.record.size, self.runtime_template(), self.record.region)
 
-    async def stop_for_move(self) -> None:
+    async def stop_for_move(self) -> bool:
+        if self.state == "paused":  # its frozen memory cannot move: thawed, stopped, it arrives stopped
+            with self.refused():
+                await (await self.driver()).thaw(self.instance_id)
+            await self.halt_instance()
+            await self.persist(state="stopped")
+            await self.emit_stopped("move")
+            return False
         await self.stop(Stop(reason="move"))
+        return True
 
     async def start_after_move(self) -> None:
         await self.start(Start())
@@ -269,7 +278,14 @@ class ComputerActor(SnapshotHandlers, MovingInstance):
 
     @handles(Move)
     async def move(self, message: Move) -> ComputerRecord:
+        """To a region this node does not serve, on a store nodes share: the computer
+        moves to a node of that region with room (its files through the blob store, as
+        a drain moves it; 503 when none has room), and this actor retires. Otherwise
+        the region is a label: a one-node store serves every region."""
         next_state = self.transition(message)
+        if message.region != self.services.settings.node_region and self.on_shared_store():
+            await self.move_to_another_node(replace(self.move_demand(), region=message.region), fields={"region": message.region})
+            return self.record
         await self.persist(state=next_state, region=message.region)
         return self.record
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from corral.actors.nodes import claims, placement
+from corral.actors.nodes import claims, moves, placement
 from corral.actors.ref import ActorRef
 from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.actors.tenancy import store as tenancy_store
@@ -204,9 +204,9 @@ async def require_member(platform: ComputerServices, row: ComputerRecord, user_i
         raise forbidden("not a member of this computer")
 
 
-async def ask(platform: ComputerServices, computer_id: str, message: Any) -> ComputerRecord:
+async def ask(platform: ComputerServices, computer_id: str, message: Any, timeout: float = ASK_TIMEOUT) -> ComputerRecord:
     ref = await platform.system.get(ComputerActor, computer_id)
-    record: ComputerRecord = await ref.ask(message, timeout=ASK_TIMEOUT)
+    record: ComputerRecord = await ref.ask(message, timeout=timeout)
     return record
 
 
@@ -266,7 +266,7 @@ async def move_computer(platform: ComputerServices, row: ComputerRecord, request
     offered = regions(platform)
     if request.region not in offered:
         raise validation_error({"region": f"unknown region; one of {', '.join(offered)}"})
-    return await ask(platform, row.id, Move(request.region))
+    return await ask(platform, row.id, Move(request.region), timeout=moves.MOVE_TIMEOUT)  # its files may go to another node
 
 
 def refuse_fixed_fields(body: dict[str, Any]) -> None:

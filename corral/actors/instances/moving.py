@@ -18,8 +18,9 @@ import contextlib
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import trio
 
@@ -112,8 +113,10 @@ class MovingInstance(InstanceActor):
         """What the resource needs of the node it moves to (its size, template, region)."""
         raise NotImplementedError
 
-    async def stop_for_move(self) -> None:
-        """Stop the running resource the kind's way (its events and meter), reason `move`."""
+    async def stop_for_move(self) -> bool:
+        """Stop the resource (in one of `movable_when_running`) the kind's way (its
+        events and meter), reason `move`; True when it is to start again on its new
+        node (False: it arrives stopped)."""
         raise NotImplementedError
 
     async def start_after_move(self) -> None:
@@ -133,22 +136,40 @@ class MovingInstance(InstanceActor):
         running = self.state in self.movable_when_running
         if self.state not in self.movable_states and not (running and message.running_too):
             raise ApiError(409, "INVALID_STATE", f"this {self.kind} cannot be moved from its current status ({self.state})")
+        return await self.move_to_another_node(self.move_demand(), running=running)
+
+    def on_shared_store(self) -> bool:
+        """Whether other nodes may share this node's store (PostgreSQL), so that a
+        resource can move to one of them."""
+        return self.db.dialect == "postgresql"
+
+    async def move_to_another_node(
+        self, demand: placement.Demand, *, running: bool = False, fields: Mapping[str, Any] | None = None
+    ) -> str:
+        """Move the resource to the node placement picks for `demand` (never this one:
+        503 when no other has room), writing `fields` into its row in the same
+        transaction that makes that node its home; this actor retires. A running
+        resource is stopped first and (as `stop_for_move` says) started there. Returns
+        the new node's name."""
         here = self.services.settings.node_name
-        placed = await placement.place(self.db, here, self.move_demand())
+        placed = await placement.place(self.db, here, demand)
+        restart = False
         try:
+            if placed.node == here:
+                raise placement.no_room(demand)  # placement offers this node only when it takes new work in that region
             if running:
-                await self.stop_for_move()
+                restart = await self.stop_for_move()
             try:
-                archive = await self._hand_over(placed.node, started_after=running)
+                archive = await self._hand_over(placed.node, started_after=restart, fields=fields or {})
             except BaseException:
-                if running:
+                if restart:
                     with trio.CancelScope(shield=True), contextlib.suppress(Exception):
                         await self.start_after_move()  # back as it was, here
                 raise
         finally:
             with trio.CancelScope(shield=True):
                 await claims.release(self.db, placed.claim_id)
-        self.record = self.store.replaced(self.record, {"node": placed.node})
+        self.record = self.store.replaced(self.record, {**(fields or {}), "node": placed.node})
         left_this_node(self.id)
         driver = await self.driver()
         with contextlib.suppress(InstanceNotFound):
@@ -159,9 +180,10 @@ class MovingInstance(InstanceActor):
         self.retire()
         return placed.node
 
-    async def _hand_over(self, node: str, *, started_after: bool) -> str:
-        """Pack the files, have `node` hold them, and make it the resource's home with a
-        move for it to adopt; returns the archive's digest."""
+    async def _hand_over(self, node: str, *, started_after: bool, fields: Mapping[str, Any]) -> str:
+        """Pack the files, have `node` hold them, and make it the resource's home (and
+        its row's `fields` what they say) with a move for it to adopt; returns the
+        archive's digest."""
         await self.prepare_move()
         blobs = self.services.blobs
         with self.refused():
@@ -172,8 +194,14 @@ class MovingInstance(InstanceActor):
         move = moves.Move(self.kind, self.id, here, node, blob.sha256, started_after)
         table, id_column = sql_identifier(self.store.table), sql_identifier(self.store.id_column)
 
+        assignments = "".join(f", {sql_identifier(name)} = ?" for name in fields)
+
         def write(tx: Transaction) -> None:
-            if not tx.execute(f"UPDATE {table} SET node = ? WHERE {id_column} = ? AND node = ?", (node, self.id, here)):
+            changed = tx.execute(
+                f"UPDATE {table} SET node = ?{assignments} WHERE {id_column} = ? AND node = ?",
+                (node, *fields.values(), self.id, here),
+            )
+            if not changed:
                 raise ApiError(409, "INVALID_STATE", f"this {self.kind} is no longer this node's")
             moves.insert(tx, move)
 

@@ -141,8 +141,9 @@ class SandboxActor(MovingInstance):
     def move_demand(self) -> Demand:
         return Demand("sandboxes", self.record.size, self.record.template_id, self.record.region)
 
-    async def stop_for_move(self) -> None:
+    async def stop_for_move(self) -> bool:
         await self.stop(Stop(reason="move"))
+        return True
 
     async def start_after_move(self) -> None:
         await self.start(Start())

@@ -7,6 +7,7 @@ table), with small room figures (`CORRAL_NODE_MAX_INSTANCES`,
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -140,6 +141,78 @@ async def test_a_create_goes_to_a_node_with_room_in_the_region_asked_for_and_503
             finally:
                 for sandbox_id in made:
                     await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
+
+
+async def event_data(url: str, event_type: str, resource_id: str) -> list[dict[str, Any]]:
+    db = open_database(url)
+    try:
+        rows = await db.fetch_all("SELECT data FROM events WHERE type = ? AND resource_id = ? ORDER BY id", (event_type, resource_id))
+        return [json.loads(str(row["data"])) for row in rows]
+    finally:
+        await db.close()
+
+
+async def computer_until(client: httpx.AsyncClient, node: Served, cid: str, status: str, seconds: float = 120) -> dict[str, Any]:
+    with trio.fail_after(seconds):
+        while True:
+            record: dict[str, Any] = (await client.get(f"{node.base}{API}/computers/{cid}")).json()
+            if record.get("status") == status:
+                return record
+            assert record.get("status") != "error", record
+            await trio.sleep(0.1)
+
+
+async def test_a_computer_moved_to_another_region_goes_to_a_node_there_with_its_files(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_move_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", "CORRAL_REGIONS": "eu,us,ap"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_REGION": "eu"}
+    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_REGION": "us"}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        both_active(a)
+        key = a.owner_key("Movers", "owner@movers.example")
+        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            made = await client.post(f"{b.base}{API}/computers", json={"name": "Traveller", "template_type": "svc-desktop", "region": "eu"})
+            assert made.status_code == 201, made.text
+            cid = made.json()["id"]
+            try:
+                running = await computer_until(client, a, cid, "running")
+                assert (running["node"], running["region"]) == ("node-a", "eu")
+                wrote = await client.post(f"{b.base}{API}/computers/{cid}/exec", json={"command": "echo packed > /root/kept.txt"})
+                assert wrote.status_code == 200 and wrote.json()["exit_code"] == 0, wrote.text
+
+                busy = await client.post(f"{b.base}{API}/computers/{cid}/move", json={"region": "us"})
+                assert busy.status_code == 409 and busy.json()["error"]["code"] == "INVALID_STATE", busy.text
+                assert (await client.post(f"{b.base}{API}/computers/{cid}/stop")).status_code == 200
+                refused(await client.post(f"{b.base}{API}/computers/{cid}/move", json={"region": "ap"}),
+                        "no active node serves region 'ap': a small computer cannot be placed there now")
+                unknown = await client.post(f"{a.base}{API}/computers/{cid}/move", json={"region": "mars"})
+                assert unknown.status_code == 422 and "region" in unknown.json()["error"]["details"], unknown.text
+                stayed = (await client.get(f"{b.base}{API}/computers/{cid}")).json()
+                assert (stayed["node"], stayed["region"], stayed["status"]) == ("node-a", "eu", "stopped")
+
+                # To a region node B serves: the computer and its files go there, through either node.
+                moved = await client.post(f"{b.base}{API}/computers/{cid}/move", json={"region": "us"})
+                assert moved.status_code == 200, moved.text
+                assert (moved.json()["node"], moved.json()["region"], moved.json()["status"]) == ("node-b", "us", "stopped")
+                assert (await client.post(f"{a.base}{API}/computers/{cid}/start")).status_code == 200
+                await computer_until(client, a, cid, "running")
+                ran = await client.post(f"{a.base}{API}/computers/{cid}/exec", json={"command": "cat /root/kept.txt; hostname"})
+                assert ran.json()["output"].startswith("packed\n"), ran.text
+                assert (await client.get(f"{b.base}{API}/admin/actors/computer/{cid}", headers=ADMIN)).status_code == 200
+                assert (await client.get(f"{a.base}{API}/admin/actors/computer/{cid}", headers=ADMIN)).status_code == 404
+                moves = await event_data(url, "computer.moved", cid)
+                assert moves == [{"computer_id": cid, "from_node": "node-a", "node": "node-b"}], moves
+
+                # Within the region its node serves, a move changes nothing but the label.
+                assert (await client.post(f"{a.base}{API}/computers/{cid}/stop")).status_code == 200
+                again = await client.post(f"{a.base}{API}/computers/{cid}/move", json={"region": "us"})
+                assert (again.json()["node"], again.json()["region"]) == ("node-b", "us"), again.text
+            finally:
+                await client.delete(f"{a.base}{API}/computers/{cid}")
 
 
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(

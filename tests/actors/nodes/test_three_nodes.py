@@ -451,7 +451,7 @@ async def sandbox_until(client: httpx.AsyncClient, node: Node, sid: str, ok: obj
             await trio.sleep(0.1)
 
 
-async def test_a_drained_node_moves_its_stopped_sandboxes_and_computers_and_on_request_its_running_ones(cluster: Cluster) -> None:
+async def test_a_drained_node_moves_its_stopped_sandboxes_and_on_request_its_running_and_paused_ones(cluster: Cluster) -> None:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Movers", "owner@movers.example")
@@ -485,7 +485,7 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_computers_and_on_r
                 await trio.sleep(0.1)
         await computer_run(client, a, cid, "echo after > /root/after.txt")
         assert (await client.post(f"{a.base}{API}/sandboxes/{stopped_id}/stop")).status_code == 200
-        assert (await client.post(f"{a.base}{API}/computers/{cid}/stop")).status_code == 200
+        assert (await client.post(f"{a.base}{API}/computers/{cid}/pause")).status_code == 200
 
         bad = await client.post(f"{a.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "everything"})
         assert bad.status_code == 422 and bad.json()["error"]["code"] == "VALIDATION_ERROR", bad.text
@@ -493,16 +493,29 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_computers_and_on_r
         assert drained.status_code == 200, drained.text
         assert (drained.json()["data"]["state"], drained.json()["data"]["moving"]) == ("draining", "stopped")
 
-        # The stopped ones move, stay stopped, and start elsewhere with their files.
+        # The stopped one moves, stays stopped, and starts elsewhere with its files.
         since = trio.current_time()
         moved = await sandbox_until(client, a, stopped_id, lambda r: r["node"] != home.name)
-        moved_computer = await computer_until(client, a, cid, lambda r: r["node"] != home.name)
-        print(f"\ndrain: a stopped sandbox and a stopped desktop computer moved in {trio.current_time() - since:.1f} s")
-        assert moved["status"] == "stopped" and moved_computer["status"] == "stopped", (moved, moved_computer)
+        print(f"\ndrain: a stopped sandbox moved in {trio.current_time() - since:.1f} s")
+        assert moved["status"] == "stopped", moved
         assert (await sandbox_until(client, a, running_id, lambda r: True))["node"] == home.name  # running: not asked for
+        paused = await computer_until(client, a, cid, lambda r: True)
+        assert (paused["node"], paused["status"]) == (home.name, "paused")  # nor paused
         assert (await client.post(f"{a.base}{API}/sandboxes/{stopped_id}/start")).status_code == 200
         ran = await client.post(f"{y.base}{API}/sandboxes/{stopped_id}/exec", json={"command": "cat /workspace/kept.txt"})
         assert ran.json()["stdout"] == "stopped one", ran.text
+
+        # Asked for, the running sandbox moves too, stopped here and started there; the
+        # paused computer is stopped (its frozen memory cannot move) and arrives stopped.
+        again = await client.post(f"{y.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "all"})
+        assert again.json()["data"]["moving"] == "all", again.text
+        since = trio.current_time()
+        relocated = await sandbox_until(client, a, running_id, lambda r: r["node"] != home.name and r["status"] == "running")
+        moved_computer = await computer_until(client, a, cid, lambda r: r["node"] != home.name)
+        print(f"drain --move all: a running sandbox and a paused desktop computer moved in {trio.current_time() - since:.1f} s")
+        assert moved_computer["status"] == "stopped", moved_computer
+        ran = await client.post(f"{x.base}{API}/sandboxes/{running_id}/exec", json={"command": "cat /workspace/kept.txt"})
+        assert ran.json()["stdout"] == "running one", ran.text
         assert (await client.post(f"{a.base}{API}/computers/{cid}/start")).status_code == 200
         await computer_until(client, a, cid, lambda r: r["status"] == "running")
         ran_computer = await computer_run(client, x, cid, "cat /root/kept.txt /root/after.txt")
@@ -511,23 +524,22 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_computers_and_on_r
         assert restored.status_code == 200, restored.text
         assert (await computer_run(client, x, cid, "cat /root/kept.txt; test -e /root/after.txt; echo $?"))["output"] == "desk\n1\n"
 
-        # Asked for, the running one moves too: stopped here, started there.
-        again = await client.post(f"{y.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "all"})
-        assert again.json()["data"]["moving"] == "all", again.text
-        relocated = await sandbox_until(client, a, running_id, lambda r: r["node"] != home.name and r["status"] == "running")
-        ran = await client.post(f"{x.base}{API}/sandboxes/{running_id}/exec", json={"command": "cat /workspace/kept.txt"})
-        assert ran.json()["stdout"] == "running one", ran.text
         nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=admin)).json()["data"]}
         assert nodes[home.name]["resources"] == 0, nodes[home.name]
         assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
         events = await trio.to_thread.run_sync(
             query, cluster.database_url,
-            f"SELECT resource_id, type, data FROM events WHERE type IN ('sandbox.moved', 'computer.moved', 'sandbox.stopped')"
+            f"SELECT resource_id, type, data FROM events WHERE type IN ('sandbox.moved', 'computer.moved', 'sandbox.stopped', 'computer.stopped')"
             f" AND resource_id IN ('{stopped_id}', '{running_id}', '{cid}') ORDER BY id",
         )
         seen = [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
-        assert (stopped_id, "sandbox.moved", home.name) in seen and (cid, "computer.moved", home.name) in seen, seen
-        assert seen[-2:] == [(running_id, "sandbox.stopped", "move"), (running_id, "sandbox.moved", home.name)], seen
+        assert (stopped_id, "sandbox.moved", home.name) in seen, seen
+        assert [event for event in seen if event[0] == running_id][-2:] == [
+            (running_id, "sandbox.stopped", "move"), (running_id, "sandbox.moved", home.name),
+        ], seen
+        of_computer = [event for event in seen if event[0] == cid]
+        arrived = of_computer.index((cid, "computer.moved", home.name))
+        assert of_computer[arrived - 2 : arrived] == [(cid, "computer.stopped", "paused"), (cid, "computer.stopped", "move")], seen
         for path in (f"/sandboxes/{stopped_id}", f"/sandboxes/{running_id}", f"/computers/{cid}"):
             assert (await client.delete(f"{home.base}{API}{path}")).status_code in (200, 204)
         assert relocated["node"] in (x.name, y.name)
