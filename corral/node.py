@@ -379,7 +379,8 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
     """On a store several nodes share: the node holding the lease takes over the
     resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`);
     every node moves its own resources off itself while it drains, and makes those
-    moved to it (`corral.actors.nodes.moves`)."""
+    moved to it (`corral.actors.nodes.moves`), and keeps its primaries waiting for their
+    replicas on other nodes (`corral.actors.databases.replication`)."""
     if not platform.leases.shared:
         return
     kinds = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
@@ -393,6 +394,10 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
     )
     await platform.nursery.start(
         databases.promote_forever, platform.db, platform.system, platform.settings.node_name, databases.DatabaseActor
+    )
+    await platform.nursery.start(
+        databases.keep_waiting_forever, platform.db, platform.system, platform.settings.node_name,
+        platform.databases.driver, databases.DatabaseActor,
     )
     movable = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor}
     await platform.nursery.start(moves.move_forever, platform.db, platform.system, platform.settings.node_name, movable, MoveAway)

@@ -6,7 +6,7 @@ from .background import allowed_pairs, check_once, start_background, update_acce
 from .logs import follow_log, recent_lines
 from .metrics import database_metrics
 from .node import DatabaseNode, parse_ports
-from .replication import DEFERRED, promote_forever
+from .replication import DEFERRED, keep_waiting_forever, promote_forever
 from .service import (
     FILTERS,
     MoveTo,
@@ -47,7 +47,8 @@ __all__ = [
     "ACTORS", "DEFERRED", "FILTERS", "BackupRecord", "DatabaseActor", "DatabaseNode", "DatabaseRecord", "MoveTo", "NewBranch",
     "NewDatabase", "NewReplica", "ResizeRequest", "RestoreRecord", "RestoreRequest", "add_replica", "allowed_pairs",
     "backup", "backup_public", "branch_database", "check_once", "create_database", "credentials", "database_metrics",
-    "database_not_found", "database_public", "delete", "find_backup", "find_database", "follow_log", "list_backups",
-    "list_databases", "list_restores", "move", "parse_ports", "promote_forever", "recent_lines", "replicas", "resize", "restart", "restore",
+    "database_not_found", "database_public", "delete", "find_backup", "find_database", "follow_log", "keep_waiting_forever",
+    "list_backups", "list_databases", "list_restores", "move", "parse_ports", "promote_forever", "recent_lines", "replicas",
+    "resize", "restart", "restore",
     "restore_public", "rotate", "start", "start_background", "stop", "update_access", "wake",
 ]

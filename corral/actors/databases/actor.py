@@ -56,6 +56,7 @@ from .messages import (
     Stop,
     Suspend,
     Upstream,
+    WaitForReplicas,
     Wake,
 )
 from .node import DatabaseNode
@@ -406,10 +407,22 @@ class DatabaseActor(InstanceActor):
         await self.emit("deleted", {"database_id": self.id, "name": self.record.name, "promoted_into": message.primary_id})
         return self.record
 
+    @handles(WaitForReplicas)
+    async def wait_for_replicas(self, message: WaitForReplicas) -> bool:
+        """The primary's synchronous replicas (`replication.ReplicaWaits`), on its server
+        as it is (a stopped one takes them when it starts)."""
+        if self.is_removed() or self.record.role != "primary":
+            return False
+        with self.refused():
+            return await self.servers.wait_for_replicas(self.id, message.replica_ids)
+
     @handles(Destroy)
     async def destroy(self, message: Destroy) -> DatabaseRecord:
         next_state = self.transition(message)
         self.node.proxy.forget(self.id)
+        if self.record.role == "replica" and self.state == "running":
+            # Its primary stops waiting for it (`replication.ReplicaWaits`) before it goes.
+            await self.persist(state="stopping")
         await self.destroy_instance()
         await self.persist(state=next_state, password_sealed=None)
         await self.emit("deleted", {"database_id": self.id, "name": self.record.name})

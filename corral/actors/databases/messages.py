@@ -11,7 +11,8 @@ from .store import BackupRecord
 
 __all__ = [
     "AddReplica", "Backup", "BackupDone", "Boot", "Booted", "Branch", "Destroy", "Get", "HandOver", "Move", "RecoverServer",
-    "Resize", "Restart", "Restore", "Restored", "Rotate", "ServerExited", "Start", "Stop", "Suspend", "Upstream", "Wake",
+    "Resize", "Restart", "Restore", "Restored", "Rotate", "ServerExited", "Start", "Stop", "Suspend", "Upstream",
+    "WaitForReplicas", "Wake",
 ]
 
 
@@ -54,6 +55,15 @@ class Resize(Message):
 @dataclass(frozen=True)
 class Move(Message):
     region: str
+
+
+@dataclass(frozen=True)
+class WaitForReplicas(Message):
+    """The primary's commits wait until these replicas (on other nodes) have flushed them
+    (`replication.ReplicaWaits`); none: they wait for no replica. Answers whether
+    anything changed."""
+
+    replica_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,15 @@ take-over is the one compare-and-set every take-over is, so one node wins, and i
 primary actor promotes the replica it has (`DatabaseActor.recover_here`). The
 cluster's sweep of lost resources leaves such primaries to them (`lost.sweep`'s
 `deferred`), so they do not read `NODE_LOST` first.
+
+A primary with running replicas on other nodes commits synchronously: a commit is
+acknowledged once every one of them has flushed it (`synchronous_standby_names`, kept
+by the primary's node: `keep_waiting_forever`), so the replica promoted when the
+primary's node dies has every write a client was told was committed. A replica whose
+node is lost stops being waited for as soon as its node is seen lost; one being
+deleted, as soon as its deletion begins. A primary that cannot reach the store keeps
+waiting for its replicas: once one of them is promoted elsewhere, a primary cut off
+from the cluster acknowledges no more writes (no two primaries both take writes).
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ from corral.actors.nodes import lost
 from corral.actors.nodes import store as nodes_store
 from corral.errors import ApiError
 from corral.storage import Database
-from corral.vm.postgres import PostgresDriver
+from corral.vm.postgres import PostgresDriver, replica_name
 
 from . import store
+from .messages import WaitForReplicas
 from .node import DatabaseNode
 from .store import DatabaseRecord
 
@@ -93,3 +103,71 @@ async def promote_forever(
         except Exception:
             log.warning("promoting replicas of lost primaries failed", exc_info=True)
         await trio.sleep(lost.SWEEP_SECONDS)
+
+
+WAITING_SECONDS = 0.5
+"""How often a node brings its primaries' waited-for replicas up to date."""
+WAITED_SQL = (
+    "SELECT p.id AS primary_id, r.id AS replica_id, r.node AS replica_node FROM databases p"
+    " LEFT JOIN databases r ON r.primary_id = p.id AND r.status = 'running' AND r.node IS NOT NULL AND r.node <> p.node"
+    " WHERE p.node = ? AND p.role = 'primary' AND p.status NOT IN ('creating', 'deleted', 'error')"
+)
+"""This node's primaries, each with its running replicas on other nodes (a row per pair,
+or one with no replica)."""
+
+
+class ReplicaWaits:
+    """Which replicas each of this node's primaries waits for, brought up to date with
+    the store: each change goes through the primary's actor (`WaitForReplicas`)."""
+
+    def __init__(self, db: Database, refs: lost.Refs, node_name: str, servers: PostgresDriver, actor_class: type) -> None:
+        self.db, self.refs, self.node_name, self.servers, self.actor_class = db, refs, node_name, servers, actor_class
+        self.known: dict[str, list[str]] = {}
+        """What each primary's server waits for, as last set (read from it once)."""
+
+    async def wanted(self) -> dict[str, list[str]]:
+        gone = set(await lost.lost_nodes(self.db, self.node_name))
+        wanted: dict[str, list[str]] = {}
+        for row in await self.db.fetch_all(WAITED_SQL, (self.node_name,)):
+            replicas = wanted.setdefault(str(row["primary_id"]), [])
+            if row["replica_id"] is not None and row["replica_node"] not in gone:
+                replicas.append(str(row["replica_id"]))
+        return wanted
+
+    async def round(self) -> int:
+        """Bring every primary here up to date; returns how many changed."""
+        changed = 0
+        for primary_id, replica_ids in (await self.wanted()).items():
+            names = sorted(replica_name(replica_id) for replica_id in replica_ids)
+            if primary_id not in self.known:
+                if self.servers.layout.load(primary_id) is None:
+                    continue  # its server is not (yet) this node's
+                self.known[primary_id] = self.servers.waited_replicas(primary_id)
+            if self.known[primary_id] == names:
+                continue
+            try:
+                ref = await self.refs.get(self.actor_class, primary_id)
+                await ref.ask(WaitForReplicas(tuple(replica_ids)), timeout=30)
+            except Exception as exc:
+                log.warning("database %s: its replicas to wait for (%s) were not set: %s", primary_id, names, exc)
+                self.known.pop(primary_id, None)  # read again next round
+                continue
+            log.info("database %s now waits for replicas %s", primary_id, names or "none")
+            self.known[primary_id] = names
+            changed += 1
+        return changed
+
+
+async def keep_waiting_forever(
+    db: Database, refs: lost.Refs, node_name: str, servers: PostgresDriver, actor_class: type,
+    *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """`ReplicaWaits.round` every `WAITING_SECONDS` (each node for its own primaries)."""
+    waits = ReplicaWaits(db, refs, node_name, servers, actor_class)
+    task_status.started()
+    while True:
+        try:
+            await waits.round()
+        except Exception:
+            log.warning("keeping primaries' synchronous replicas failed", exc_info=True)
+        await trio.sleep(WAITING_SECONDS)

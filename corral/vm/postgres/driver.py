@@ -21,8 +21,10 @@ import hmac
 import logging
 import os
 import random
+import re
 import secrets
 import signal
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -476,7 +478,7 @@ class PostgresDriver(RuntimeDriver):
         state, _ = await self._begin(spec)
         conninfo = (
             f"host={self.layout.run(primary.id)} port={primary.port} user={REPLICATION_ROLE} "
-            f"password={password} application_name=r{state.id.replace('-', '')[:12]}"
+            f"password={password} application_name={files.replica_name(state.id)}"
         )
         slot = files.replica_slot(state.id)
         try:
@@ -498,7 +500,7 @@ class PostgresDriver(RuntimeDriver):
         state = dataclasses.replace(state, primary_host=host, primary_port=port)
         conninfo = (
             f"host={host} port={port} user={REPLICATION_ROLE} password={password}"
-            f" application_name=r{state.id.replace('-', '')[:12]} connect_timeout=10"
+            f" application_name={files.replica_name(state.id)} connect_timeout=10"
         )
         slot = files.replica_slot(state.id, remote=True)
         try:
@@ -517,6 +519,38 @@ class PostgresDriver(RuntimeDriver):
             await self.destroy(spec.instance_id)
             raise
         return await self.start(spec.instance_id)
+
+    def waited_replicas(self, server_id: str) -> list[str]:
+        """The replicas (their ids' `files.replica_name`) the server's commits wait for."""
+        try:
+            text = (self.layout.run(server_id) / files.STANDBYS_FILE).read_text()
+        except FileNotFoundError:
+            return []
+        return sorted(re.findall(r'"([^"]+)"', text))
+
+    async def wait_for_replicas(self, server_id: str, replica_ids: Sequence[str]) -> bool:
+        """Make the server's commits wait until every one of the replicas has flushed them
+        (synchronous replication; none: commits wait for no replica); the running server
+        takes it at once (a reload). Returns whether anything changed."""
+        names = sorted(files.replica_name(replica_id) for replica_id in replica_ids)
+        if names == self.waited_replicas(server_id):
+            return False
+        state = self._state(server_id)
+        run_dir, data = self.layout.run(server_id), self.layout.data(server_id)
+
+        def write() -> None:
+            temporary = run_dir / (files.STANDBYS_FILE + ".new")
+            temporary.write_text(files.standbys_conf(names))
+            temporary.replace(run_dir / files.STANDBYS_FILE)
+            conf = data / "corral.conf"  # a server made before the include: it gains it now
+            if files.STANDBYS_FILE not in conf.read_text():
+                conninfo, slot = self._primary_conninfo(data), self._primary_slot(data)
+                conf.write_text(files.conf(run_dir, state.memory_mb, conninfo, state.port, state.listen, slot))
+
+        await trio.to_thread.run_sync(write)
+        if files.postmaster_pid(data) is not None:
+            await admin.query(self._sock(state), "SELECT pg_reload_conf()")
+        return True
 
     async def promote_into(self, replica_id: str, spec: InstanceSpec) -> InstanceInfo:
         """The replica's server becomes the server of `spec` (its primary, whose node is
@@ -626,8 +660,7 @@ class PostgresDriver(RuntimeDriver):
         state = ServerState(**{**state.to_json(), "vcpus": limits.vcpus, "memory_mb": limits.memory_mb, "pids_max": limits.pids_max})
         self.layout.save(state)
         data = self.layout.data(instance_id)
-        conninfo = self._primary_conninfo(data)
-        slot = files.replica_slot(instance_id) if conninfo is not None else None
+        conninfo, slot = self._primary_conninfo(data), self._primary_slot(data)
         (data / "corral.conf").write_text(
             files.conf(self.layout.run(instance_id), state.memory_mb, conninfo, state.port, state.listen, slot)
         )
@@ -636,14 +669,25 @@ class PostgresDriver(RuntimeDriver):
         return self._info(state)
 
     @staticmethod
-    def _primary_conninfo(data: Path) -> str | None:
+    def _corral_setting(data: Path, name: str) -> str | None:
+        """A quoted setting of the server's `corral.conf` (`files.conf`), or None."""
+        start = f"{name} = '"
         try:
             for line in (data / "corral.conf").read_text().splitlines():
-                if line.startswith("primary_conninfo = '"):
-                    return line[len("primary_conninfo = '"):-1].replace("''", "'")
+                if line.startswith(start):
+                    return line[len(start):-1].replace("''", "'")
         except OSError:
             pass
         return None
+
+    @classmethod
+    def _primary_conninfo(cls, data: Path) -> str | None:
+        return cls._corral_setting(data, "primary_conninfo")
+
+    @classmethod
+    def _primary_slot(cls, data: Path) -> str | None:
+        """A replica's slot on its primary (`replica_<id>`, or `remote_<id>` for one on another node)."""
+        return cls._corral_setting(data, "primary_slot_name")
 
     async def info(self, instance_id: str) -> InstanceInfo:
         return self._info(self._state(instance_id))

@@ -55,6 +55,25 @@ def replica_slot(server_id: str, *, remote: bool = False) -> str:
     return ("remote_" if remote else "replica_") + server_id.replace("-", "")
 
 
+def replica_name(server_id: str) -> str:
+    """The `application_name` a replica streams under: what its primary's
+    `synchronous_standby_names` names it by."""
+    return "r" + server_id.replace("-", "")[:12]
+
+
+STANDBYS_FILE = "standbys.conf"
+"""In a server's run directory (never in its data directory, so that no copy of the
+data, a branch, a backup or a replica, carries it): the replicas its commits wait for."""
+
+
+def standbys_conf(names: list[str]) -> str:
+    """`synchronous_standby_names` waiting for every one of `names` (none: no wait)."""
+    if not names:
+        return "synchronous_standby_names = ''\n"
+    listed = ", ".join(f'"{name}"' for name in names)
+    return f"synchronous_standby_names = 'ANY {len(names)} ({listed})'\n"
+
+
 def conf(
     run_dir: Path,
     memory_mb: int,
@@ -83,6 +102,8 @@ def conf(
         "max_slot_wal_keep_size = 4GB",
         "hot_standby = on",
         "wal_receiver_status_interval = 1s",
+        # The replicas on other nodes whose flush a commit waits for (`standbys_conf`), last.
+        f"include_if_exists = '{run_dir / STANDBYS_FILE}'",
     ]
     if primary_conninfo is not None:
         escaped = primary_conninfo.replace("'", "''")

@@ -231,3 +231,70 @@ async def test_a_replica_on_another_node_streams_over_tcp_and_is_promoted_into_i
     await other_node_servers.start("p", {"password": "pw"})
     with tcp(promoted_port) as conn:
         assert conn.execute("SELECT count(*) FROM t").fetchone() == (4,)
+
+
+def waiting_sessions(port: int) -> int:
+    """Sessions of the primary waiting for a replica to confirm their commit."""
+    with tcp(port) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'").fetchone()
+        return int(row[0]) if row else 0
+
+
+async def test_a_primary_waits_for_its_replicas_on_other_nodes_to_flush_each_commit(
+    servers: PostgresDriver, other_node_servers: PostgresDriver
+) -> None:
+    primary_port, replica_port = free_port(), free_port()
+    await servers.create(tcp_spec("p", "dora", "ledger", primary_port))
+    with tcp(primary_port) as conn:
+        conn.execute("CREATE TABLE t (v int)")
+    source = {"replica_of": "p", "primary_host": "127.0.0.1", "primary_port": str(primary_port)}
+    await other_node_servers.create_replica("p", tcp_spec("r", "dora", "ledger", replica_port, **source))
+    assert servers.waited_replicas("p") == []
+    assert await servers.wait_for_replicas("p", ["r"]) is True
+    assert await servers.wait_for_replicas("p", ["r"]) is False  # nothing to change
+    assert servers.waited_replicas("p") == ["rr"]
+    with trio.fail_after(10):
+        while await trio.to_thread.run_sync(lambda: tcp(primary_port).execute("SHOW synchronous_standby_names").fetchone()) != ('ANY 1 ("rr")',):
+            await trio.sleep(0.05)
+    with tcp(primary_port) as conn:  # the replica confirms: the commit is acknowledged
+        conn.execute("INSERT INTO t VALUES (1)")
+    await until_replayed(replica_port, [(1,)])
+
+    # A branch of the primary (its data copied) waits for nobody.
+    await servers.clone("p", tcp_spec("br", "erin", "copy", free_port()))
+    assert servers.waited_replicas("br") == []
+    with connect(servers, "br", "erin", "pw", "copy") as conn:
+        assert conn.execute("SHOW synchronous_standby_names").fetchone() == ("",)
+        conn.execute("INSERT INTO t VALUES (9)")
+
+    # The replica gone quiet: a commit is not acknowledged until the primary stops waiting for it.
+    await other_node_servers.stop("r")
+    done = trio.Event()
+
+    def insert() -> None:
+        with tcp(primary_port) as conn:
+            conn.execute("INSERT INTO t VALUES (2)")
+
+    async with trio.open_nursery() as nursery:
+
+        async def write() -> None:
+            await trio.to_thread.run_sync(insert)
+            done.set()
+
+        nursery.start_soon(write)
+        with trio.fail_after(10):
+            while await trio.to_thread.run_sync(waiting_sessions, primary_port) != 1:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)
+        assert not done.is_set()
+        assert await servers.wait_for_replicas("p", []) is True
+        with trio.fail_after(10):
+            await done.wait()
+    with tcp(primary_port) as conn:
+        assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [(1,), (2,)]
+        assert conn.execute("SHOW synchronous_standby_names").fetchone() == ("",)
+    await servers.stop("p")  # the setting is kept by the server across restarts
+    await servers.wait_for_replicas("p", ["r"])
+    await servers.start("p", {"password": "pw"})
+    with tcp(primary_port) as conn:
+        assert conn.execute("SHOW synchronous_standby_names").fetchone() == ('ANY 1 ("rr")',)

@@ -92,6 +92,7 @@ class Cluster:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
+        node.process = None  # nothing left to stop
 
     def restart(self, node: Node) -> None:
         """The node started again on its data directory, answering."""

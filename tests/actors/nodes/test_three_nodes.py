@@ -19,6 +19,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
+from corral.vm.postgres import replica_name
 from tests.actors.nodes.cluster import LINKS, Cluster, Node, stop_node, three_nodes
 from tests.sse_client import open_sse
 from tests.support import ADMIN_KEY
@@ -171,7 +172,16 @@ async def until_rows(url: str, statement: str, want: list[tuple[object, ...]], s
             await trio.sleep(0.1)
 
 
-async def test_a_replica_lives_on_another_node_and_is_promoted_when_the_primarys_node_dies(cluster: Cluster) -> None:
+async def until_waiting_for(url: str, replica_ids: list[str], seconds: float = 10) -> None:
+    """Until the primary at `url` acknowledges a commit only once each of these replicas flushed it."""
+    names = ", ".join(f'"{name}"' for name in sorted(replica_name(rid) for rid in replica_ids))
+    want = [(f"ANY {len(replica_ids)} ({names})",)] if replica_ids else [("",)]
+    await until_rows(url, "SHOW synchronous_standby_names", want, seconds)
+
+
+async def test_replicas_live_on_other_nodes_take_every_acknowledged_write_and_one_is_promoted_when_the_primarys_node_dies(
+    cluster: Cluster,
+) -> None:
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Failover", "owner@failover.example")
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
@@ -186,41 +196,56 @@ async def test_a_replica_lives_on_another_node_and_is_promoted_when_the_primarys
             conn.execute("CREATE TABLE t (v int)")
             conn.execute("INSERT INTO t VALUES (1), (2)")
 
-        # The replica is placed away from the primary's node, whichever node the request reached.
-        made = await client.post(f"{home.base}{API}/databases/{did}/replicas", json={})
-        assert made.status_code == 202, made.text
-        rid = made.json()["data"]["id"]
-        replica = await until_status(client, y, rid, "running", 120)
-        assert replica["node"] != home.name and replica["role"] == "replica", replica
-        replica_node = cluster.nodes[str(replica["node"])]
+        # Replicas are placed away from the primary's node, whichever node the request reached.
+        replicas: dict[str, Node] = {}
+        for _ in range(2):
+            made = await client.post(f"{home.base}{API}/databases/{did}/replicas", json={})
+            assert made.status_code == 202, made.text
+            rid = made.json()["data"]["id"]
+            replica = await until_status(client, y, rid, "running", 120)
+            assert replica["node"] != home.name and replica["role"] == "replica", replica
+            replicas[rid] = cluster.nodes[str(replica["node"])]
+        assert sorted(node.name for node in replicas.values()) == sorted((x.name, y.name))  # the least loaded first
+        (rid, replica_node), (other_rid, other_node) = sorted(replicas.items(), key=lambda item: item[1].name)
         replica_url = await credentials_url(client, x, rid)
         assert httpx.URL(replica_url).host == replica_node.address
-        await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (3) RETURNING v")
-        await until_rows(replica_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,)])
         listed = (await client.get(f"{x.base}{API}/databases/{did}/replicas")).json()["data"]
-        assert [r["id"] for r in listed] == [rid]
+        assert sorted(r["id"] for r in listed) == sorted(replicas)
+        await until_waiting_for(url, list(replicas))  # each commit now waits for both
 
-        # The primary's machine dies; the replica's node promotes it into the primary.
+        # One replica's machine dies: commits wait until its node is seen lost, then go on without it.
+        cluster.kill_machine(other_node)
+        killed = trio.current_time()
+        assert await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (3) RETURNING v") == [(3,)]
+        waited = trio.current_time() - killed
+        print(f"\na commit while a replica's machine was dead was acknowledged after {waited:.2f} s (its node seen lost)")
+        assert waited < 20
+        await until_waiting_for(url, [rid])
+
+        # The primary's machine dies right after a commit was acknowledged: the replica
+        # left is promoted into the primary, with that commit.
+        assert await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (4) RETURNING v") == [(4,)]
         cluster.kill_machine(home)
         killed = trio.current_time()
-        survivor = next(node for node in (x, y) if node is not replica_node)
         with trio.fail_after(30):
             while True:
-                answer = await client.get(f"{survivor.base}{API}/databases/{did}")
+                answer = await client.get(f"{replica_node.base}{API}/databases/{did}")
                 record = answer.json()["data"] if answer.status_code == 200 else {}
                 if record.get("status") == "running" and record.get("node") == replica_node.name:
                     break
                 assert record.get("status") != "error", record  # never NODE_LOST: it had a replica
                 await trio.sleep(0.1)
-        new_url = await credentials_url(client, survivor, did)
+        new_url = await credentials_url(client, replica_node, did)
         assert httpx.URL(new_url).host == replica_node.address and httpx.URL(new_url).port == httpx.URL(url).port
-        await until_rows(new_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,)])
+        await until_rows(new_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,), (4,)])
         answering = trio.current_time() - killed
         print(f"kill -9 of the primary's machine -> the promoted replica answering at the database's url: {answering:.2f} s")
         assert answering < 30
-        assert await trio.to_thread.run_sync(query, new_url, "INSERT INTO t VALUES (4) RETURNING v") == [(4,)]
-        assert (await client.get(f"{survivor.base}{API}/databases/{rid}")).status_code == 404  # it became the primary
-        assert (await client.get(f"{survivor.base}{API}/databases/{did}/replicas")).json()["data"] == []
+        assert await trio.to_thread.run_sync(query, new_url, "INSERT INTO t VALUES (5) RETURNING v") == [(5,)]
+        assert await trio.to_thread.run_sync(query, new_url, "SHOW synchronous_standby_names") == [("",)]
+        assert (await client.get(f"{replica_node.base}{API}/databases/{rid}")).status_code == 404  # it became the primary
+        left = (await client.get(f"{replica_node.base}{API}/databases/{did}/replicas")).json()["data"]
+        assert [r["id"] for r in left if r["status"] != "error"] == [], left
 
         # The dead node comes back: the primary is no longer its own, and its old server goes.
         cluster.restart(home)
@@ -228,9 +253,10 @@ async def test_a_replica_lives_on_another_node_and_is_promoted_when_the_primarys
             while "taken over by another node while this node was lost" not in home.log():
                 await trio.sleep(0.2)
         assert (await client.get(f"{home.base}{API}/databases/{did}")).json()["data"]["node"] == replica_node.name
-        assert await trio.to_thread.run_sync(query, new_url, "SELECT count(*) FROM t") == [(4,)]
-        deleted = await client.delete(f"{home.base}{API}/databases/{did}")
-        assert deleted.status_code in (200, 202, 204), deleted.text
+        assert await trio.to_thread.run_sync(query, new_url, "SELECT count(*) FROM t") == [(5,)]
+        for gone in (other_rid, did):
+            deleted = await client.delete(f"{home.base}{API}/databases/{gone}")
+            assert deleted.status_code in (200, 202, 204), deleted.text
 
 
 @asynccontextmanager
