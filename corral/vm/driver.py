@@ -181,6 +181,19 @@ class RuntimeDriver(abc.ABC):
         """Remove a template made of layers (instances made from it must be gone)."""
         raise NotImplementedError(f"{type(self).__name__} cannot remove templates")
 
+    def has_template_layer(self, template: str, layer_id: str) -> bool:
+        """Whether template `template` is here with `layer_id` as its current layer."""
+        return False
+
+    async def export_template_layer(self, template: str, dest: Path) -> None:
+        """The template's current layer as one archive at `dest`, for another node."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep template layers")
+
+    async def import_template_layer(self, template: str, archive: Path) -> None:
+        """Keep the layer another node exported (`export_template_layer`) as the
+        template's current one here."""
+        raise NotImplementedError(f"{type(self).__name__} cannot keep template layers")
+
     @abc.abstractmethod
     async def resize(self, instance_id: str, limits: Limits) -> InstanceInfo:
         """New limits for a stopped instance; its cgroups get them when it next starts."""

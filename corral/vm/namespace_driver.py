@@ -412,6 +412,16 @@ class NamespaceDriver(RuntimeDriver):
     async def remove_template(self, template: str) -> None:
         await trio.to_thread.run_sync(self.templates.remove_sync, template)
 
+    def has_template_layer(self, template: str, layer_id: str) -> bool:
+        return self.templates.has_layer(template, layer_id)
+
+    async def export_template_layer(self, template: str, dest: Path) -> None:
+        await self.templates.pack_layer(template, dest)
+
+    async def import_template_layer(self, template: str, archive: Path) -> None:
+        self.disks.check_reserve(archive.stat().st_size)  # the files go on the node's disk
+        await self.templates.unpack_layer(template, archive)
+
     # -- queries --------------------------------------------------------------
 
     async def info(self, instance_id: str) -> InstanceInfo:

@@ -42,12 +42,15 @@ async def copy_tree(source: Path, dest: Path) -> None:
         raise LaunchFailed(f"copying files failed: {result.stderr.decode(errors='replace').strip()}")
 
 
-async def _tar(doing: str, *arguments: str) -> None:
+async def tar_keeping_everything(doing: str, *arguments: str) -> None:
+    """GNU tar with numeric owners and every extended attribute (an instance's files as
+    they are, overlay whiteouts and capabilities included); `doing` names the work in
+    the error."""
     result = await trio.run_process(
         ["tar", "--xattrs", "--xattrs-include=*", "--numeric-owner", *arguments], capture_stderr=True, check=False
     )
     if result.returncode != 0:
-        raise LaunchFailed(f"{doing} the snapshot failed: {result.stderr.decode(errors='replace').strip()}")
+        raise LaunchFailed(f"{doing} failed: {result.stderr.decode(errors='replace').strip()}")
 
 
 def tree_size(root: Path) -> int:
@@ -126,7 +129,7 @@ class SnapshotStore:
         uncompressed: a desktop's layer is mostly compressed files already, and the
         archive is written once per snapshot and read on a node that lacks it."""
         self.manifest(snapshot_id)
-        await _tar("packing", "-C", str(self.path(snapshot_id)), "-cf", str(dest), "manifest.json", "files")
+        await tar_keeping_everything("packing the snapshot", "-C", str(self.path(snapshot_id)), "-cf", str(dest), "manifest.json", "files")
 
     async def unpack(self, snapshot_id: str, archive: Path, lower: str) -> None:
         """Keep the snapshot `pack` made (on this node or another) from `archive`, its
@@ -141,7 +144,7 @@ class SnapshotStore:
         await trio.to_thread.run_sync(shutil.rmtree, partial, True)
         partial.mkdir(parents=True, mode=0o700)
         try:
-            await _tar("unpacking", "-C", str(partial), "--same-permissions", "--same-owner", "-xf", str(archive))
+            await tar_keeping_everything("unpacking the snapshot", "-C", str(partial), "--same-permissions", "--same-owner", "-xf", str(archive))
             manifest = json.loads((partial / "manifest.json").read_text())
             if manifest.get("id") != snapshot_id or not (partial / "files").is_dir():
                 raise LaunchFailed(f"the archive is not snapshot {snapshot_id}")

@@ -13,12 +13,15 @@ install` into /usr/local, ...). The overlay's lower layer is never written.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
 import stat
 import subprocess
+import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ from pathlib import Path
 import trio
 
 from .errors import TemplateBuildFailed, TemplateNotFound
+from .snapshots import tar_keeping_everything
 
 Progress = Callable[[str], None]
 
@@ -370,6 +374,61 @@ class TemplateStore:
         tmp.write_text(json.dumps(manifest, indent=2))
         os.replace(tmp, directory / "manifest.json")
         return size
+
+    def has_layer(self, name: str, layer_id: str) -> bool:
+        """Whether layered template `name` is here with `layer_id` as its current layer."""
+        manifest = self.manifest(name)
+        return manifest is not None and manifest.get("layer") == layer_id and self.is_built(name)
+
+    async def pack_layer(self, name: str, dest: Path) -> None:
+        """Layered template `name` (its manifest and current layer) as one tar at `dest`,
+        for another node (`unpack_layer`), everything kept as `add_layer_sync` keeps it."""
+        manifest = self.manifest(name)
+        if manifest is None or not manifest.get(LAYERED) or not self.is_built(name):
+            raise TemplateNotFound(f"template {name} has no layer here")
+        layer = f"layers/{manifest['layer']}"
+        await tar_keeping_everything("packing the template", "-C", str(self.root / name), "-cf", str(dest), "manifest.json", layer)
+
+    async def unpack_layer(self, name: str, archive: Path) -> None:
+        """Keep the layer `pack_layer` made (on another node) and make it the template's
+        current one. The archive is one this platform packed, verified by its digest; it
+        is unpacked into a fresh directory (GNU tar refuses members outside it), checked,
+        and its layer renamed into place, so a template's layer is always whole."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        partial = Path(await trio.to_thread.run_sync(lambda: tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=self.root)))
+        try:
+            await tar_keeping_everything(
+                "unpacking the template", "-C", str(partial), "--same-permissions", "--same-owner", "-xf", str(archive)
+            )
+            await trio.to_thread.run_sync(self._take_layer, name, partial)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(shutil.rmtree, partial, True)
+
+    def _take_layer(self, name: str, unpacked: Path) -> None:
+        try:
+            manifest = dict(json.loads((unpacked / "manifest.json").read_text()))
+        except (OSError, ValueError):
+            raise TemplateBuildFailed(f"the archive of template {name} has no manifest") from None
+        layer_id = str(manifest.get("layer"))
+        layer = unpacked / "layers" / layer_id
+        if manifest.get("name") != name or not manifest.get(LAYERED) or not layer.is_dir() or str(manifest.get("base")) not in RECIPES:
+            raise TemplateBuildFailed(f"the archive is not a layer of template {name}")
+        if manifest.get("uid_base") != self.uid_base:
+            raise TemplateBuildFailed(
+                f"template {name} was built for files owned from uid {manifest.get('uid_base')}; this node keeps them from {self.uid_base}"
+            )
+        layers = self.root / name / "layers"
+        layers.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError, OSError):  # another import of it won
+            os.rename(layer, layers / layer_id)
+        if not (layers / layer_id).is_dir():
+            raise TemplateBuildFailed(f"the layer of template {name} could not be kept")
+        current = self.manifest(name)
+        if current is None or current.get("layer") != layer_id:
+            tmp = self.root / name / f"manifest.json.{os.getpid()}.{threading.get_ident()}.tmp"
+            tmp.write_text(json.dumps(manifest, indent=2))
+            os.replace(tmp, self.root / name / "manifest.json")
 
     def remove_sync(self, name: str) -> None:
         """Remove a layered template and every layer it has (a recipe template is kept)."""

@@ -330,9 +330,14 @@ class InstanceActor(RecordActor):
         replica) overrides this."""
         if clone_source is not None:
             return await driver.clone(clone_source, self.spec(env))
+        await self.template_here(driver)
         if snapshot_source is not None:
             return await driver.create_from_snapshot(snapshot_source, self.spec(env))
         return await driver.create(self.spec(env))
+
+    async def template_here(self, driver: RuntimeDriver) -> None:
+        """Before an instance is made from its template on this node: a kind whose
+        templates may have been built on another node fetches it (a sandbox's)."""
 
     @handles(Booted)
     async def booted(self, message: Booted) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +24,7 @@ import trio
 
 from corral.actors.actor import handles
 from corral.actors.nodes import claims, moves, placement
+from corral.actors.nodes.archives import export_to_blobs, forget_archive
 from corral.actors.nodes.blobs import ClusterBlobs
 from corral.actors.nodes.homes import left_this_node
 from corral.errors import ApiError
@@ -36,24 +35,6 @@ from .actor import InstanceActor
 from .messages import MoveAway
 
 log = logging.getLogger("corral.instances.moving")
-
-SCRATCH = "snapshot-archives"
-"""Under the data directory: an archive while it is packed, before the blob store takes it."""
-
-
-async def export_to_blobs(blobs: BlobStore, driver: RuntimeDriver, data_dir: Path, snapshot_id: str) -> Blob:
-    """The runtime's snapshot `snapshot_id` as one archive in the blob store."""
-    scratch = data_dir / SCRATCH
-    scratch.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=scratch, suffix=".tar")
-    os.close(handle)  # tar writes it
-    path = Path(name)
-    try:
-        await driver.export_snapshot(snapshot_id, path)
-        return await blobs.put_file(path)
-    finally:
-        path.unlink(missing_ok=True)
-
 
 def move_snapshot_id(instance_id: str) -> str:
     """The throwaway snapshot a move packs and unpacks (the archive names it inside)."""
@@ -66,7 +47,7 @@ async def pack_files(blobs: BlobStore, driver: RuntimeDriver, data_dir: Path, in
     await driver.delete_snapshot(snapshot_id)  # one a move cut short left
     await driver.snapshot(instance_id, snapshot_id)
     try:
-        return await export_to_blobs(blobs, driver, data_dir, snapshot_id)
+        return await export_to_blobs(blobs, data_dir, lambda path: driver.export_snapshot(snapshot_id, path))
     finally:
         await driver.delete_snapshot(snapshot_id)
 
@@ -84,17 +65,6 @@ async def unpack_files(blobs: BlobStore, driver: RuntimeDriver, archive_sha256: 
         await driver.stop(spec.instance_id)
     finally:
         await driver.delete_snapshot(snapshot_id)
-
-
-async def forget_archive(blobs: BlobStore, archive_sha256: str) -> None:
-    """An archive no one needs any more, on every live node."""
-    try:
-        if isinstance(blobs, ClusterBlobs):
-            await blobs.delete_everywhere(archive_sha256)
-        else:
-            await blobs.delete(archive_sha256)
-    except Exception as exc:
-        log.warning("the archive %s could not be removed everywhere: %s", archive_sha256, exc)
 
 
 class MovingInstance(InstanceActor):
@@ -215,8 +185,10 @@ class MovingInstance(InstanceActor):
         here = self.services.settings.node_name
         if move is None or getattr(self.record, "node", None) != here:
             return False
+        driver = await self.driver()
+        await self.template_here(driver)
         with self.refused():
-            await unpack_files(self.services.blobs, await self.driver(), move.archive_sha256, self.spec(await self.boot_env()))
+            await unpack_files(self.services.blobs, driver, move.archive_sha256, self.spec(await self.boot_env()))
         await moves.delete(self.db, self.kind, self.id)
         await forget_archive(self.services.blobs, move.archive_sha256)
         await self.emit("moved", {**self.subject, "from_node": move.from_node, "node": here})

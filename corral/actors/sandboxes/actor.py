@@ -15,7 +15,7 @@ from corral.actors.instances import MovingInstance
 from corral.actors.nodes.placement import Demand
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError
-from corral.vm import AgentClient, InstanceInfo, InstanceSpec
+from corral.vm import AgentClient, InstanceInfo, InstanceSpec, RuntimeDriver
 
 from . import billing_hooks, store
 from .messages import Boot, Booted, Connect, Destroy, Fork, Start, Stop, Suspend
@@ -111,6 +111,13 @@ class SandboxActor(MovingInstance):
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "template": self.record.template_id}
+
+    async def template_here(self, driver: RuntimeDriver) -> None:
+        """A tenant's template built on another node: its layer fetched first."""
+        templates = self.services.sandbox_templates
+        if templates is not None:
+            with self.refused():
+                await templates.here(self.services, driver, self.runtime_template())
 
     # -- the kind's state table ------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from corral.actors.billing.services import BillingServices
 from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorSystem
 from corral.actors.tenancy.services import TenancyServices
-from corral.storage import SecretBox
+from corral.storage import BlobStore, SecretBox
+from corral.vm import RuntimeDriver
 
 from .warm_pool import WarmPool
 
@@ -37,6 +38,10 @@ class TemplateResolver(Protocol):
     async def preview_port(self, platform: SandboxServices, tenant_id: str, template_id: str) -> int | None:
         """The template's default preview port (None: none, or not a tenant template)."""
 
+    async def here(self, platform: SandboxServices, driver: RuntimeDriver, template_id: str) -> None:
+        """Make sure a tenant's template (`template_id`, a sandbox's) can be made on this
+        node: its layer fetched from the node that holds it when this one lacks it."""
+
 
 class SandboxServices(BillingServices, TenancyServices, Protocol):
     system: ActorSystem
@@ -45,3 +50,4 @@ class SandboxServices(BillingServices, TenancyServices, Protocol):
     secrets: SecretBox
     sandbox_templates: TemplateResolver | None
     warm_pool: WarmPool | None
+    blobs: BlobStore

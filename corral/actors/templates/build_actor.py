@@ -26,7 +26,7 @@ from corral.errors import ApiError
 from corral.storage import utc_now_iso
 from corral.vm import InstanceInfo, InstanceNotFound
 
-from . import store
+from . import copies, store
 from .messages import Cancel
 from .sealing import unseal
 from .steps import STEP_TIMEOUT, LogWriter, steps
@@ -64,6 +64,7 @@ class BuildActor(InstanceActor):
     )
 
     _layer_size: int | None = None
+    _layer_archive: str | None = None
     _log: LogWriter | None = None
 
     def not_found(self) -> ApiError:
@@ -112,8 +113,12 @@ class BuildActor(InstanceActor):
             await self._run_steps(info)
             await self.logs.line("keeping the result as the template's new layer")
             await self.halt_instance()
+            driver = await self.driver()
             with self.refused():
-                self._layer_size = await (await self.driver()).save_template_layer(self.id, self.record.template_id, self.id)
+                self._layer_size = await driver.save_template_layer(self.id, self.record.template_id, self.id)
+                self._layer_archive = await copies.keep_elsewhere(
+                    self.services.blobs, driver, self.services.settings.data_dir, self.record.template_id, self.id
+                )
         finally:
             with trio.CancelScope(shield=True):
                 await self._remove_instance()
@@ -157,7 +162,9 @@ class BuildActor(InstanceActor):
             await self.emit("failed", {**self.subject, "error": message.error})
             return
         self.info = None
-        await self.persist(state=next_state, error=None, finished_at=now, size_bytes=self._layer_size)
+        await self.persist(
+            state=next_state, error=None, finished_at=now, size_bytes=self._layer_size, archive_sha256=self._layer_archive
+        )
         await self.logs.line(f"build ready ({self._layer_size} bytes)")
         await self._template_follows()
         await self.emit("ready", self.subject)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from corral.actors.sandboxes.services import SandboxServices, SandboxTemplate
 from corral.errors import conflict
 from corral.ids import is_uuid
+from corral.vm import RuntimeDriver
 
-from . import store
+from . import copies, store
 from .sealing import unseal
 
 BUILTIN_NAMES = ("default", "svc-desktop")
@@ -30,3 +31,6 @@ class TemplateResolver:
             return None
         template = await store.load_template(platform.db, template_id)
         return template.default_preview_port if template is not None and template.tenant_id == tenant_id else None
+
+    async def here(self, platform: SandboxServices, driver: RuntimeDriver, template_id: str) -> None:
+        await copies.here(platform.db, platform.blobs, driver, template_id)

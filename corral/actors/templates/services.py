@@ -9,7 +9,7 @@ from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorSystem
 from corral.actors.tenancy.services import TenancyServices
 from corral.config import Settings
-from corral.storage import SecretBox
+from corral.storage import BlobStore, SecretBox
 
 
 class TemplateServices(TenancyServices, Protocol):
@@ -18,3 +18,4 @@ class TemplateServices(TenancyServices, Protocol):
     agents: AgentPool
     secrets: SecretBox
     settings: Settings
+    blobs: BlobStore

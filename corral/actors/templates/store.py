@@ -64,6 +64,8 @@ class BuildRecord:
     last_activity_at: str | None
     created_at: str
     updated_at: str
+    archive_sha256: str | None = None
+    """The layer as one archive in the blob store, for other nodes (`copies.py`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,11 @@ async def list_templates(db: Database, tenant_id: str, workspace_id: str | None 
 
 async def find_build(db: Database, tenant_id: str, build_id: str) -> BuildRecord | None:
     row = await db.fetch_one("SELECT * FROM sandbox_template_builds WHERE tenant_id = ? AND id = ?", (tenant_id, build_id))
+    return None if row is None else BUILDS.record(row)
+
+
+async def load_build(db: Database, build_id: str) -> BuildRecord | None:
+    row = await db.fetch_one("SELECT * FROM sandbox_template_builds WHERE id = ?", (build_id,))
     return None if row is None else BUILDS.record(row)
 
 

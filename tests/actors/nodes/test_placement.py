@@ -22,11 +22,12 @@ from corral.actors.nodes.homes import Homes
 from corral.actors.nodes.placement import Demand, Usage, choose
 from corral.actors.nodes.store import NodeRecord
 from corral.http.forward import HEADER, PLACED, Forwarder, forwarding_key
+from corral.ids import is_uuid
 from corral.storage import open_database
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.pg_server import create_database
 from tests.serve_process import ADMIN_KEY, Served, corral_serve, wait_for
-from tests.support import RUNTIME_SETTINGS, Api, Tenant, cleanup_host
+from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_host
 
 API = "/api/v1"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -213,6 +214,70 @@ async def test_a_computer_moved_to_another_region_goes_to_a_node_there_with_its_
                 assert (again.json()["node"], again.json()["region"]) == ("node-b", "us"), again.text
             finally:
                 await client.delete(f"{a.base}{API}/computers/{cid}")
+
+
+def blob_holders(root: Path, sha256: str) -> list[str]:
+    return sorted(node for node in ("a", "b") if (root / node / "data" / "blobs" / "sha256" / sha256[:2] / sha256).is_file())
+
+
+def own_template_dir(directory: Path) -> Path:
+    """A node's template directory of its own, with the built-in templates of the shared
+    test cache linked in (built once for every test): what it builds stays its own."""
+    directory.mkdir()
+    for builtin in Path(TEMPLATE_CACHE).iterdir():
+        if not builtin.name.startswith(".") and (builtin / "manifest.json").is_file() and not is_uuid(builtin.name):
+            (directory / builtin.name).symlink_to(builtin)
+    return directory
+
+
+async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_template_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "a" / "templates"))}
+    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "b" / "templates"))}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        both_active(a)
+        key = a.owner_key("Builders", "owner@builders.example")
+        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "marked", "setup": ["echo built-on-a > /opt/marker"]})
+            assert made.status_code == 201, made.text
+            template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
+            with trio.fail_after(300):
+                while (build := (await client.get(f"{b.base}{API}/sandbox-template-builds/{build_id}")).json()["data"])["status"] not in (
+                    "ready", "failed"
+                ):
+                    await trio.sleep(0.5)
+            assert build["status"] == "ready", build
+            db = open_database(url)
+            try:
+                row = await db.fetch_one("SELECT archive_sha256 FROM sandbox_template_builds WHERE id = ?", (build_id,))
+            finally:
+                await db.close()
+            assert row is not None and row["archive_sha256"], row
+            assert blob_holders(tmp_path, str(row["archive_sha256"])) == ["a", "b"]  # kept on both before it read ready
+            assert "archive_sha256" not in str(build)
+
+            # A takes no new work: the sandbox of A's template is placed on B, which fetches the layer.
+            assert (await client.post(f"{b.base}{API}/admin/nodes/node-a/drain", headers=ADMIN, json={"move": "none"})).status_code == 200
+            made_sandboxes = []
+            try:
+                for ref in ("marked", template_id):
+                    sandbox = await client.post(f"{a.base}{API}/sandboxes", json={"template_id": ref})
+                    assert sandbox.status_code == 201, sandbox.text
+                    record = sandbox.json()["data"]
+                    made_sandboxes.append(record["id"])
+                    assert (record["node"], record["status"], record["template_id"]) == ("node-b", "running", template_id), record
+                    ran = await client.post(f"{a.base}{API}/sandboxes/{record['id']}/exec", json={"command": "cat /opt/marker"})
+                    assert ran.json()["stdout"] == "built-on-a\n", ran.text
+                manifest = tmp_path / "b" / "templates" / template_id / "manifest.json"
+                assert json.loads(manifest.read_text())["layer"] == build_id
+            finally:
+                for sandbox_id in made_sandboxes:
+                    await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
 
 
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(

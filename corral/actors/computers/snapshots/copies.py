@@ -19,8 +19,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from corral.actors.instances.moving import export_to_blobs, forget_archive
-from corral.actors.nodes.blobs import ClusterBlobs
+from corral.actors.nodes.archives import forget_archive, keep_on_two_nodes
 from corral.errors import ApiError
 from corral.storage import BlobStore
 from corral.vm import RuntimeDriver
@@ -31,18 +30,8 @@ log = logging.getLogger("corral.computers.snapshots")
 
 async def keep_elsewhere(blobs: BlobStore, driver: RuntimeDriver, data_dir: Path, snapshot_id: str) -> str | None:
     """Pack the snapshot into the blob store and have another live node hold a copy;
-    the archive's digest (None on a one-node store). The copy failing (no other node
-    is live) is logged, not raised: the snapshot is this node's alone until then, as
-    on one node."""
-    if not isinstance(blobs, ClusterBlobs):
-        return None
-    blob = await export_to_blobs(blobs, driver, data_dir, snapshot_id)
-    holder = await blobs.copy_elsewhere(blob.sha256)
-    if holder is None:
-        log.warning("snapshot %s: no other node holds a copy yet (archive %s)", snapshot_id, blob.sha256)
-    else:
-        log.info("snapshot %s: node %s holds a copy (archive %s, %d bytes)", snapshot_id, holder, blob.sha256, blob.size_bytes)
-    return blob.sha256
+    the archive's digest (None on a one-node store)."""
+    return await keep_on_two_nodes(blobs, data_dir, f"snapshot {snapshot_id}", lambda path: driver.export_snapshot(snapshot_id, path))
 
 
 async def here(blobs: BlobStore, driver: RuntimeDriver, record: SnapshotRecord) -> None:
