@@ -383,7 +383,10 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
     replicas on other nodes (`corral.actors.databases.replication`)."""
     if not platform.leases.shared:
         return
-    kinds = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
+    kinds = {
+        "sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor,
+        "sandbox_template_builds": templates.BuildActor,
+    }
     await platform.nursery.start(
         run_leased, platform.leases, lost.LEASE,
         partial(

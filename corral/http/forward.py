@@ -65,7 +65,9 @@ Send = Callable[[Message], Awaitable[None]]
 HEADER = b"x-corral-forwarded"
 PLACED = b"x-corral-placed"
 SIGNATURE_SECONDS = 60
-RESOURCE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs)/([0-9A-Za-z_-]{1,64})(?:/|$)")
+RESOURCE_PATH = re.compile(
+    r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs|sandbox-template-builds|sandbox-templates)/([0-9A-Za-z_-]{1,64})(?:/|$)"
+)
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 REPLICA_PATH = re.compile(r"^/api/v1/databases/([0-9A-Za-z_-]{1,64})/replicas/?$")

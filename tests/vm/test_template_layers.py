@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from corral.vm import TemplateNotFound, TemplateStore
+from corral.vm import TemplateBuildFailed, TemplateNotFound, TemplateStore
 
 
 def _fake_recipe_template(root: Path, name: str, uid_base: int) -> None:
@@ -48,3 +50,38 @@ async def test_layers_stack_over_their_base_and_keep_older_ones(tmp_path: Path) 
     assert store.is_built("default")
     with pytest.raises(TemplateNotFound):
         await store.lower("tpl-1")
+
+
+async def test_a_layer_packed_on_one_node_is_kept_whole_on_another_and_a_foreign_one_refused(tmp_path: Path) -> None:
+    here = TemplateStore(tmp_path / "here", build_missing=False)
+    there = TemplateStore(tmp_path / "there", build_missing=False)
+    for store in (here, there):
+        _fake_recipe_template(store.root, "default", store.uid_base)
+    files = tmp_path / "upper"
+    (files / "opt").mkdir(parents=True)
+    (files / "opt" / "marker").write_text("v1")
+    os.chown(files / "opt" / "marker", here.uid_base + 1000, here.uid_base + 1000)
+    os.mknod(files / "gone", 0o600 | stat.S_IFCHR, os.makedev(0, 0))  # an overlay whiteout
+    here.add_layer_sync("tpl", "default", "build-a", files)
+    archive = tmp_path / "tpl.tar"
+    await here.pack_layer("tpl", archive)
+
+    assert not there.has_layer("tpl", "build-a")
+    await there.unpack_layer("tpl", archive)
+    await there.unpack_layer("tpl", archive)  # again (two sandboxes at once): the same
+    assert there.has_layer("tpl", "build-a") and not there.has_layer("tpl", "build-b")
+    kept = there.root / "tpl" / "layers" / "build-a"
+    assert (kept / "opt" / "marker").read_text() == "v1"
+    assert (kept / "opt" / "marker").stat().st_uid == here.uid_base + 1000
+    assert stat.S_ISCHR((kept / "gone").lstat().st_mode)
+    assert (await there.lower("tpl")).startswith(f"{kept}:")
+    assert not [path for path in there.root.iterdir() if path.name.endswith(".partial")]
+
+    with pytest.raises(TemplateBuildFailed, match="not a layer of template other"):
+        await there.unpack_layer("other", archive)  # an archive under another template's name
+    foreign = TemplateStore(tmp_path / "foreign", uid_base=here.uid_base + 65536, build_missing=False)
+    with pytest.raises(TemplateBuildFailed, match="owned from uid"):
+        await foreign.unpack_layer("tpl", archive)
+    assert not (foreign.root / "tpl").exists() and not (there.root / "other").exists()
+    with pytest.raises(TemplateNotFound):
+        await there.pack_layer("missing", tmp_path / "missing.tar")

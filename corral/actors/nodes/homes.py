@@ -36,6 +36,11 @@ COLLECTIONS = {
         "SELECT node FROM deployment_services WHERE deployment_id = ? AND status <> 'destroyed'"
         " ORDER BY created_at DESC LIMIT 1"
     ),
+    "sandbox-template-builds": "SELECT node FROM sandbox_template_builds WHERE id = ?",
+    "sandbox-templates": (
+        "SELECT b.node FROM sandbox_template_builds b JOIN sandbox_templates t ON t.id = b.template_id"
+        " WHERE ? IN (t.id, t.name) AND b.status IN ('queued', 'building') ORDER BY b.created_at DESC LIMIT 1"
+    ),
     "agent-runs": (
         "SELECT COALESCE(sandboxes.node, computers.node) AS node FROM agent_runs"
         " LEFT JOIN sandboxes ON agent_runs.target_kind = 'sandbox' AND sandboxes.id = agent_runs.target_id"
@@ -47,7 +52,11 @@ COLLECTIONS = {
 deployment's home is its newest live service's node (where the service's actor runs and
 its instance is); a deployment without one has none and is served where it is asked.
 An agent run's home is its target's: its actor follows a process in the target's agent
-there, and its live events are announced on that node's bus only."""
+there, and its live events are announced on that node's bus only. A template build's
+home is the node that runs it; a template's, its running build's (whose cancel a
+delete is), by id or name (a name another tenant also uses may send the request to
+that tenant's build's node, which serves it all the same); a template without a
+running build has none."""
 RESOURCE_SECONDS = 2.0
 NODES_SECONDS = 1.0
 MAX_CACHED = 50_000

@@ -71,15 +71,18 @@ RESTART_GRACE_SECONDS = 60.0
 def lost_text(kind: str, node: str, when: str) -> str:
     """The error column of a resource taken over from lost node `node`; `when` says
     since when (`stopped answering at T`)."""
-    return (
-        f"{PREFIX}node {node} {when}; this {kind}'s instance is gone with it"
-        f" (destroyed if the node comes back). Delete the {kind}: {NO_WAY_BACK.get(kind, 'it cannot be restored on another node')}"
-    )
+    noun = kind.replace("_", " ")
+    if kind == "template_build":  # a build is not deleted: it ends, and its template is built again
+        advice = f"{NO_WAY_BACK[kind][0].upper()}{NO_WAY_BACK[kind][1:]}"
+    else:
+        advice = f"Delete the {noun}: {NO_WAY_BACK.get(kind, 'it cannot be restored on another node')}"
+    return f"{PREFIX}node {node} {when}; this {noun}'s instance is gone with it (destroyed if the node comes back). {advice}"
 
 
 NO_WAY_BACK = {
     "computer": "it had no snapshot that another node holds, to come back from",
     "database": "it had no running replica on another node to promote",
+    "template_build": "build the template again",
 }
 """Why a resource of a kind that can come back on another node did not."""
 
@@ -238,7 +241,7 @@ async def _end_runs_of_lost_targets(db: Database, refs: Refs, runs: type) -> Non
 # -- a returning node ------------------------------------------------------------------
 
 
-OWNERS = (("sandboxes", "id"), ("computers", "instance_id"), ("deployment_services", "id"))
+OWNERS = (("sandboxes", "id"), ("computers", "instance_id"), ("deployment_services", "id"), ("sandbox_template_builds", "id"))
 """Where the runtime's instances have their records, by the column that names them."""
 
 

@@ -89,6 +89,7 @@ HOSTED = {
     "computers": "TRUE",  # a deleted computer's row is gone
     "databases": "status != 'deleted'",
     "deployment_services": "status != 'destroyed'",
+    "sandbox_template_builds": "status IN ('queued', 'building')",
 }
 """The tables of resources with a home (`node`), and which of their rows still live."""
 

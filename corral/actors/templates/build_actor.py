@@ -71,9 +71,16 @@ class BuildActor(InstanceActor):
         return ApiError(404, "BUILD_NOT_FOUND", "build not found")
 
     async def create_record(self, draft: BuildRecord) -> BuildRecord:
-        await self.db.transaction(lambda tx: store.insert_build(tx, draft))
+        """The row `start_build` inserted with its caps' check (one transaction)."""
+        if await store.load_build(self.db, draft.id) is None:
+            await self.db.transaction(lambda tx: store.insert_build(tx, draft))
         self.tenant_id = draft.tenant_id
         return draft
+
+    async def on_instance_lost(self) -> None:
+        """Its node was lost mid-build (the build reads `failed` with `NODE_LOST`): the
+        template follows, so it is not left `building` and can be built again."""
+        await self._template_follows()
 
     def runtime_template(self) -> str:
         return self.record.base

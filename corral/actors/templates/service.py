@@ -206,13 +206,6 @@ async def create_template(
 
 async def start_build(services: TemplateServices, template: TemplateRecord, owner_user_id: str | None) -> BuildRecord:
     """A new build of `template`, queued then booted (409 BUILD_IN_PROGRESS while one runs)."""
-    def check(tx: Transaction) -> None:
-        if store.build_active(tx, template.id):
-            raise conflict("BUILD_IN_PROGRESS", "a build of this template is already queued or building")
-        if store.active_builds_of_tenant(tx, template.tenant_id) >= MAX_ACTIVE_BUILDS:
-            raise _build_limit_reached()
-
-    await services.db.transaction(check)
     now = utc_now_iso()
     build_id = new_uuid()
     draft = BuildRecord(
@@ -220,7 +213,20 @@ async def start_build(services: TemplateServices, template: TemplateRecord, owne
         project_id=None, external_workspace_id=None, external_user_id=None, external_project_id=None,
         owner_user_id=owner_user_id, base=template.base, size=BUILD_SIZE, slug=f"build-{build_id[:8]}", status="queued",
         error=None, size_bytes=None, started_at=None, finished_at=None, last_activity_at=now, created_at=now, updated_at=now,
+        node=services.settings.node_name,
     )
+
+    def check_and_insert(tx: Transaction) -> None:
+        """The caps and the row in one transaction, the tenant's row locked (on
+        PostgreSQL), so that builds started at once on any nodes never pass them."""
+        tenants.lock(tx, template.tenant_id)
+        if store.build_active(tx, template.id):
+            raise conflict("BUILD_IN_PROGRESS", "a build of this template is already queued or building")
+        if store.active_builds_of_tenant(tx, template.tenant_id) >= MAX_ACTIVE_BUILDS:
+            raise _build_limit_reached()
+        store.insert_build(tx, draft)
+
+    await services.db.transaction(check_and_insert)
     if template.layer_build_id is None and template.status != "building":
         await store.update_template(services.db, template.id, {"status": "building", "updated_at": now})
     ref = await services.system.create(BuildActor, build_id, draft)

@@ -66,6 +66,8 @@ class BuildRecord:
     updated_at: str
     archive_sha256: str | None = None
     """The layer as one archive in the blob store, for other nodes (`copies.py`)."""
+    node: str | None = None
+    """The node that runs the build (`corral.actors.nodes`)."""
 
 
 @dataclass(frozen=True, slots=True)

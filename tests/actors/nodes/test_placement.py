@@ -280,6 +280,64 @@ async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
                     await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
 
 
+async def build_of(client: httpx.AsyncClient, node: Served, build_id: str, ok: Any, seconds: float = 120) -> dict[str, Any]:
+    with trio.fail_after(seconds):
+        while True:
+            answer = await client.get(f"{node.base}{API}/sandbox-template-builds/{build_id}")
+            if answer.status_code == 503:  # its node just died: unreachable until it is seen lost
+                await trio.sleep(0.2)
+                continue
+            build: dict[str, Any] = answer.json()["data"]
+            if ok(build):
+                return build
+            await trio.sleep(0.2)
+
+
+async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fails_when_its_node_is_lost(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_builds_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a, env_b = {**common, **runtime_env(RUNTIME_SETTINGS)}, {**common, **runtime_env(NODE_B_HOST)}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        both_active(a)
+        key = a.owner_key("Slow builders", "owner@slow-builders.example")
+        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "slow", "setup": ["sleep 300"]})
+            assert made.status_code == 201, made.text
+            template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
+            await build_of(client, b, build_id, lambda build: build["status"] == "building")
+            busy = await client.post(f"{b.base}{API}/sandbox-templates/slow/builds")
+            assert busy.status_code == 409 and busy.json()["error"]["code"] == "BUILD_IN_PROGRESS", busy.text
+            # Deleting the template through B cancels its build where it runs, on A.
+            deleted = await client.delete(f"{b.base}{API}/sandbox-templates/slow")
+            assert deleted.status_code == 200, deleted.text
+            cancelled = await build_of(client, b, build_id, lambda build: build["status"] != "building")
+            assert cancelled["status"] == "cancelled", cancelled
+            assert (await client.get(f"{b.base}{API}/admin/actors/template_build/{build_id}", headers=ADMIN)).status_code == 404
+            gone = await client.get(f"{b.base}{API}/sandbox-templates/{template_id}")
+            assert gone.status_code == 404, gone.text
+
+            # A build whose node dies fails with NODE_LOST, and the template can be built again elsewhere.
+            made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "orphan", "setup": ["sleep 300"]})
+            assert made.status_code == 201, made.text
+            build_id = made.json()["data"]["build"]["id"]
+            await build_of(client, b, build_id, lambda build: build["status"] == "building")
+            a.process.kill()
+            a.process.wait()
+            failed = await build_of(client, b, build_id, lambda build: build["status"] != "building", seconds=30)
+            assert failed["status"] == "failed" and "NODE_LOST" in str(failed["error"]), failed
+            assert "Build the template again" in str(failed["error"]), failed
+            template = (await client.get(f"{b.base}{API}/sandbox-templates/orphan")).json()["data"]
+            assert template["status"] == "failed", template
+            again = await client.post(f"{b.base}{API}/sandbox-templates/orphan/builds")
+            assert again.status_code == 201, again.text
+            await build_of(client, b, again.json()["data"]["id"], lambda build: build["status"] == "building")
+            assert (await client.delete(f"{b.base}{API}/sandbox-templates/orphan")).status_code == 200
+
+
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
