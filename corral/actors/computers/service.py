@@ -297,7 +297,7 @@ async def set_auto_stop(platform: ComputerServices, row: ComputerRecord, request
 async def recover_provisioning(platform: ComputerServices) -> int:
     """At start-up: provision again what a restart cut short (a clone, or a computer
     made from a snapshot, copies again)."""
-    interrupted = await store.being_provisioned(platform.db)
+    interrupted = await store.being_provisioned(platform.db, platform.settings.node_name)
     for record in interrupted:
         source = await store.load(platform.db, record.cloned_from) if record.cloned_from else None
         ref = await platform.system.get(ComputerActor, record.id)

@@ -105,8 +105,10 @@ async def list_for_tenant(
     return await COMPUTERS.where(db, [("tenant_id", tenant_id), *scope, *filters.items()])
 
 
-async def being_provisioned(db: Database) -> list[ComputerRecord]:
-    return COMPUTERS.records(await db.fetch_all("SELECT * FROM computers WHERE status = 'provisioning'"))
+async def being_provisioned(db: Database, node: str) -> list[ComputerRecord]:
+    """This node's computers whose provisioning a stop cut off (another node's are its own)."""
+    rows = await db.fetch_all("SELECT * FROM computers WHERE status = 'provisioning' AND (node = ? OR node IS NULL)", (node,))
+    return COMPUTERS.records(rows)
 
 
 async def running(db: Database) -> list[ComputerRecord]:

@@ -48,12 +48,13 @@ async def start_background(platform: DatabaseServices) -> None:
     rows = await store.live(platform.db)
     if rows:  # a node without databases makes no template (test servers start by the hundred)
         platform.nursery.start_soon(_prepare_template, platform)
-    for backup in await store.unfinished_backups(platform.db):
+    here = platform.settings.node_name
+    for backup in await store.unfinished_backups(platform.db, here):
         await store.finish_backup(platform.db, backup.id, size=None, sha256=None, error="interrupted by a restart of the control plane")
-    for restore in await store.unfinished_restores(platform.db):
+    for restore in await store.unfinished_restores(platform.db, here):
         await store.finish_restore(platform.db, restore.id, "interrupted by a restart of the control plane")
     for row in rows:
-        if row.node not in (None, platform.settings.node_name):
+        if row.node not in (None, here):
             continue  # another node's (issue 30): re-adopted there; this node may not activate its actor
         with contextlib.suppress(Exception):
             await listen(platform, row)

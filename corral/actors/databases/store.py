@@ -156,12 +156,24 @@ async def restores_of(db: Database, database_id: str) -> list[RestoreRecord]:
     return await RESTORES.where(db, [("database_id", database_id)], order_by="started_at DESC, id")
 
 
-async def unfinished_backups(db: Database) -> list[BackupRecord]:
-    return await BACKUPS.where(db, [("status", "running")], order_by="started_at, id")
+_OF_NODE = "(SELECT id FROM databases WHERE node = ? OR node IS NULL)"
+"""The databases of a node (and those made before nodes were recorded)."""
 
 
-async def unfinished_restores(db: Database) -> list[RestoreRecord]:
-    return await RESTORES.where(db, [("status", "running")], order_by="started_at, id")
+async def unfinished_backups(db: Database, node: str) -> list[BackupRecord]:
+    """The node's databases' backups a stop cut off (another node's run there)."""
+    rows = await db.fetch_all(
+        f"SELECT * FROM database_backups WHERE status = 'running' AND database_id IN {_OF_NODE} ORDER BY started_at, id", (node,)
+    )
+    return BACKUPS.records(rows)
+
+
+async def unfinished_restores(db: Database, node: str) -> list[RestoreRecord]:
+    """The node's databases' restores a stop cut off (another node's run there)."""
+    rows = await db.fetch_all(
+        f"SELECT * FROM database_restores WHERE status = 'running' AND database_id IN {_OF_NODE} ORDER BY started_at, id", (node,)
+    )
+    return RESTORES.records(rows)
 
 
 # -- writes (the database actor's) -------------------------------------------------------------

@@ -140,7 +140,7 @@ async def _fork(platform: SandboxServices, source: SandboxRecord, draft: Sandbox
 
 async def recover_interrupted(platform: SandboxServices) -> int:
     """At start-up: boot sandboxes whose creation was cut off; an interrupted fork is an error."""
-    interrupted = await store.being_created(platform.db)
+    interrupted = await store.being_created(platform.db, platform.settings.node_name)
     for record in interrupted:
         ref = await platform.system.get(SandboxActor, record.id)
         if record.forked_from:

@@ -79,9 +79,11 @@ async def list_for_tenant(
     return await SANDBOXES.where(db, [("tenant_id", tenant_id), *scope, *filters.items()], also="status != 'destroyed'")
 
 
-async def being_created(db: Database) -> list[SandboxRecord]:
-    """Sandboxes whose creation a control-plane stop cut off."""
-    return SANDBOXES.records(await db.fetch_all("SELECT * FROM sandboxes WHERE status = 'creating'"))
+async def being_created(db: Database, node: str) -> list[SandboxRecord]:
+    """This node's sandboxes whose creation a control-plane stop cut off (another node's
+    are being created there, or are its to take over when it is lost)."""
+    rows = await db.fetch_all("SELECT * FROM sandboxes WHERE status = 'creating' AND (node = ? OR node IS NULL)", (node,))
+    return SANDBOXES.records(rows)
 
 
 async def by_slug(db: Database, slug: str) -> SandboxRecord | None:

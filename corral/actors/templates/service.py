@@ -118,6 +118,7 @@ def build_public(build: BuildRecord) -> dict[str, Any]:
         "started_at": build.started_at,
         "finished_at": build.finished_at,
         "created_at": build.created_at,
+        "node": build.node,
     }
 
 
@@ -338,7 +339,7 @@ async def follow_build(services: TemplateServices, build: BuildRecord, after: in
 
 async def recover_interrupted(services: TemplateServices) -> int:
     """At start-up: builds a stop cut off are failed (their instances removed); retry them."""
-    interrupted = await store.unfinished_builds(services.db)
+    interrupted = await store.unfinished_builds(services.db, services.settings.node_name)
     for build in interrupted:
         ref = await services.system.get(BuildActor, build.id)
         if build.status == "queued":

@@ -136,9 +136,12 @@ async def latest_build(db: Database, template_id: str) -> BuildRecord | None:
     return None if row is None else BUILDS.record(row)
 
 
-async def unfinished_builds(db: Database) -> list[BuildRecord]:
-    """Builds a control-plane stop cut off."""
-    return BUILDS.records(await db.fetch_all("SELECT * FROM sandbox_template_builds WHERE status IN ('queued', 'building')"))
+async def unfinished_builds(db: Database, node: str) -> list[BuildRecord]:
+    """This node's builds a control-plane stop cut off (another node's run there)."""
+    rows = await db.fetch_all(
+        "SELECT * FROM sandbox_template_builds WHERE status IN ('queued', 'building') AND (node = ? OR node IS NULL)", (node,)
+    )
+    return BUILDS.records(rows)
 
 
 async def log_lines(db: Database, build_id: str, after: int = 0, limit: int = 10_000) -> list[LogLine]:

@@ -27,18 +27,26 @@ from corral.storage import open_database
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.pg_server import create_database
 from tests.serve_process import ADMIN_KEY, Served, corral_serve, wait_for
-from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_host
+from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_host, host_names
 
 API = "/api/v1"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 _databases = itertools.count()
 
 
+NODE_C_HOST = host_names(
+    bridge="corrsec0", subnet_prefix="10.226", nft_table="corral_sec_c", link_letter="w", netns_prefix="corrsec",
+    cgroup_parent="corral-sec-c",
+)
+"""A third node's, for a node that joins while the others work."""
+
+
 @pytest.fixture(autouse=True)
 def node_b_host() -> Iterator[None]:
-    """Node B's bridge, links and tables, removed after each test (a node leaves them)."""
+    """Nodes B's and C's bridges, links and tables, removed after each test (a node leaves them)."""
     yield
-    cleanup_host(**{name: NODE_B_HOST[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
+    for names in (NODE_B_HOST, NODE_C_HOST):
+        cleanup_host(**{name: names[name] for name in ("bridge", "link_prefix", "netns_prefix", "nft_table", "cgroup_parent")})
 
 
 def both_active(a: Served) -> dict[str, dict[str, Any]]:
@@ -308,7 +316,12 @@ async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fail
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "slow", "setup": ["sleep 300"]})
             assert made.status_code == 201, made.text
             template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
-            await build_of(client, b, build_id, lambda build: build["status"] == "building")
+            building = await build_of(client, b, build_id, lambda build: build["status"] == "building")
+            assert building["node"] == "node-a", building
+            # A node that starts meanwhile leaves A's build alone (it recovers only its own).
+            (tmp_path / "c").mkdir()
+            with corral_serve(tmp_path / "c", {**common, **runtime_env(NODE_C_HOST)}, "--node-name", "node-c") as c:
+                assert (await build_of(client, c, build_id, lambda build: True))["status"] == "building"
             busy = await client.post(f"{b.base}{API}/sandbox-templates/slow/builds")
             assert busy.status_code == 409 and busy.json()["error"]["code"] == "BUILD_IN_PROGRESS", busy.text
             # Deleting the template through B cancels its build where it runs, on A.
