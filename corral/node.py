@@ -387,13 +387,17 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
         "sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor,
         "sandbox_template_builds": templates.BuildActor,
     }
-    await platform.nursery.start(
-        run_leased, platform.leases, lost.LEASE,
-        partial(
-            lost.sweep, platform.db, platform.system, platform.settings.node_name, kinds, agent_runs.AgentRunActor,
+    async def sweep() -> None:
+        await lost.sweep(
+            platform.db, platform.system, platform.settings.node_name, kinds, agent_runs.AgentRunActor,
             {"databases": databases.DEFERRED},
-        ),
-        lambda: lost.SWEEP_SECONDS, "taking over lost nodes' resources",
+        )
+        gone = await lost.lost_nodes(platform.db, platform.settings.node_name)
+        if gone:  # their publishes under way end; the deployments keep serving what they served
+            await deployments.fail_interrupted(platform, gone, f"node {', '.join(gone)} was lost during the publish")
+
+    await platform.nursery.start(
+        run_leased, platform.leases, lost.LEASE, sweep, lambda: lost.SWEEP_SECONDS, "taking over lost nodes' resources",
     )
     await platform.nursery.start(
         databases.promote_forever, platform.db, platform.system, platform.settings.node_name, databases.DatabaseActor

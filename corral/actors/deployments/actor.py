@@ -148,6 +148,7 @@ class DeploymentActor(RecordActor):
                 project_id=record.project_id,
                 created_at=now,
                 updated_at=now,
+                node=self.services.settings.node_name,
                 **values,
             )
             store.insert_version(tx, version)

@@ -4,6 +4,7 @@ versions, promote and rollback (publish is `publish.py`)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from corral.actors.tenancy import store as tenancy_store
@@ -230,12 +231,16 @@ async def service_logs(platform: DeploymentServices, deployment: DeploymentRecor
     return result
 
 
-async def fail_interrupted(platform: DeploymentServices) -> int:
-    """At start-up: a publish the last run did not finish failed (`PUBLISH_INTERRUPTED`);
-    production kept serving what it served."""
-    versions = await store.interrupted_versions(platform.db)
+async def fail_interrupted(
+    platform: DeploymentServices, nodes: Sequence[str] | None = None, why: str = "the control plane stopped during the publish"
+) -> int:
+    """A publish cut off by a stop of this node (at start-up), or by the loss of one of
+    `nodes` (`why` says so), failed (`PUBLISH_INTERRUPTED`); production kept serving
+    what it served. Another live node's publishes under way are its own."""
+    at_start = nodes is None
+    versions = await store.interrupted_versions(platform.db, nodes or [platform.settings.node_name], unrecorded=at_start)
     for version in versions:
         ref = await platform.system.get(DeploymentActor, version.deployment_id)
         with contextlib.suppress(ApiError):  # its deployment was deleted meanwhile
-            await ref.ask(VersionFailed(version.id, "PUBLISH_INTERRUPTED", "the control plane stopped during the publish"))
+            await ref.ask(VersionFailed(version.id, "PUBLISH_INTERRUPTED", why))
     return len(versions)

@@ -7,6 +7,7 @@ Reads are for anyone in the package; the writes are the deployment actor's alone
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +71,8 @@ class VersionRecord:
     promoted_at: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """The node that runs its publish."""
 
 
 DEPLOYMENTS = RowStore("deployments", DeploymentRecord, json_columns=("metadata",))
@@ -149,9 +152,15 @@ async def live_versions(db: Database, deployment_id: str) -> list[VersionRecord]
     return VERSIONS.records(rows)
 
 
-async def interrupted_versions(db: Database) -> list[VersionRecord]:
-    """Versions whose publish a control-plane stop cut off (still created or building)."""
-    rows = await db.fetch_all("SELECT * FROM deployment_versions WHERE state IN ('created', 'building')")
+async def interrupted_versions(db: Database, nodes: Sequence[str], *, unrecorded: bool = False) -> list[VersionRecord]:
+    """Versions whose publish, run by one of `nodes` (`unrecorded`: or by a node not
+    recorded, before nodes were), was cut off by a stop of that node or its loss (still
+    created or building)."""
+    marks = ", ".join("?" for _ in nodes)
+    unknown = "node IS NULL OR " if unrecorded else ""
+    rows = await db.fetch_all(
+        f"SELECT * FROM deployment_versions WHERE state IN ('created', 'building') AND ({unknown}node IN ({marks}))", tuple(nodes)
+    )
     return VERSIONS.records(rows)
 
 

@@ -318,10 +318,35 @@ async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fail
             template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
             building = await build_of(client, b, build_id, lambda build: build["status"] == "building")
             assert building["node"] == "node-a", building
-            # A node that starts meanwhile leaves A's build alone (it recovers only its own).
-            (tmp_path / "c").mkdir()
-            with corral_serve(tmp_path / "c", {**common, **runtime_env(NODE_C_HOST)}, "--node-name", "node-c") as c:
-                assert (await build_of(client, c, build_id, lambda build: True))["status"] == "building"
+            # A node that starts meanwhile leaves A's build, and a publish under way, alone
+            # (it recovers only its own).
+            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert sandbox.status_code == 201, sandbox.text
+            sandbox_id = sandbox.json()["data"]["id"]
+            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/site/index.html", "content": "hi"})
+            assert wrote.status_code == 201, wrote.text
+            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
+            deployment = await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "site"})
+            assert deployment.status_code == 201, deployment.text
+            deployment_id = deployment.json()["data"]["id"]
+            published: list[httpx.Response] = []
+
+            async def publish() -> None:
+                published.append(await client.post(f"{b.base}{API}/deployments/{deployment_id}/publish", json={
+                    "source_sandbox_id": sandbox_id, "output_path": "/workspace/site", "build_command": "sleep 6"}))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(publish)
+                with trio.fail_after(30):
+                    while not [v for v in (await client.get(f"{a.base}{API}/deployments/{deployment_id}/versions")).json()["data"]
+                               if v["state"] == "building"]:
+                        await trio.sleep(0.1)
+                (tmp_path / "c").mkdir()
+                with corral_serve(tmp_path / "c", {**common, **runtime_env(NODE_C_HOST)}, "--node-name", "node-c") as c:
+                    assert (await build_of(client, c, build_id, lambda build: True))["status"] == "building"
+            assert published[0].status_code == 200, published[0].text
+            assert published[0].json()["data"]["version"]["state"] == "ready", published[0].text
+            assert await event_data(url, "deployment.publish.failed", deployment_id) == []  # not even for a moment
             busy = await client.post(f"{b.base}{API}/sandbox-templates/slow/builds")
             assert busy.status_code == 409 and busy.json()["error"]["code"] == "BUILD_IN_PROGRESS", busy.text
             # Deleting the template through B cancels its build where it runs, on A.
