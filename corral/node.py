@@ -423,7 +423,8 @@ async def _hear_other_nodes(platform: Platform) -> None:
 
 
 async def _start_deployments(platform: Platform) -> None:
-    """Route every live deployment (services re-adopted by their actors on the way)."""
+    """Route every live deployment (services re-adopted by their actors on the way), and
+    on a shared store boot the services other nodes' publishes placed here."""
     platform.system.register(*deployments.ACTORS)
     deployments.register_with_billing(platform)
     sites = deployments.DeploymentSites(platform)
@@ -434,6 +435,8 @@ async def _start_deployments(platform: Platform) -> None:
     routed = await sites.load_all()
     if routed:
         log.info("routing %d deployment(s)", routed)
+    if platform.leases.shared:  # services a publish on another node placed here
+        await platform.nursery.start(deployments.boot_placed_forever, platform)
 
 
 def check_edge() -> None:

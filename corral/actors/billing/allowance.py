@@ -21,14 +21,16 @@ async def require_run_allowance(
     external_user_id: str | None,
     resource_type: str,
     resource_id: str | None = None,
+    node_checks: bool = True,
 ) -> None:
     """402 INSUFFICIENT_CREDITS unless the balance covers one hour of `size`
     (contract §9); 409 `QUOTA_*_EXCEEDED` past the end user's quota.
 
     `resource_id` is None for a create and the instance's id for a start; a create is
     refused first with `503 SERVICE_UNAVAILABLE` while the node's data directory is
-    below its disk reserve (contract §18) or the node is draining (contract §20)."""
-    if resource_id is None:
+    below its disk reserve (contract §18) or the node is draining (contract §20), unless
+    placement checked the node that makes it (`node_checks` False)."""
+    if resource_id is None and node_checks:
         require_disk_reserve(platform.settings)
         await require_accepting_work(platform.db, platform.settings.node_name)
     need = hourly_credits(size)

@@ -50,6 +50,7 @@ from .service import (
     version_public,
 )
 from .service_actor import DeploymentServiceActor
+from .service_boot import boot_placed_forever
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 from .sites import DeploymentSites, deployment_host, public_url, version_url
@@ -89,6 +90,7 @@ __all__ = [
     "Update",
     "VersionRecord",
     "artifacts",
+    "boot_placed_forever",
     "create_deployment",
     "delete_deployment",
     "deployment_host",

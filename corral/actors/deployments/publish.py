@@ -31,6 +31,8 @@ from typing import Annotated, Any, Literal
 
 import trio
 
+from corral.actors.nodes import claims, placement
+from corral.actors.nodes.placement import Demand
 from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes import Connect as SandboxConnect
 from corral.actors.sandboxes import SandboxActor, SandboxRecord, agent_for
@@ -42,18 +44,17 @@ from corral.models import Rule, model
 from corral.storage import Event, utc_now_iso
 from corral.vm import InstanceInfo
 
-from . import artifacts, service_billing
+from . import artifacts, service_billing, service_store
 from .actor import DeploymentActor
 from .messages import (
-    Boot,
     Get,
     NewVersion,
-    StopService,
     VersionBuilding,
     VersionDone,
     VersionFailed,
 )
 from .service_actor import DeploymentServiceActor
+from .service_boot import boot_until_settled, settled_row
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 from .sites import public_url, version_url
@@ -62,8 +63,6 @@ from .store import DeploymentRecord, VersionRecord
 log = logging.getLogger("corral.deployments.publish")
 
 BUILD_TIMEOUT = 600
-SERVICE_WAIT = 75.0
-"""Seconds a publish waits for its service: the 60 s health check and the instance's boot."""
 LOG_TAIL = 4000
 SERVICE_SIZE = "small"
 
@@ -267,8 +266,13 @@ async def _pack(platform: DeploymentServices, sandbox: SandboxRecord, output: st
 async def _start_service(
     platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord, request: PublishRequest, sha256: str
 ) -> ServiceRecord:
+    """The version's service, on a node with room (placed like a sandbox of its size on a
+    store several nodes share; here on one node), booted and healthy, or HEALTH_CHECK_FAILED."""
     assert request.run_command is not None and request.port is not None
-    await service_billing.allow_run(platform, deployment.tenant_id, SERVICE_SIZE, deployment.external_user_id)  # 402 / quota 409
+    shared = _shared(platform)
+    await service_billing.allow_run(platform, deployment.tenant_id, SERVICE_SIZE, deployment.external_user_id, placed=shared)  # 402 / quota 409
+    here = platform.settings.node_name
+    placed = await placement.place(platform.db, here, Demand("deployment_services", SERVICE_SIZE, "default")) if shared else None
     now = utc_now_iso()
     service = ServiceRecord(
         id=prefixed("svc"), tenant_id=deployment.tenant_id, deployment_id=deployment.id, version_id=version.id,
@@ -276,24 +280,31 @@ async def _start_service(
         size=SERVICE_SIZE, run_command=request.run_command, port=request.port, health_check_path=request.health_check_path,
         artifact_sha256=sha256, process_id=None, restarts=0, owner_user_id=None,
         external_user_id=deployment.external_user_id, error=None, last_activity_at=now, created_at=now, updated_at=now,
-        node=platform.settings.node_name,
+        node=placed.node if placed is not None else here,
     )
-    ref = await platform.system.create(DeploymentServiceActor, service.id, service)
-    await ref.ask(Boot())
-    with trio.move_on_after(SERVICE_WAIT):
-        while True:
-            current: ServiceRecord = await ref.ask(Get())
-            if current.status != "starting":
-                break
-            await trio.sleep(0.2)
-    current = await ref.ask(Get())
-    if current.status != "running":
-        reason = current.error or "the service did not start in time"
-        if current.status in ("starting", "error"):  # its instance goes with its version
-            with contextlib.suppress(Exception):
-                await ref.ask(StopService(), timeout=60)
+    try:
+        if placed is not None:
+            with claims.holding(placed.claim_id):
+                await claims.bind(platform.db, service.id)
+        if service.node == here:
+            ref = await platform.system.create(DeploymentServiceActor, service.id, service)
+            current: ServiceRecord | None = await boot_until_settled(ref)
+        else:  # that node boots it (`service_boot.boot_placed_forever`); its row says how it went
+            await platform.db.transaction(lambda tx: service_store.insert(tx, service))
+            current = await settled_row(platform.db, service.id)
+    finally:
+        if placed is not None:
+            with trio.CancelScope(shield=True):
+                await claims.release(platform.db, placed.claim_id)
+    if current is None or current.status != "running":
+        reason = (current.error if current is not None else None) or "the service did not start in time"
         raise _Failure("HEALTH_CHECK_FAILED", f"the service did not become healthy: {reason}")
     return current
+
+
+def _shared(platform: DeploymentServices) -> bool:
+    """Whether other nodes may share the store (PostgreSQL): then services are placed."""
+    return platform.db.dialect == "postgresql"
 
 
 

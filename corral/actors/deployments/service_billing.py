@@ -17,11 +17,15 @@ from corral.actors.billing.services import BillingServices
 RESOURCE_TYPE = "deployment_service"
 
 
-async def allow_run(platform: BillingServices, tenant_id: str, size: str, external_user_id: str | None, service_id: str | None = None) -> None:
-    """402/409 before a service is created or started again."""
+async def allow_run(
+    platform: BillingServices, tenant_id: str, size: str, external_user_id: str | None, service_id: str | None = None,
+    *, placed: bool = False,
+) -> None:
+    """402/409 before a service is created or started again (`placed`: a create whose
+    node placement chose, which checked that node's room and drain)."""
     await billing.require_run_allowance(
         platform, tenant_id=tenant_id, size=size, external_user_id=external_user_id or None,
-        resource_type=RESOURCE_TYPE, resource_id=service_id,
+        resource_type=RESOURCE_TYPE, resource_id=service_id, node_checks=not placed,
     )
 
 

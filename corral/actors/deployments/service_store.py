@@ -49,7 +49,7 @@ PUBLIC_STATES = {"starting": "starting", "running": "healthy", "stopped": "stopp
 def service_public(service: ServiceRecord) -> dict[str, object]:
     return {
         "id": service.id, "type": service.type, "state": PUBLIC_STATES.get(service.status, service.status),
-        "version_id": service.version_id, "restarts": service.restarts, "error": service.error,
+        "version_id": service.version_id, "restarts": service.restarts, "error": service.error, "node": service.node,
     }
 
 

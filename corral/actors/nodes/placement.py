@@ -45,7 +45,7 @@ PLACEMENT_LOCK = 7_426_611_030
 """Any constant: serialises placements across nodes (`pg_advisory_xact_lock`)."""
 RETRY_AFTER = "5"
 SIZE_NAMES = frozenset(SIZES)
-KIND_NAMES = {"sandboxes": "sandbox", "computers": "computer", "databases": "database server"}
+KIND_NAMES = {"sandboxes": "sandbox", "computers": "computer", "databases": "database server", "deployment_services": "deployment service"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Demand:
     """What a create asks for, as placement reads it from the request's body."""
 
     kind: str
-    """The API collection: `sandboxes`, `computers` or `databases`."""
+    """The table its row goes to: `sandboxes`, `computers`, `databases` or `deployment_services`."""
     size: str
     template: str | None = None
     """The runtime template it boots from, when placement can tell."""

@@ -376,6 +376,75 @@ async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fail
             assert (await client.delete(f"{b.base}{API}/sandbox-templates/orphan")).status_code == 200
 
 
+SERVICE_APP = """
+import http.server, os
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"placed service"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).serve_forever()
+"""
+
+
+async def test_a_deployment_service_goes_to_a_node_with_room_not_its_source_sandboxs(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    url = create_database(postgres_url, f"placement_services_{os.getpid()}_{next(_databases)}")
+    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_MAX_INSTANCES": "1"}
+    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_MAX_INSTANCES": "1"}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+        both_active(a)
+        key = a.owner_key("Publishers", "owner@publishers.example")
+        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert sandbox.status_code == 201, sandbox.text
+            sandbox_id, source_node = sandbox.json()["data"]["id"], sandbox.json()["data"]["node"]
+            other, other_name = (b, "node-b") if source_node == "node-a" else (a, "node-a")
+            try:
+                wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
+                assert wrote.status_code == 201, wrote.text
+                project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
+                deployment_id = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "api"})).json()["data"]["id"]
+                # The source sandbox's node is full: its publish's service goes to the other node.
+                published = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json={
+                    "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+                assert published.status_code == 200, published.text
+                [service] = published.json()["data"]["services"]
+                assert (service["state"], service["node"]) == ("healthy", other_name), service
+                assert (await client.get(f"{other.base}{API}/admin/actors/deployment_service/{service['id']}", headers=ADMIN)).status_code == 200
+                logs = await client.get(f"{a.base}{API}/deployments/{deployment_id}/services/{service['id']}/logs")
+                assert logs.status_code == 200, logs.text
+                nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=ADMIN)).json()["data"]}
+                assert (nodes[source_node]["resources"], nodes[other_name]["resources"]) == (1, 1)
+                assert await open_claims(url) == 0
+
+                # Both nodes full: the next version's service has nowhere to go, and production keeps the first.
+                again = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json={
+                    "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+                assert again.status_code == 503, again.text
+                assert again.json()["error"]["message"] == (
+                    "no node has room for a small deployment service: every active node is at its limit of instances or memory,"
+                    " or below its disk reserve; try again later"
+                ), again.text
+                current = (await client.get(f"{b.base}{API}/deployments/{deployment_id}")).json()["data"]
+                assert current["active_version_id"] == published.json()["data"]["version"]["id"], current
+                deleted = await client.delete(f"{a.base}{API}/deployments/{deployment_id}")
+                assert deleted.status_code == 200, deleted.text
+                db = open_database(url)
+                try:
+                    assert await db.fetch_value("SELECT status FROM deployment_services WHERE id = ?", (service["id"],)) == "destroyed"
+                finally:
+                    await db.close()
+            finally:
+                await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
+
+
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:

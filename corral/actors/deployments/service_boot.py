@@ -1,0 +1,116 @@
+"""A deployment service's boot, on the node placement chose for it (issue 30).
+
+A publish runs on its source sandbox's node, but the service it starts goes to a node
+with room (`corral.actors.nodes.placement`, like a sandbox of its size). On that node
+the service's actor boots it and waits until it is healthy or has failed; a service
+that did not come up is stopped there, so its instance goes with its version
+(`boot_until_settled`). When placement chose another node, the publish writes the
+service's row naming that node, and that node, which looks for such rows every
+`ROUND_SECONDS` (`boot_placed_forever`), boots it; the publish follows the row until
+it is `running` or has failed (`settled_row`). The caller cannot tell which node runs
+the service, except by `node`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import trio
+
+from corral.actors.instances import Boot, Get
+from corral.actors.ref import ActorRef
+from corral.storage import Database
+
+from . import service_store
+from .messages import StopService
+from .service_actor import DeploymentServiceActor
+from .service_store import ServiceRecord
+from .services import DeploymentServices
+
+log = logging.getLogger("corral.deployments.services")
+
+SERVICE_WAIT = 75.0
+"""Seconds a service has to become healthy: the 60 s health check and the instance's boot."""
+STOP_WAIT = 60.0
+ROUND_SECONDS = 0.5
+"""How often a node looks for services placed on it (a publish waits that much more)."""
+POLL_SECONDS = 0.2
+
+
+async def boot_until_settled(ref: ActorRef[DeploymentServiceActor]) -> ServiceRecord:
+    """Boot the service, wait until it is `running` or has failed (`SERVICE_WAIT` at
+    most), and stop one that did not come up; the record as it ends."""
+    await ref.ask(Boot())
+    with trio.move_on_after(SERVICE_WAIT):
+        while True:
+            current: ServiceRecord = await ref.ask(Get())
+            if current.status != "starting":
+                break
+            await trio.sleep(POLL_SECONDS)
+    current = await ref.ask(Get())
+    if current.status in ("starting", "error"):  # its instance goes with its version
+        failed = current if current.error else service_store.SERVICES.replaced(current, {"error": "the service did not start in time"})
+        with contextlib.suppress(Exception):
+            await ref.ask(StopService(), timeout=STOP_WAIT)
+        return failed
+    return current
+
+
+async def settled_row(db: Database, service_id: str) -> ServiceRecord | None:
+    """Follow a service another node boots (`boot_placed_forever`) until it is running or
+    has failed; None when its row went (its deployment was deleted)."""
+    with trio.move_on_after(SERVICE_WAIT + STOP_WAIT + 2 * ROUND_SECONDS):
+        while True:
+            row = await service_store.load(db, service_id)
+            if row is None or row.status != "starting":
+                return row
+            await trio.sleep(POLL_SECONDS)
+    return await service_store.load(db, service_id)
+
+
+class PlacedBoots:
+    """The services placed on this node by a publish on another one, booted here."""
+
+    def __init__(self, platform: DeploymentServices) -> None:
+        self.platform = platform
+        self.booting: set[str] = set()
+
+    async def round(self, nursery: trio.Nursery) -> int:
+        """Start booting each service placed here that no actor here boots yet."""
+        here = self.platform.settings.node_name
+        rows = await self.platform.db.fetch_all(
+            "SELECT id FROM deployment_services WHERE node = ? AND status = 'starting'", (here,)
+        )
+        started = 0
+        for row in rows:
+            service_id = str(row["id"])
+            if service_id in self.booting or self.platform.system.introspect_one(DeploymentServiceActor.kind, service_id):
+                continue  # booting here already (the publish's own, or one this node started)
+            self.booting.add(service_id)
+            nursery.start_soon(self._boot, service_id)
+            started += 1
+        return started
+
+    async def _boot(self, service_id: str) -> None:
+        try:
+            ref = await self.platform.system.get(DeploymentServiceActor, service_id)
+            settled = await boot_until_settled(ref)
+            log.info("deployment service %s placed here: %s", service_id, settled.status)
+        except Exception as exc:
+            log.warning("deployment service %s placed here did not boot: %s", service_id, exc)
+        finally:
+            self.booting.discard(service_id)
+
+
+async def boot_placed_forever(platform: DeploymentServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """`PlacedBoots.round` every `ROUND_SECONDS` (on every node of a shared store)."""
+    boots = PlacedBoots(platform)
+    async with trio.open_nursery() as nursery:
+        task_status.started()
+        while True:
+            try:
+                await boots.round(nursery)
+            except Exception:
+                log.warning("looking for deployment services placed on this node failed", exc_info=True)
+            await trio.sleep(ROUND_SECONDS)
