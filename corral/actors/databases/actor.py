@@ -189,8 +189,12 @@ class DatabaseActor(InstanceActor):
         return str(self.services.secrets.decrypt_text(bytes(sealed), associated_data(self.tenant_id, self.id, PASSWORD_PURPOSE)))
 
     async def boot_env(self) -> dict[str, str]:
+        """The primary's password, and the addresses to listen on (the node's, as now)."""
+        env = {"listen": ",".join(self.node.listen_hosts(True))}
         password = self.password()
-        return {"password": password} if password is not None and self.record.role == "primary" else {}
+        if password is not None and self.record.role == "primary":
+            env["password"] = password
+        return env
 
     async def make_instance(
         self, driver: RuntimeDriver, env: dict[str, str], clone_source: str | None, snapshot_source: str | None

@@ -5,7 +5,9 @@ resources (`lost.py`), deleting egress audit rows past their retention. Run on e
 node, it would double up; run on one fixed node, it would stop with that node. So each
 such job holds a lease, a row of the `leases` table: its holder (a node name) and an
 expiry, renewed every `RENEW_SECONDS` by the holder while it runs. Any node takes a
-lease that is free or expired. A node that dies stops renewing, and its leases expire
+lease that is free or expired, and a node that takes new work takes a lease from a
+draining one (a drained node is on its way out: what the jobs make, a computer brought
+back from a lost node, goes to nodes that stay). A node that dies stops renewing, and its leases expire
 `LEASE_SECONDS` (the time after which its heartbeat makes it `lost`) after its last
 renewal; and a lease whose holder is seen lost (its heartbeat stale, or it stopped) is
 free at once, so its jobs move when the node is seen lost, whichever comes first. A
@@ -42,7 +44,7 @@ import trio
 
 from corral.storage import Database, Transaction, to_iso, utc_now
 
-from .store import LOST_AFTER_SECONDS
+from .store import DRAINING, LOST_AFTER_SECONDS
 
 log = logging.getLogger("corral.nodes.leases")
 
@@ -56,15 +58,18 @@ SAFETY_SECONDS = 1.0
 
 def _take(tx: Transaction, names: list[str], holder: str, now: str, expires_at: str, lost_since: str) -> set[str]:
     """Take or renew each lease of `names` that is free, expired, held by a node seen
-    lost, or `holder`'s; returns those `holder` holds afterwards."""
+    lost, `holder`'s, or (`holder` not draining) held by a draining node; returns those
+    `holder` holds afterwards."""
     held = set()
     for name in names:
         tx.execute(
             "INSERT INTO leases (name, holder, expires_at, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at,"
             " updated_at = excluded.updated_at WHERE leases.holder = excluded.holder OR leases.expires_at < ?"
-            " OR leases.holder IN (SELECT nodes.name FROM nodes WHERE nodes.heartbeat_at < ? OR nodes.boot_id = '')",
-            (name, holder, expires_at, now, now, lost_since),
+            " OR leases.holder IN (SELECT nodes.name FROM nodes WHERE nodes.heartbeat_at < ? OR nodes.boot_id = '')"
+            " OR (leases.holder IN (SELECT nodes.name FROM nodes WHERE nodes.state = ?)"
+            "     AND excluded.holder NOT IN (SELECT nodes.name FROM nodes WHERE nodes.state = ?))",
+            (name, holder, expires_at, now, now, lost_since, DRAINING, DRAINING),
         )
         if tx.fetch_value("SELECT holder FROM leases WHERE name = ?", (name,)) == holder:
             held.add(name)

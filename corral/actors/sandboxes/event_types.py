@@ -23,6 +23,7 @@ EVENT_TYPES = (
     "sandbox.idle",
     "sandbox.suspended",
     "sandbox.error",
+    "sandbox.moved",
     "sandbox.destroyed",
     "sandbox.exec.*",
     "sandbox.preview.*",

@@ -335,10 +335,16 @@ class PostgresDriver(RuntimeDriver):
         return await self.start(spec.instance_id, spec.boot_env)
 
     async def start(self, instance_id: str, boot_env: dict[str, str] | None = None) -> InstanceInfo:
+        """Start the server (a running one is left as it is). `boot_env` holds the
+        primary's `password`, and may hold `listen`: the TCP addresses it listens on
+        from this start (the node's database host may have changed since it was made)."""
         state = self._state(instance_id)
         async with self._lock(instance_id):
             await self.disks.ensure(self.layout.server_dir(instance_id), verify=False)  # mounted again after a reboot
             if files.postmaster_pid(self.layout.data(instance_id)) is None:
+                listen = (boot_env or {}).get("listen")
+                if listen is not None and listen != state.listen:
+                    state = await trio.to_thread.run_sync(self._listen_on, state, listen)
                 if self.cgroups is not None:  # backends a crashed postmaster left would hold its shared memory
                     await trio.to_thread.run_sync(self.cgroups.kill_all, instance_id)
                 files.clear_stale_lock(self.layout.data(instance_id), self.layout.run(instance_id))
@@ -667,6 +673,15 @@ class PostgresDriver(RuntimeDriver):
         if self.cgroups is not None and files.postmaster_pid(data) is not None:
             await trio.to_thread.run_sync(self._cgroup, state)
         return self._info(state)
+
+    def _listen_on(self, state: ServerState, listen: str) -> ServerState:
+        """The stopped server listens on `listen` from its next start."""
+        state = dataclasses.replace(state, listen=listen)
+        data = self.layout.data(state.id)
+        conninfo, slot = self._primary_conninfo(data), self._primary_slot(data)
+        (data / "corral.conf").write_text(files.conf(self.layout.run(state.id), state.memory_mb, conninfo, state.port, listen, slot))
+        self.layout.save(state)
+        return state
 
     @staticmethod
     def _corral_setting(data: Path, name: str) -> str | None:

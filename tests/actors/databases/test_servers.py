@@ -298,3 +298,23 @@ async def test_a_primary_waits_for_its_replicas_on_other_nodes_to_flush_each_com
     await servers.start("p", {"password": "pw"})
     with tcp(primary_port) as conn:
         assert conn.execute("SHOW synchronous_standby_names").fetchone() == ('ANY 1 ("rr")',)
+
+
+async def test_a_stopped_server_starts_on_the_addresses_its_node_has_now(servers: PostgresDriver) -> None:
+    port = free_port()
+    await servers.create(tcp_spec("moved", "dora", "ledger", port))  # 127.0.0.1
+
+    def reach(host: str) -> bool:
+        try:
+            with psycopg.connect(host=host, port=port, user="dora", password="pw", dbname="ledger", connect_timeout=3) as conn:
+                return conn.execute("SELECT 1").fetchone() == (1,)
+        except psycopg.OperationalError:
+            return False
+
+    assert await trio.to_thread.run_sync(reach, "127.0.0.1") and not await trio.to_thread.run_sync(reach, "127.0.0.2")
+    await servers.start("moved", {"password": "pw", "listen": "127.0.0.2"})  # running: left as it is
+    assert not await trio.to_thread.run_sync(reach, "127.0.0.2")
+    await servers.stop("moved")
+    await servers.start("moved", {"password": "pw", "listen": "127.0.0.2"})
+    assert await trio.to_thread.run_sync(reach, "127.0.0.2") and not await trio.to_thread.run_sync(reach, "127.0.0.1")
+    assert servers.layout.load("moved").listen == "127.0.0.2"  # type: ignore[union-attr]

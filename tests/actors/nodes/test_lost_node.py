@@ -284,6 +284,24 @@ async def test_a_lease_is_held_by_one_node_moves_when_its_holder_stops_renewing_
         await third.renew()
         assert third.holds("job")
         assert Leases(db, "node-4", shared=False).holds("other")  # one node alone holds everything
+
+        # A draining holder keeps it from other draining nodes, and gives it to one that takes new work.
+        for name, state in (("node-3", "draining"), ("node-5", "draining"), ("node-6", "active")):
+            await db.execute(
+                "INSERT INTO nodes (name, advertise_url, region, state, boot_id, started_at, heartbeat_at, cores, memory_mb,"
+                " disk_free_mb, instances, pooled, memory_mb_used, templates, updated_at)"
+                " VALUES (?, 'http://127.0.0.1:1', 'local', ?, 'boot', ?, ?, 1, 1, 1, 0, 0, 0, '[]', ?)",
+                (name, state, now, now, now),
+            )
+        fifth, sixth = Leases(db, "node-5", shared=True), Leases(db, "node-6", shared=True)
+        fifth.want("job")
+        sixth.want("job")
+        await fifth.renew()
+        await third.renew()
+        assert (third.holds("job"), fifth.holds("job")) == (True, False)
+        await sixth.renew()
+        await third.renew()
+        assert (third.holds("job"), sixth.holds("job")) == (False, True)
     finally:
         await db.close()
 

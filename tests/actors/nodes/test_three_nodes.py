@@ -524,6 +524,9 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_on_request_its_run
         moved = await sandbox_until(client, a, stopped_id, lambda r: r["node"] != home.name)
         print(f"\ndrain: a stopped sandbox moved in {trio.current_time() - since:.1f} s")
         assert moved["status"] == "stopped", moved
+        async with open_sse(client, f"{x.base}{API}/sandboxes/{stopped_id}/events", {"Last-Event-ID": "0"}) as stream:
+            frames = await stream.frames_until("sandbox.moved")  # its stream says so, through any node
+        assert frames[-1].data == {"sandbox_id": stopped_id, "from_node": home.name, "node": moved["node"]}, frames[-1]
         assert (await sandbox_until(client, a, running_id, lambda r: True))["node"] == home.name  # running: not asked for
         paused = await computer_until(client, a, cid, lambda r: True)
         assert (paused["node"], paused["status"]) == (home.name, "paused")  # nor paused
