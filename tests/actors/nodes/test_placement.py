@@ -6,6 +6,7 @@ table), with small room figures (`CORRAL_NODE_MAX_INSTANCES`,
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -58,6 +59,24 @@ def both_active(a: Served) -> dict[str, dict[str, Any]]:
     return wait_for("both nodes active", seen)
 
 
+@contextlib.contextmanager
+def two_nodes(
+    tmp_path: Path, postgres_url: str, name: str, common: dict[str, str] | None = None,
+    *, a: dict[str, str] | None = None, b: dict[str, str] | None = None,
+) -> Iterator[tuple[Served, Served, str, dict[str, str]]]:
+    """Nodes A and B on a new PostgreSQL database, both active: (a, b, its URL, the
+    environment both have, for a third node)."""
+    url = create_database(postgres_url, f"{name}_{os.getpid()}_{next(_databases)}")
+    shared = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", **(common or {})}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    env_a = {**shared, **runtime_env(RUNTIME_SETTINGS), **(a or {})}
+    env_b = {**shared, **runtime_env(NODE_B_HOST), **(b or {})}
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as node_a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as node_b:
+        both_active(node_a)
+        yield node_a, node_b, url, shared
+
+
 async def open_claims(url: str) -> int:
     db = open_database(url)
     try:
@@ -78,14 +97,10 @@ def refused(answer: httpx.Response, message: str) -> None:
 async def test_a_create_goes_to_a_node_with_room_in_the_region_asked_for_and_503_when_none(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", "CORRAL_REGIONS": "eu,us,ap"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_REGION": "eu", "CORRAL_NODE_MAX_INSTANCES": "1"}
-    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_REGION": "us", "CORRAL_NODE_MAX_INSTANCES": "2"}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
-        both_active(a)
+    with two_nodes(
+        tmp_path, postgres_url, "placement", {"CORRAL_REGIONS": "eu,us,ap"},
+        a={"CORRAL_NODE_REGION": "eu", "CORRAL_NODE_MAX_INSTANCES": "1"}, b={"CORRAL_NODE_REGION": "us", "CORRAL_NODE_MAX_INSTANCES": "2"},
+    ) as (a, b, url, _):
         key = a.owner_key("Placement", "owner@placement.example")
         made: list[str] = []
         async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
@@ -174,14 +189,9 @@ async def computer_until(client: httpx.AsyncClient, node: Served, cid: str, stat
 async def test_a_computer_moved_to_another_region_goes_to_a_node_there_with_its_files(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_move_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", "CORRAL_REGIONS": "eu,us,ap"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_REGION": "eu"}
-    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_REGION": "us"}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
-        both_active(a)
+    with two_nodes(
+        tmp_path, postgres_url, "placement_move", {"CORRAL_REGIONS": "eu,us,ap"}, a={"CORRAL_NODE_REGION": "eu"}, b={"CORRAL_NODE_REGION": "us"}
+    ) as (a, b, url, _):
         key = a.owner_key("Movers", "owner@movers.example")
         async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             made = await client.post(f"{b.base}{API}/computers", json={"name": "Traveller", "template_type": "svc-desktop", "region": "eu"})
@@ -241,14 +251,11 @@ def own_template_dir(directory: Path) -> Path:
 async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_template_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "a" / "templates"))}
-    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "b" / "templates"))}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
-        both_active(a)
+    with two_nodes(
+        tmp_path, postgres_url, "placement_template",
+        a={"CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "a-templates"))},
+        b={"CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "b-templates"))},
+    ) as (a, b, url, _):
         key = a.owner_key("Builders", "owner@builders.example")
         async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "marked", "setup": ["echo built-on-a > /opt/marker"]})
@@ -281,7 +288,7 @@ async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
                     assert (record["node"], record["status"], record["template_id"]) == ("node-b", "running", template_id), record
                     ran = await client.post(f"{a.base}{API}/sandboxes/{record['id']}/exec", json={"command": "cat /opt/marker"})
                     assert ran.json()["stdout"] == "built-on-a\n", ran.text
-                manifest = tmp_path / "b" / "templates" / template_id / "manifest.json"
+                manifest = tmp_path / "b-templates" / template_id / "manifest.json"
                 assert json.loads(manifest.read_text())["layer"] == build_id
             finally:
                 for sandbox_id in made_sandboxes:
@@ -304,13 +311,7 @@ async def build_of(client: httpx.AsyncClient, node: Served, build_id: str, ok: A
 async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fails_when_its_node_is_lost(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_builds_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a, env_b = {**common, **runtime_env(RUNTIME_SETTINGS)}, {**common, **runtime_env(NODE_B_HOST)}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
-        both_active(a)
+    with two_nodes(tmp_path, postgres_url, "placement_builds") as (a, b, url, common):
         key = a.owner_key("Slow builders", "owner@slow-builders.example")
         async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "slow", "setup": ["sleep 300"]})
@@ -392,14 +393,9 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).s
 async def test_a_deployment_service_goes_to_a_node_with_room_not_its_source_sandboxs(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_services_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_MAX_INSTANCES": "1"}
-    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_MAX_INSTANCES": "1"}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
-        both_active(a)
+    with two_nodes(
+        tmp_path, postgres_url, "placement_services", a={"CORRAL_NODE_MAX_INSTANCES": "1"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
+    ) as (a, b, url, _):
         key = a.owner_key("Publishers", "owner@publishers.example")
         async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
             sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
@@ -448,13 +444,10 @@ async def test_a_deployment_service_goes_to_a_node_with_room_not_its_source_sand
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
-    url = create_database(postgres_url, f"placement_many_{os.getpid()}_{next(_databases)}")
-    common = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0"}
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    env_a = {**common, **runtime_env(RUNTIME_SETTINGS), "CORRAL_NODE_MAX_INSTANCES": "3"}
-    env_b = {**common, **runtime_env(NODE_B_HOST), "CORRAL_NODE_MAX_MEMORY_MB": "16384"}  # four small sandboxes
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as b:
+    with two_nodes(
+        tmp_path, postgres_url, "placement_many",
+        a={"CORRAL_NODE_MAX_INSTANCES": "3"}, b={"CORRAL_NODE_MAX_MEMORY_MB": "16384"},  # four small sandboxes
+    ) as (a, b, url, _):
         nodes = both_active(a)
         assert nodes["node-a"]["room"] == {"max_instances": 3, "max_memory_mb": 0, "disk_reserve_gb": 5.0}
         assert nodes["node-b"]["room"] == {"max_instances": 0, "max_memory_mb": 16384, "disk_reserve_gb": 5.0}
