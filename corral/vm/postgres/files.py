@@ -102,6 +102,9 @@ def conf(
         "max_slot_wal_keep_size = 4GB",
         "hot_standby = on",
         "wal_receiver_status_interval = 1s",
+        # A replica whose primary went away (stopped, suspended, restarted) tries again
+        # within a second: the primary's commits wait for it once it is back.
+        "wal_retrieve_retry_interval = 1s",
         # The replicas on other nodes whose flush a commit waits for (`standbys_conf`), last.
         f"include_if_exists = '{run_dir / STANDBYS_FILE}'",
     ]
