@@ -436,7 +436,7 @@ async def _start_deployments(platform: Platform) -> None:
     if routed:
         log.info("routing %d deployment(s)", routed)
     if platform.leases.shared:  # services a publish on another node placed here
-        await platform.nursery.start(deployments.boot_placed_forever, platform)
+        await platform.nursery.start(deployments.placed_services_forever, platform)
 
 
 def check_edge() -> None:

@@ -68,6 +68,9 @@ SIGNATURE_SECONDS = 60
 RESOURCE_PATH = re.compile(
     r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs|sandbox-template-builds|sandbox-templates)/([0-9A-Za-z_-]{1,64})(?:/|$)"
 )
+SERVICE_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/services/([0-9A-Za-z_-]{1,64})(?:/|$)")
+"""A request for one service of a deployment goes to that service's node, which may not
+be the deployment's (its newest service's)."""
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 REPLICA_PATH = re.compile(r"^/api/v1/databases/([0-9A-Za-z_-]{1,64})/replicas/?$")
@@ -162,12 +165,17 @@ class Forwarder:
         forwarded here is served here, unless its resource has just moved off this
         node (a drain): a node that still had this one cached as its home sent it, and
         it goes on, once, to the new home."""
+        service = SERVICE_PATH.match(scope["path"])
         match = RESOURCE_PATH.match(scope["path"])
-        if match is None:
+        if service is not None:  # one service of a deployment: where that service runs
+            collection, resource_id = "deployment-services", service[1]
+        elif match is not None:
+            collection, resource_id = match[1], match[2]
+        else:
             return None
-        if self.arrived_forwarded(scope) and not homes.moved_away(match[2]):
+        if self.arrived_forwarded(scope) and not homes.moved_away(resource_id):
             return None
-        return await self.homes.elsewhere(match[1], match[2])
+        return await self.homes.elsewhere(collection, resource_id)
 
     async def forward(
         self, scope: dict[str, Any], receive: Receive, send: Send, home: Home, extra: Sequence[tuple[bytes, bytes]] = ()

@@ -50,7 +50,7 @@ from .service import (
     version_public,
 )
 from .service_actor import DeploymentServiceActor
-from .service_boot import boot_placed_forever
+from .service_boot import placed_services_forever
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 from .sites import DeploymentSites, deployment_host, public_url, version_url
@@ -90,7 +90,6 @@ __all__ = [
     "Update",
     "VersionRecord",
     "artifacts",
-    "boot_placed_forever",
     "create_deployment",
     "delete_deployment",
     "deployment_host",
@@ -101,6 +100,7 @@ __all__ = [
     "find_version",
     "list_deployments",
     "list_versions",
+    "placed_services_forever",
     "project_of",
     "promote",
     "public_url",

@@ -117,7 +117,10 @@ class DeploymentActor(RecordActor):
         next_state = self.transition(message)
         await self.persist(state=next_state)
         await self._reload()  # unrouted before the services go
+        here = self.services.settings.node_name
         for service in await service_store.live_services_of_deployment(self.db, self.id):
+            if service.node not in (None, here):
+                continue  # its own node stops it (`service_boot.PlacedServices`)
             await (await self.services.system.get(DeploymentServiceActor, service.id)).ask(StopService(), timeout=120)
         await self.emit("deleted", {"deployment_id": self.id})
         return self.record

@@ -272,7 +272,11 @@ async def _start_service(
     shared = _shared(platform)
     await service_billing.allow_run(platform, deployment.tenant_id, SERVICE_SIZE, deployment.external_user_id, placed=shared)  # 402 / quota 409
     here = platform.settings.node_name
-    placed = await placement.place(platform.db, here, Demand("deployment_services", SERVICE_SIZE, "default")) if shared else None
+    placed = None
+    if shared:  # beside the deployment's service when it has one: its services together
+        live = await service_store.live_services_of_deployment(platform.db, deployment.id)
+        near = max(live, key=lambda row: row.created_at).node if live else None
+        placed = await placement.place(platform.db, here, Demand("deployment_services", SERVICE_SIZE, "default", near=near))
     now = utc_now_iso()
     service = ServiceRecord(
         id=prefixed("svc"), tenant_id=deployment.tenant_id, deployment_id=deployment.id, version_id=version.id,

@@ -6,7 +6,7 @@ the service's actor boots it and waits until it is healthy or has failed; a serv
 that did not come up is stopped there, so its instance goes with its version
 (`boot_until_settled`). When placement chose another node, the publish writes the
 service's row naming that node, and that node, which looks for such rows every
-`ROUND_SECONDS` (`boot_placed_forever`), boots it; the publish follows the row until
+`ROUND_SECONDS` (`placed_services_forever`), boots it; the publish follows the row until
 it is `running` or has failed (`settled_row`). The caller cannot tell which node runs
 the service, except by `node`.
 """
@@ -58,7 +58,7 @@ async def boot_until_settled(ref: ActorRef[DeploymentServiceActor]) -> ServiceRe
 
 
 async def settled_row(db: Database, service_id: str) -> ServiceRecord | None:
-    """Follow a service another node boots (`boot_placed_forever`) until it is running or
+    """Follow a service another node boots (`placed_services_forever`) until it is running or
     has failed; None when its row went (its deployment was deleted)."""
     with trio.move_on_after(SERVICE_WAIT + STOP_WAIT + 2 * ROUND_SECONDS):
         while True:
@@ -66,18 +66,28 @@ async def settled_row(db: Database, service_id: str) -> ServiceRecord | None:
             if row is None or row.status != "starting":
                 return row
             await trio.sleep(POLL_SECONDS)
+    # Its node never took it up (it died meanwhile): it is not to start later, for a
+    # version that failed. Only a row still untouched is changed.
+    await db.execute(
+        "UPDATE deployment_services SET status = 'error', error = ? WHERE id = ? AND status = 'starting' AND process_id IS NULL",
+        ("its node did not start it in time", service_id),
+    )
     return await service_store.load(db, service_id)
 
 
-class PlacedBoots:
-    """The services placed on this node by a publish on another one, booted here."""
+class PlacedServices:
+    """This node's services that another node's actors cannot reach: those placed here
+    by a publish on another node, booted here, and those of a deployment deleted
+    through another node, stopped here."""
 
     def __init__(self, platform: DeploymentServices) -> None:
         self.platform = platform
         self.booting: set[str] = set()
 
     async def round(self, nursery: trio.Nursery) -> int:
-        """Start booting each service placed here that no actor here boots yet."""
+        """Start booting each service placed here that no actor here boots yet, and stop
+        each live one of a deleted deployment; returns how many it started to boot."""
+        await self._stop_deleted()
         here = self.platform.settings.node_name
         rows = await self.platform.db.fetch_all(
             "SELECT id FROM deployment_services WHERE node = ? AND status = 'starting'", (here,)
@@ -92,6 +102,23 @@ class PlacedBoots:
             started += 1
         return started
 
+    async def _stop_deleted(self) -> None:
+        rows = await self.platform.db.fetch_all(
+            "SELECT s.id FROM deployment_services s JOIN deployments d ON d.id = s.deployment_id"
+            " WHERE s.node = ? AND s.status <> 'destroyed' AND d.state = 'deleted'",
+            (self.platform.settings.node_name,),
+        )
+        for row in rows:
+            service_id = str(row["id"])
+            if service_id in self.booting:
+                continue  # stopped once its boot has settled
+            try:
+                ref = await self.platform.system.get(DeploymentServiceActor, service_id)
+                await ref.ask(StopService(), timeout=STOP_WAIT)
+                log.info("deployment service %s of a deleted deployment stopped", service_id)
+            except Exception as exc:
+                log.warning("deployment service %s of a deleted deployment was not stopped: %s", service_id, exc)
+
     async def _boot(self, service_id: str) -> None:
         try:
             ref = await self.platform.system.get(DeploymentServiceActor, service_id)
@@ -103,9 +130,9 @@ class PlacedBoots:
             self.booting.discard(service_id)
 
 
-async def boot_placed_forever(platform: DeploymentServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """`PlacedBoots.round` every `ROUND_SECONDS` (on every node of a shared store)."""
-    boots = PlacedBoots(platform)
+async def placed_services_forever(platform: DeploymentServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """`PlacedServices.round` every `ROUND_SECONDS` (on every node of a shared store)."""
+    boots = PlacedServices(platform)
     async with trio.open_nursery() as nursery:
         task_status.started()
         while True:

@@ -36,6 +36,7 @@ COLLECTIONS = {
         "SELECT node FROM deployment_services WHERE deployment_id = ? AND status <> 'destroyed'"
         " ORDER BY created_at DESC LIMIT 1"
     ),
+    "deployment-services": "SELECT node FROM deployment_services WHERE id = ?",
     "sandbox-template-builds": "SELECT node FROM sandbox_template_builds WHERE id = ?",
     "sandbox-templates": (
         "SELECT b.node FROM sandbox_template_builds b JOIN sandbox_templates t ON t.id = b.template_id"

@@ -14,7 +14,9 @@ The policy (docs/api.md "Nodes", "Placement"):
    limits, not reservations (an idle sandbox uses a few MiB of its 4 GiB), so memory
    is counted against what the operator lets a node promise, not its RAM.
 3. **Order.** Among those with room: for a replica, a node other than its primary's
-   first (so that it outlives the primary's node); then a node that has the template built first (a
+   first (so that it outlives the primary's node); for a deployment's service, the
+   node of its newest live service first (a deployment's services together); then a
+   node that has the template built first (a
    sandbox's built-in template, a computer's desktop); then the least loaded (resources
    placed per core); then the node the request reached (no hop); then the most memory
    available as last reported; then by name.
@@ -60,6 +62,8 @@ class Demand:
     region: str | None = None
     away_from: str | None = None
     """A node to avoid while another has room: a replica's primary's (it is to outlive it)."""
+    near: str | None = None
+    """A node to prefer while it has room: a deployment's service's (its services together)."""
 
     @property
     def memory_mb(self) -> int:
@@ -104,12 +108,13 @@ def choose(nodes: list[NodeRecord], usage: dict[str, Usage], demand: Demand, her
     if not roomy:
         return None
 
-    def order(node: NodeRecord) -> tuple[int, int, float, int, int, str]:
+    def order(node: NodeRecord) -> tuple[int, int, int, float, int, int, str]:
         apart = node.name != demand.away_from
+        near = node.name == demand.near
         cached = demand.template is None or demand.template in node.templates
         load = usage.get(node.name, Usage()).resources / max(node.cores, 1)
         available = node.memory_mb - node.memory_mb_used
-        return (0 if apart else 1, 0 if cached else 1, load, 0 if node.name == here else 1, -available, node.name)
+        return (0 if apart else 1, 0 if near else 1, 0 if cached else 1, load, 0 if node.name == here else 1, -available, node.name)
 
     return min(roomy, key=order)
 

@@ -390,51 +390,63 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).s
 """
 
 
-async def test_a_deployment_service_goes_to_a_node_with_room_not_its_source_sandboxs(
+async def test_deployment_services_go_to_nodes_with_room_and_are_reached_and_deleted_wherever_they_run(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
     with two_nodes(
-        tmp_path, postgres_url, "placement_services", a={"CORRAL_NODE_MAX_INSTANCES": "1"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
+        tmp_path, postgres_url, "placement_services", a={"CORRAL_NODE_MAX_INSTANCES": "2"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
     ) as (a, b, url, _):
         key = a.owner_key("Publishers", "owner@publishers.example")
         async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
             sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
             assert sandbox.status_code == 201, sandbox.text
-            sandbox_id, source_node = sandbox.json()["data"]["id"], sandbox.json()["data"]["node"]
-            other, other_name = (b, "node-b") if source_node == "node-a" else (a, "node-a")
+            sandbox_id = sandbox.json()["data"]["id"]
+            assert sandbox.json()["data"]["node"] == "node-a"  # equals: the node asked
             try:
                 wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
                 assert wrote.status_code == 201, wrote.text
                 project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
                 deployment_id = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "api"})).json()["data"]["id"]
-                # The source sandbox's node is full: its publish's service goes to the other node.
-                published = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json={
-                    "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
-                assert published.status_code == 200, published.text
-                [service] = published.json()["data"]["services"]
-                assert (service["state"], service["node"]) == ("healthy", other_name), service
-                assert (await client.get(f"{other.base}{API}/admin/actors/deployment_service/{service['id']}", headers=ADMIN)).status_code == 200
-                logs = await client.get(f"{a.base}{API}/deployments/{deployment_id}/services/{service['id']}/logs")
-                assert logs.status_code == 200, logs.text
-                nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=ADMIN)).json()["data"]}
-                assert (nodes[source_node]["resources"], nodes[other_name]["resources"]) == (1, 1)
-                assert await open_claims(url) == 0
+                body = {"source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000}
 
-                # Both nodes full: the next version's service has nowhere to go, and production keeps the first.
-                again = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json={
-                    "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+                # The first version's service goes to the least loaded node, not its sandbox's.
+                first = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json=body)
+                assert first.status_code == 200, first.text
+                [one] = first.json()["data"]["services"]
+                assert (one["state"], one["node"]) == ("healthy", "node-b"), one
+                assert (await client.get(f"{b.base}{API}/admin/actors/deployment_service/{one['id']}", headers=ADMIN)).status_code == 200
+                # The next goes beside it while there is room; B is full: A, where the sandbox is.
+                second = await client.post(f"{b.base}{API}/deployments/{deployment_id}/publish", json=body)
+                assert second.status_code == 200, second.text
+                [two] = second.json()["data"]["services"]
+                assert (two["state"], two["node"]) == ("healthy", "node-a"), two
+                nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=ADMIN)).json()["data"]}
+                assert (nodes["node-a"]["resources"], nodes["node-b"]["resources"]) == (2, 1)
+                assert await open_claims(url) == 0
+                # Each service's requests reach its own node, through either node.
+                for service in (one, two):
+                    for node in (a, b):
+                        logs = await client.get(f"{node.base}{API}/deployments/{deployment_id}/services/{service['id']}/logs")
+                        assert logs.status_code == 200, logs.text
+
+                # No room anywhere: the next version's service has nowhere to go, and production keeps the last.
+                again = await client.post(f"{a.base}{API}/deployments/{deployment_id}/publish", json=body)
                 assert again.status_code == 503, again.text
                 assert again.json()["error"]["message"] == (
                     "no node has room for a small deployment service: every active node is at its limit of instances or memory,"
                     " or below its disk reserve; try again later"
                 ), again.text
                 current = (await client.get(f"{b.base}{API}/deployments/{deployment_id}")).json()["data"]
-                assert current["active_version_id"] == published.json()["data"]["version"]["id"], current
-                deleted = await client.delete(f"{a.base}{API}/deployments/{deployment_id}")
+                assert current["active_version_id"] == second.json()["data"]["version"]["id"], current
+
+                # Deleted through either node: every service stops, on its own node.
+                deleted = await client.delete(f"{b.base}{API}/deployments/{deployment_id}")
                 assert deleted.status_code == 200, deleted.text
                 db = open_database(url)
                 try:
-                    assert await db.fetch_value("SELECT status FROM deployment_services WHERE id = ?", (service["id"],)) == "destroyed"
+                    with trio.fail_after(10):
+                        while await db.fetch_all("SELECT id FROM deployment_services WHERE status <> 'destroyed'"):
+                            await trio.sleep(0.1)
                 finally:
                     await db.close()
             finally:
