@@ -193,6 +193,8 @@ class Zygote:
                         await reply_channel.sendmsg(
                             [b"handoff"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
                         )
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the launch gave up before the handoff (its time ran out): its reply says why
                     finally:
                         os.close(fd)
                 data = await reply_channel.recv(MAX_REPLY)

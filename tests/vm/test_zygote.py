@@ -175,3 +175,17 @@ async def test_a_desktop_starts_on_a_busy_node(driver: NamespaceDriver, template
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+async def test_a_launch_whose_time_ran_out_before_its_handoff_says_why(driver: NamespaceDriver, hanging: HangingLaunch) -> None:
+    """The network namespace comes after the launch gave up (a node too busy to make
+    it in time): the reply says the launch ran out of time, not that a pipe broke."""
+
+    async def late_handoff() -> int:
+        await trio.sleep(1.0)
+        return os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    reply = await driver.zygote.request(hanging.request(timeout=0.2), late_handoff)
+    assert "did not report ready in time" in reply["error"], reply
+    info = await driver.create(new_spec())
+    await assert_own_instance(info)
