@@ -32,7 +32,7 @@ from corral.errors import ApiError, conflict
 from corral.net import NetworkError
 from corral.storage import BlobNotFound, associated_data, utc_now_iso
 from corral.vm import SIZES, InstanceInfo, InstanceSpec, RuntimeDriver
-from corral.vm.postgres import PostgresDriver
+from corral.vm.postgres import PostgresDriver, replica_name
 
 from . import replication, store
 from .messages import (
@@ -45,6 +45,7 @@ from .messages import (
     Destroy,
     HandOver,
     Move,
+    PrimaryMoved,
     RecoverServer,
     Resize,
     Restart,
@@ -412,13 +413,38 @@ class DatabaseActor(InstanceActor):
         return self.record
 
     @handles(WaitForReplicas)
-    async def wait_for_replicas(self, message: WaitForReplicas) -> bool:
+    async def wait_for_replicas(self, message: WaitForReplicas) -> list[str]:
         """The primary's synchronous replicas (`replication.ReplicaWaits`), on its server
-        as it is (a stopped one takes them when it starts)."""
+        as it is (a stopped one takes them when it starts): of the candidates, those it
+        waits for already, and those streaming from it now. A replica is waited for only
+        once it has streamed from this server, so a commit never waits for one that
+        never came (a replica of the primary this one was promoted from)."""
         if self.is_removed() or self.record.role != "primary":
-            return False
+            return []
         with self.refused():
-            return await self.servers.wait_for_replicas(self.id, message.replica_ids)
+            waited = set(self.servers.waited_replicas(self.id))
+            streaming = set(await self.servers.streaming_replicas(self.id)) if self.state == "running" else set()
+            keep = [rid for rid in message.replica_ids if replica_name(rid) in waited or replica_name(rid) in streaming]
+            await self.servers.wait_for_replicas(self.id, keep)
+            return self.servers.waited_replicas(self.id)
+
+    @handles(PrimaryMoved)
+    async def primary_moved(self, message: PrimaryMoved) -> bool:
+        """This replica streams from a server that is no longer its primary's (the
+        primary was promoted from another replica on another node): it cannot follow
+        the new one (it may hold WAL the new one never had), so it stops, `error`,
+        to be deleted and added again (`replication.ReplicaWaits`)."""
+        if self.is_removed() or self.record.role != "replica" or self.state != "running":
+            return False
+        self.node.proxy.forget(self.id)
+        await self.halt_instance()
+        error = (
+            f"its primary was promoted from another replica on node {message.node}: this replica cannot follow it;"
+            " delete it and add a new one"
+        )
+        await self.persist(state="error", error=error)
+        await self.emit("error", {**self.subject_data(), "error": error})
+        return True
 
     @handles(Destroy)
     async def destroy(self, message: Destroy) -> DatabaseRecord:

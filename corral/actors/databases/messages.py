@@ -10,9 +10,30 @@ from corral.actors.messages import Message
 from .store import BackupRecord
 
 __all__ = [
-    "AddReplica", "Backup", "BackupDone", "Boot", "Booted", "Branch", "Destroy", "Get", "HandOver", "Move", "RecoverServer",
-    "Resize", "Restart", "Restore", "Restored", "Rotate", "ServerExited", "Start", "Stop", "Suspend", "Upstream",
-    "WaitForReplicas", "Wake",
+    "AddReplica",
+    "Backup",
+    "BackupDone",
+    "Boot",
+    "Booted",
+    "Branch",
+    "Destroy",
+    "Get",
+    "HandOver",
+    "Move",
+    "PrimaryMoved",
+    "RecoverServer",
+    "Resize",
+    "Restart",
+    "Restore",
+    "Restored",
+    "Rotate",
+    "ServerExited",
+    "Start",
+    "Stop",
+    "Suspend",
+    "Upstream",
+    "WaitForReplicas",
+    "Wake",
 ]
 
 
@@ -59,11 +80,19 @@ class Move(Message):
 
 @dataclass(frozen=True)
 class WaitForReplicas(Message):
-    """The primary's commits wait until these replicas (on other nodes) have flushed them
-    (`replication.ReplicaWaits`); none: they wait for no replica. Answers whether
-    anything changed."""
+    """The primary's commits wait until these replicas (on other nodes) have flushed them,
+    each from when it first streamed from it (`replication.ReplicaWaits`); none: they
+    wait for no replica. Answers the names it waits for now."""
 
     replica_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PrimaryMoved(Message):
+    """The replica's primary lives on `node` now (promoted from another replica): this
+    replica, streaming from the old server, ends `error`."""
+
+    node: str
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,12 @@ cluster's sweep of lost resources leaves such primaries to them (`lost.sweep`'s
 A primary with running replicas on other nodes commits synchronously: a commit is
 acknowledged once every one of them has flushed it (`synchronous_standby_names`, kept
 by the primary's node: `keep_waiting_forever`), so the replica promoted when the
-primary's node dies has every write a client was told was committed. A replica whose
-node is lost stops being waited for as soon as its node is seen lost; one being
-deleted, as soon as its deletion begins. A primary that cannot reach the store keeps
+primary's node dies has every write a client was told was committed. A replica is waited for
+from when it first streams from the primary; one whose node is lost stops being waited
+for as soon as its node is seen lost; one being deleted, as soon as its deletion
+begins. When a primary is promoted from one replica, its other replicas (streaming from
+the server that was lost, and perhaps holding WAL the promoted one never had) cannot
+follow it: each one's node ends it `error`, to be deleted and added again. A primary that cannot reach the store keeps
 waiting for its replicas: once one of them is promoted elsewhere, a primary cut off
 from the cluster acknowledges no more writes (no two primaries both take writes).
 """
@@ -36,7 +39,7 @@ from corral.storage import Database
 from corral.vm.postgres import PostgresDriver, replica_name
 
 from . import store
-from .messages import WaitForReplicas
+from .messages import PrimaryMoved, WaitForReplicas
 from .node import DatabaseNode
 from .store import DatabaseRecord
 
@@ -118,7 +121,10 @@ or one with no replica)."""
 
 class ReplicaWaits:
     """Which replicas each of this node's primaries waits for, brought up to date with
-    the store: each change goes through the primary's actor (`WaitForReplicas`)."""
+    the store: each change goes through the primary's actor (`WaitForReplicas`), which
+    adds a replica once it streams from the primary. And this node's replicas whose
+    primary was promoted on another node from another replica: each one's actor ends it
+    (`PrimaryMoved`)."""
 
     def __init__(self, db: Database, refs: lost.Refs, node_name: str, servers: PostgresDriver, actor_class: type) -> None:
         self.db, self.refs, self.node_name, self.servers, self.actor_class = db, refs, node_name, servers, actor_class
@@ -135,7 +141,9 @@ class ReplicaWaits:
         return wanted
 
     async def round(self) -> int:
-        """Bring every primary here up to date; returns how many changed."""
+        """Bring every primary here up to date, and end this node's replicas of a moved
+        primary; returns how many primaries changed."""
+        await self.end_orphaned_replicas()
         changed = 0
         for primary_id, replica_ids in (await self.wanted()).items():
             names = sorted(replica_name(replica_id) for replica_id in replica_ids)
@@ -147,15 +155,40 @@ class ReplicaWaits:
                 continue
             try:
                 ref = await self.refs.get(self.actor_class, primary_id)
-                await ref.ask(WaitForReplicas(tuple(replica_ids)), timeout=30)
+                now: list[str] = await ref.ask(WaitForReplicas(tuple(replica_ids)), timeout=30)
             except Exception as exc:
                 log.warning("database %s: its replicas to wait for (%s) were not set: %s", primary_id, names, exc)
                 self.known.pop(primary_id, None)  # read again next round
                 continue
-            log.info("database %s now waits for replicas %s", primary_id, names or "none")
-            self.known[primary_id] = names
-            changed += 1
+            if now != self.known[primary_id]:
+                log.info("database %s now waits for replicas %s", primary_id, now or "none")
+                changed += 1
+            self.known[primary_id] = now  # asked again next round while a candidate has not streamed yet
         return changed
+
+    async def end_orphaned_replicas(self) -> None:
+        rows = await self.db.fetch_all(
+            "SELECT r.id, p.node AS primary_node FROM databases r JOIN databases p ON p.id = r.primary_id"
+            " WHERE r.node = ? AND r.status = 'running' AND p.node IS NOT NULL AND p.status NOT IN ('deleted', 'error')",
+            (self.node_name,),
+        )
+        for row in rows:
+            replica_id, primary_node = str(row["id"]), str(row["primary_node"])
+            if self.servers.layout.load(replica_id) is None:
+                continue
+            streams_from = self.servers.upstream_host(replica_id)
+            if not streams_from:
+                continue  # over its primary's socket, on this node
+            home = await nodes_store.find(self.db, primary_node)
+            host = urlsplit(home.advertise_url).hostname if home is not None else None
+            if primary_node != self.node_name and host == streams_from:
+                continue  # still its primary's
+            try:
+                ref = await self.refs.get(self.actor_class, replica_id)
+                if await ref.ask(PrimaryMoved(primary_node), timeout=60):
+                    log.warning("replica %s streamed from %s, no longer its primary's (now on node %s)", replica_id, streams_from, primary_node)
+            except Exception as exc:
+                log.warning("replica %s of a moved primary was not ended: %s", replica_id, exc)
 
 
 async def keep_waiting_forever(

@@ -656,6 +656,17 @@ class PostgresDriver(RuntimeDriver):
         )
         return int(rows[0][0])
 
+    async def streaming_replicas(self, instance_id: str) -> list[str]:
+        """The `application_name`s (`files.replica_name`) of the replicas streaming from
+        the running server now."""
+        rows = await admin.query(self._sock(self._state(instance_id)), "SELECT application_name FROM pg_stat_replication")
+        return sorted(str(row[0]) for row in rows)
+
+    def upstream_host(self, instance_id: str) -> str:
+        """The host a replica on another node than its primary's streams from ("" for
+        one over its primary's socket, or a primary)."""
+        return self._state(instance_id).primary_host
+
     async def replication_lag(self, instance_id: str) -> float | None:
         rows = await admin.query(self._sock(self._state(instance_id)), "SELECT EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp())")
         return None if not rows or rows[0][0] is None else float(rows[0][0])

@@ -259,6 +259,51 @@ async def test_replicas_live_on_other_nodes_take_every_acknowledged_write_and_on
             assert deleted.status_code in (200, 202, 204), deleted.text
 
 
+async def test_when_one_of_two_replicas_is_promoted_the_other_ends_and_commits_do_not_wait_for_it(cluster: Cluster) -> None:
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Two replicas", "owner@two-replicas.example")
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
+        created = await client.post(f"{a.base}{API}/databases", json={"name": "ledger"})
+        assert created.status_code == 202, created.text
+        did = created.json()["data"]["id"]
+        home = cluster.nodes[str((await until_status(client, a, did, "running", 120))["node"])]
+        url = await credentials_url(client, home, did)
+        with psycopg.connect(url, autocommit=True, connect_timeout=20) as conn:
+            conn.execute("CREATE TABLE t (v int)")
+        replicas = []
+        for _ in range(2):
+            made = await client.post(f"{home.base}{API}/databases/{did}/replicas", json={})
+            assert made.status_code == 202, made.text
+            replicas.append(str(made.json()["data"]["id"]))
+        for rid in replicas:
+            await until_status(client, home, rid, "running", 120)
+        await until_waiting_for(url, replicas)
+        assert await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (1) RETURNING v") == [(1,)]
+
+        cluster.kill_machine(home)
+        survivors = not_home(cluster, home.name)
+        with trio.fail_after(30):
+            while True:
+                answer = await client.get(f"{survivors[0].base}{API}/databases/{did}")
+                record = answer.json()["data"] if answer.status_code == 200 else {}
+                if record.get("status") == "running" and record.get("node") != home.name:
+                    break
+                await trio.sleep(0.1)
+        new_home = cluster.nodes[str(record["node"])]
+        new_url = await credentials_url(client, new_home, did)
+        await until_rows(new_url, "SELECT v FROM t", [(1,)])
+        since = trio.current_time()
+        assert await trio.to_thread.run_sync(query, new_url, "INSERT INTO t VALUES (2) RETURNING v") == [(2,)]
+        assert trio.current_time() - since < 3  # not waiting for the replica that streamed from the lost server
+        [other] = [rid for rid in replicas if (await client.get(f"{new_home.base}{API}/databases/{rid}")).status_code == 200]
+        ended = await until_status(client, new_home, other, "error", 15)
+        assert "its primary was promoted from another replica" in str(ended["error"]), ended
+        assert await trio.to_thread.run_sync(query, new_url, "SHOW synchronous_standby_names") == [("",)]
+        for gone in (other, did):
+            deleted = await client.delete(f"{new_home.base}{API}/databases/{gone}")
+            assert deleted.status_code in (200, 202, 204), deleted.text
+
+
 @asynccontextmanager
 async def websocket(router: Node, host: str, target: str) -> AsyncIterator[WebSocketConnection]:
     """A WebSocket to `target` of `host` through `router`'s preview router."""
