@@ -185,6 +185,10 @@ class RuntimeDriver(abc.ABC):
         """Whether template `template` is here with `layer_id` as its current layer."""
         return False
 
+    def template_built(self, template: str) -> bool:
+        """Whether template `template` is here, whatever its layer."""
+        return False
+
     async def export_template_layer(self, template: str, dest: Path) -> None:
         """The template's current layer as one archive at `dest`, for another node."""
         raise NotImplementedError(f"{type(self).__name__} cannot keep template layers")

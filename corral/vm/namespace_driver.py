@@ -415,6 +415,9 @@ class NamespaceDriver(RuntimeDriver):
     def has_template_layer(self, template: str, layer_id: str) -> bool:
         return self.templates.has_layer(template, layer_id)
 
+    def template_built(self, template: str) -> bool:
+        return self.templates.is_built(template)
+
     async def export_template_layer(self, template: str, dest: Path) -> None:
         await self.templates.pack_layer(template, dest)
 

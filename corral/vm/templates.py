@@ -425,7 +425,8 @@ class TemplateStore:
         if not (layers / layer_id).is_dir():
             raise TemplateBuildFailed(f"the layer of template {name} could not be kept")
         current = self.manifest(name)
-        if current is None or current.get("layer") != layer_id:
+        newer_here = current is not None and str(current.get("built_at", "")) > str(manifest.get("built_at", ""))
+        if (current is None or current.get("layer") != layer_id) and not newer_here:  # the newest layer stays current
             tmp = self.root / name / f"manifest.json.{os.getpid()}.{threading.get_ident()}.tmp"
             tmp.write_text(json.dumps(manifest, indent=2))
             os.replace(tmp, self.root / name / "manifest.json")

@@ -77,6 +77,13 @@ async def test_a_layer_packed_on_one_node_is_kept_whole_on_another_and_a_foreign
     assert (await there.lower("tpl")).startswith(f"{kept}:")
     assert not [path for path in there.root.iterdir() if path.name.endswith(".partial")]
 
+    # A newer layer made here meanwhile stays the current one when an older one arrives.
+    there.add_layer_sync("tpl", "default", "build-b", files)
+    manifest = json.loads((there.root / "tpl" / "manifest.json").read_text())
+    (there.root / "tpl" / "manifest.json").write_text(json.dumps({**manifest, "built_at": "2999-01-01T00:00:00Z"}))
+    await there.unpack_layer("tpl", archive)
+    assert there.has_layer("tpl", "build-b") and (there.root / "tpl" / "layers" / "build-a").is_dir()
+
     with pytest.raises(TemplateBuildFailed, match="not a layer of template other"):
         await there.unpack_layer("other", archive)  # an archive under another template's name
     foreign = TemplateStore(tmp_path / "foreign", uid_base=here.uid_base + 65536, build_missing=False)

@@ -45,6 +45,8 @@ async def here(db: Database, blobs: BlobStore, driver: RuntimeDriver, template_i
         return
     build = await store.load_build(db, template.layer_build_id)
     if build is None or not build.archive_sha256:
+        if driver.template_built(template_id):
+            return  # built here (its newest layer may have been kept a moment before the row says so)
         raise _unavailable(f"template {template.name} was built on another node before templates were kept for every node; rebuild it")
     try:
         archive = await blobs.verified_path(build.archive_sha256)
