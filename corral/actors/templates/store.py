@@ -125,8 +125,8 @@ async def find_build(db: Database, tenant_id: str, build_id: str) -> BuildRecord
 
 
 async def load_build(db: Database, build_id: str) -> BuildRecord | None:
-    row = await db.fetch_one("SELECT * FROM sandbox_template_builds WHERE id = ?", (build_id,))
-    return None if row is None else BUILDS.record(row)
+    """Any tenant's build (for the node that runs it and for other nodes' copies)."""
+    return await BUILDS.load(db, build_id)
 
 
 async def latest_build(db: Database, template_id: str) -> BuildRecord | None:
