@@ -49,6 +49,7 @@ import trio
 from corral.actors.computers import get_template
 from corral.actors.nodes import claims, homes, placement
 from corral.actors.nodes.homes import Home, Homes
+from corral.actors.templates import BUILD_SIZE
 from corral.errors import ApiError
 
 from .node_client import NodeClient, NodeUnreachable
@@ -73,6 +74,8 @@ SERVICE_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/services/([
 be the deployment's (its newest service's)."""
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
+BUILD_PATH = re.compile(r"^/api/v1/sandbox-templates(?:/([0-9A-Za-z_-]{1,64})/builds)?/?$")
+"""A new template (its first build) or a rebuild: a build is placed like a sandbox of its size."""
 REPLICA_PATH = re.compile(r"^/api/v1/databases/([0-9A-Za-z_-]{1,64})/replicas/?$")
 """A new replica is placed like a create, away from its primary's node (issue 30)."""
 PUBLISH_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/publish/?$")
@@ -222,7 +225,7 @@ class Forwarder:
     def places(self, scope: dict[str, Any]) -> bool:
         """Whether the request is a create, which placement sends to a node (`place`)."""
         path = scope["path"]
-        return scope["method"] == "POST" and (CREATE_PATH.match(path) is not None or REPLICA_PATH.match(path) is not None)
+        return scope["method"] == "POST" and any(pattern.match(path) is not None for pattern in (CREATE_PATH, REPLICA_PATH, BUILD_PATH))
 
     def sign_placed(self, claim_id: str, node: str) -> bytes:
         stamp = str(int(time.time()))
@@ -284,11 +287,13 @@ class Forwarder:
         data = _json_object(body)
         if data is None:
             return None
-        size, region = data.get("size", "small"), data.get("region")
+        size, region = data.get("size", "small") if BUILD_PATH.match(scope["path"]) is None else BUILD_SIZE, data.get("region")
         if not isinstance(size, str) or size not in placement.SIZE_NAMES:
             return None
         if region is not None and (not isinstance(region, str) or region not in self.regions):
             return None
+        if BUILD_PATH.match(scope["path"]) is not None:  # a build: an instance of its size, of its base
+            return placement.Demand("sandbox_template_builds", BUILD_SIZE)
         match = CREATE_PATH.match(scope["path"])
         assert match is not None
         kind, template = match[1], None

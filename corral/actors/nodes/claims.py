@@ -27,7 +27,7 @@ from corral.storage import Database, Transaction, to_iso, utc_now
 
 CLAIM_SECONDS = 120.0
 """How long a claim counts at most: longer than any create takes."""
-KINDS = ("sandboxes", "computers", "databases", "deployment_services")
+KINDS = ("sandboxes", "computers", "databases", "deployment_services", "sandbox_template_builds")
 """A claim's `kind`: the table its resource's row goes to."""
 
 _held: ContextVar[str | None] = ContextVar("corral_placement_claim", default=None)

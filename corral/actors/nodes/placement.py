@@ -47,7 +47,8 @@ PLACEMENT_LOCK = 7_426_611_030
 """Any constant: serialises placements across nodes (`pg_advisory_xact_lock`)."""
 RETRY_AFTER = "5"
 SIZE_NAMES = frozenset(SIZES)
-KIND_NAMES = {"sandboxes": "sandbox", "computers": "computer", "databases": "database server", "deployment_services": "deployment service"}
+KIND_NAMES = {"sandboxes": "sandbox", "computers": "computer", "databases": "database server", "deployment_services": "deployment service",
+              "sandbox_template_builds": "template build"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class Demand:
     """What a create asks for, as placement reads it from the request's body."""
 
     kind: str
-    """The table its row goes to: `sandboxes`, `computers`, `databases` or `deployment_services`."""
+    """The table its row goes to: `sandboxes`, `computers`, `databases`, `deployment_services`
+    or `sandbox_template_builds`."""
     size: str
     template: str | None = None
     """The runtime template it boots from, when placement can tell."""

@@ -8,6 +8,7 @@ from .build_actor import BuildActor
 from .messages import Cancel
 from .resolver import TemplateResolver
 from .service import (
+    BUILD_SIZE,
     BUILTINS,
     Builtin,
     NewTemplate,
@@ -36,6 +37,7 @@ ACTORS = (BuildActor,)
 
 __all__ = [
     "ACTORS",
+    "BUILD_SIZE",
     "BUILTINS",
     "BuildActor",
     "BuildRecord",

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import trio
 
 from corral.actors.instances import MAX_VARS, Boot, Booted, Get
+from corral.actors.nodes import claims
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import Placement, resolve_attribution
 from corral.actors.tenancy.store import tenants
@@ -227,6 +228,7 @@ async def start_build(services: TemplateServices, template: TemplateRecord, owne
             raise _build_limit_reached()
         store.insert_build(tx, draft)
 
+    await claims.bind(services.db, build_id)  # placement's claim: from its row on, the row counts
     await services.db.transaction(check_and_insert)
     if template.layer_build_id is None and template.status != "building":
         await store.update_template(services.db, template.id, {"status": "building", "updated_at": now})

@@ -455,6 +455,32 @@ async def test_deployment_services_go_to_nodes_with_room_and_are_reached_and_del
                 await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
 
 
+async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_without_one(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    with two_nodes(
+        tmp_path, postgres_url, "placement_build_room", a={"CORRAL_NODE_MAX_INSTANCES": "1"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
+    ) as (a, b, url, _):
+        key = a.owner_key("Room builders", "owner@room-builders.example")
+        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+            first = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert first.status_code == 201 and first.json()["data"]["node"] == "node-a", first.text
+            made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "roomy", "setup": ["sleep 300"]})
+            assert made.status_code == 201, made.text
+            build = made.json()["data"]["build"]
+            assert build["node"] == "node-b", build  # A is full
+            assert await open_claims(url) == 0
+            second = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert second.status_code == 503, second.text  # the build takes B's room
+            refused(await client.post(f"{b.base}{API}/sandbox-templates", json={"name": "crowded"}),
+                    "no node has room for a small template build: every active node is at its limit of instances or memory,"
+                    " or below its disk reserve; try again later")
+            names = [t["name"] for t in (await client.get(f"{a.base}{API}/sandbox-templates")).json()["data"]]
+            assert "crowded" not in names and "roomy" in names  # nothing made
+            assert (await client.delete(f"{a.base}{API}/sandbox-templates/roomy")).status_code == 200
+            assert (await client.delete(f"{a.base}{API}/sandboxes/{first.json()['data']['id']}")).status_code == 200
+
+
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
