@@ -34,6 +34,7 @@ import trio
 
 from corral.actors.nodes import lost
 from corral.actors.nodes import store as nodes_store
+from corral.actors.periodic import run_periodically
 from corral.errors import ApiError
 from corral.storage import Database
 from corral.vm.postgres import PostgresDriver, replica_name
@@ -52,6 +53,11 @@ DEFERRED = (
 """A lost primary the cluster's sweep leaves to the node of a running replica of it."""
 
 
+def advertised_host(advertise_url: str) -> str | None:
+    """The host part of a node's advertised URL: where its database servers are reached."""
+    return urlsplit(advertise_url).hostname
+
+
 async def primary_source(db: Database, node_name: str, node: DatabaseNode, primary_id: str) -> tuple[str, int] | None:
     """Where a new replica streams from when its primary is another node's: that node's
     advertised host and the primary server's own port; None when it is this node's."""
@@ -59,7 +65,7 @@ async def primary_source(db: Database, node_name: str, node: DatabaseNode, prima
     if row is None or row["node"] in (None, node_name):
         return None
     home = await nodes_store.find(db, str(row["node"]))
-    host = urlsplit(home.advertise_url).hostname if home is not None else None
+    host = advertised_host(home.advertise_url) if home is not None else None
     if not host:
         raise ApiError(503, "SERVICE_UNAVAILABLE", f"the primary's node {row['node']} is not in the cluster")
     return host, node.server_port(int(row["port"]))
@@ -168,7 +174,8 @@ class ReplicaWaits:
 
     async def end_orphaned_replicas(self) -> None:
         rows = await self.db.fetch_all(
-            "SELECT r.id, p.node AS primary_node FROM databases r JOIN databases p ON p.id = r.primary_id"
+            "SELECT r.id, p.node AS primary_node, n.advertise_url FROM databases r JOIN databases p ON p.id = r.primary_id"
+            " LEFT JOIN nodes n ON n.name = p.node"
             " WHERE r.node = ? AND r.status = 'running' AND p.node IS NOT NULL AND p.status NOT IN ('deleted', 'error')",
             (self.node_name,),
         )
@@ -179,8 +186,7 @@ class ReplicaWaits:
             streams_from = self.servers.upstream_host(replica_id)
             if not streams_from:
                 continue  # over its primary's socket, on this node
-            home = await nodes_store.find(self.db, primary_node)
-            host = urlsplit(home.advertise_url).hostname if home is not None else None
+            host = advertised_host(str(row["advertise_url"] or ""))
             if primary_node != self.node_name and host == streams_from:
                 continue  # still its primary's
             try:
@@ -197,10 +203,6 @@ async def keep_waiting_forever(
 ) -> None:
     """`ReplicaWaits.round` every `WAITING_SECONDS` (each node for its own primaries)."""
     waits = ReplicaWaits(db, refs, node_name, servers, actor_class)
-    task_status.started()
-    while True:
-        try:
-            await waits.round()
-        except Exception:
-            log.warning("keeping primaries' synchronous replicas failed", exc_info=True)
-        await trio.sleep(WAITING_SECONDS)
+    await run_periodically(
+        waits.round, lambda: WAITING_SECONDS, "keeping primaries' synchronous replicas", wait_first=False, task_status=task_status
+    )

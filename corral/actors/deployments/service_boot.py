@@ -14,11 +14,13 @@ the service, except by `node`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 import trio
 
 from corral.actors.instances import Boot, Get
+from corral.actors.periodic import run_periodically
 from corral.actors.ref import ActorRef
 from corral.storage import Database
 
@@ -131,13 +133,11 @@ class PlacedServices:
 
 
 async def placed_services_forever(platform: DeploymentServices, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """`PlacedServices.round` every `ROUND_SECONDS` (on every node of a shared store)."""
-    boots = PlacedServices(platform)
+    """`PlacedServices.round` every `ROUND_SECONDS` (on every node of a shared store);
+    the boots it starts run in a nursery of their own."""
+    services = PlacedServices(platform)
     async with trio.open_nursery() as nursery:
-        task_status.started()
-        while True:
-            try:
-                await boots.round(nursery)
-            except Exception:
-                log.warning("looking for deployment services placed on this node failed", exc_info=True)
-            await trio.sleep(ROUND_SECONDS)
+        await run_periodically(
+            functools.partial(services.round, nursery), lambda: ROUND_SECONDS, "deployment services placed on this node",
+            wait_first=False, task_status=task_status,
+        )

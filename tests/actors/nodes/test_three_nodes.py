@@ -121,13 +121,18 @@ def query(url: str, statement: str) -> list[tuple[object, ...]]:
         return conn.execute(statement).fetchall()
 
 
+async def new_database(client: httpx.AsyncClient, node: Node, name: str) -> str:
+    """A database made through `node` (its id; it is `creating`)."""
+    created = await client.post(f"{node.base}{API}/databases", json={"name": name})
+    assert created.status_code == 202, created.text
+    return str(created.json()["data"]["id"])
+
+
 async def test_a_database_made_through_a_is_reached_at_its_homes_address(cluster: Cluster) -> None:
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Three nodes db", "owner@three-nodes-db.example")
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
-        created = await client.post(f"{a.base}{API}/databases", json={"name": "orders"})
-        assert created.status_code == 202, created.text
-        did = created.json()["data"]["id"]
+        did = await new_database(client, a, "orders")
         try:
             with trio.fail_after(120):
                 while (record := (await client.get(f"{a.base}{API}/databases/{did}")).json()["data"])["status"] != "running":
@@ -185,9 +190,7 @@ async def test_replicas_live_on_other_nodes_take_every_acknowledged_write_and_on
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Failover", "owner@failover.example")
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
-        created = await client.post(f"{a.base}{API}/databases", json={"name": "orders"})
-        assert created.status_code == 202, created.text
-        did = created.json()["data"]["id"]
+        did = await new_database(client, a, "orders")
         primary = await until_status(client, a, did, "running", 120)
         home = cluster.nodes[str(primary["node"])]
         x, y = not_home(cluster, str(home.name))
@@ -263,9 +266,7 @@ async def test_when_one_of_two_replicas_is_promoted_the_other_ends_and_commits_d
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Two replicas", "owner@two-replicas.example")
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
-        created = await client.post(f"{a.base}{API}/databases", json={"name": "ledger"})
-        assert created.status_code == 202, created.text
-        did = created.json()["data"]["id"]
+        did = await new_database(client, a, "ledger")
         home = cluster.nodes[str((await until_status(client, a, did, "running", 120))["node"])]
         url = await credentials_url(client, home, did)
         with psycopg.connect(url, autocommit=True, connect_timeout=20) as conn:
