@@ -319,6 +319,7 @@ async def _start_metrics(platform: Platform) -> None:
 async def _join_cluster(platform: Platform) -> None:
     """This node's row in `nodes` (contract §20), then its heartbeat."""
     platform.system.register(*nodes.ACTORS)
+    nodes.hear_home_moves(platform.notices, platform.system.retire)
     await nodes.join(platform)
     await platform.nursery.start(nodes.keep_alive, platform)
     await platform.nursery.start(platform.leases.run)

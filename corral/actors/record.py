@@ -91,12 +91,14 @@ class RowStore(Generic[R]):
     def insert(self, tx: Transaction, record: R) -> None:
         tx.insert(self.table, self.row(dataclasses.asdict(record)))  # type: ignore[call-overload]
 
-    async def update(self, db: Database, record_id: str, values: dict[str, Any]) -> bool:
-        """Write `values` into the row; False when there is no such row."""
+    async def update(self, db: Database, record_id: str, values: dict[str, Any], where: dict[str, Any] | None = None) -> bool:
+        """Write `values` into the row; False when there is no such row (or none that
+        also holds `where`'s values: a fence, such as the row's home)."""
         assignments = ", ".join(f"{_column(name)} = ?" for name in values)
+        fence = "".join(f" AND {_column(name)} = ?" for name in where or ())
         changed = await db.execute(
-            f"UPDATE {self.table} SET {assignments} WHERE {self.id_column} = ?",
-            (*self.row(values).values(), record_id),
+            f"UPDATE {self.table} SET {assignments} WHERE {self.id_column} = ?{fence}",
+            (*self.row(values).values(), record_id, *(where or {}).values()),
         )
         return changed == 1
 

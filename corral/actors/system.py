@@ -162,6 +162,14 @@ class ActorSystem:
             raise LookupError(f"no actor kind {kind!r} is registered")
         return ActorRef(self, actor_class, actor_id)
 
+    def retire(self, kind: str, actor_id: str) -> None:
+        """Stop the actor of `kind` and `actor_id` if it is active on this node (what it
+        owned lives elsewhere now): it finishes the message it handles; queued ones are
+        refused. The next message activates it afresh."""
+        cell = self._cells.get((kind, actor_id))
+        if cell is not None:
+            cell.request_stop()
+
     def view_of(self, actor_class: type[Actor], actor_id: str) -> Any:
         """The live actor's `published_view()`, without a message; None when it is not
         active on this node, is handling a message, or publishes nothing."""

@@ -67,11 +67,15 @@ HEADER = b"x-corral-forwarded"
 PLACED = b"x-corral-placed"
 SIGNATURE_SECONDS = 60
 RESOURCE_PATH = re.compile(
-    r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs|sandbox-template-builds|sandbox-templates)/([0-9A-Za-z_-]{1,64})(?:/|$)"
+    r"^/api/v1/(sandboxes|computers|databases|deployments|agent-runs|sandbox-template-builds|sandbox-templates|custom-domains)"
+    r"/([0-9A-Za-z_-]{1,64})(?:/|$)"
 )
 SERVICE_PATH = re.compile(r"^/api/v1/deployments/[0-9A-Za-z_-]{1,64}/services/([0-9A-Za-z_-]{1,64})(?:/|$)")
 """A request for one service of a deployment goes to that service's node, which may not
-be the deployment's (its newest service's)."""
+be the deployment's."""
+DOMAIN_PATH = re.compile(r"^/api/v1/(?:computers|deployments)/[0-9A-Za-z_-]{1,64}/domains/([0-9A-Za-z_-]{1,64})(?:/|$)")
+"""A request for one custom domain of a computer or a deployment goes to the domain's
+home, which may not be (or no longer be) its resource's."""
 CREATE_PATH = re.compile(r"^/api/v1/(sandboxes|computers|databases)/?$")
 RESOURCE_ID = re.compile(r"^[0-9A-Za-z_-]{1,64}$")
 BUILD_PATH = re.compile(r"^/api/v1/sandbox-templates(?:/([0-9A-Za-z_-]{1,64})/builds)?/?$")
@@ -169,9 +173,12 @@ class Forwarder:
         node (a drain): a node that still had this one cached as its home sent it, and
         it goes on, once, to the new home."""
         service = SERVICE_PATH.match(scope["path"])
+        domain = DOMAIN_PATH.match(scope["path"])
         match = RESOURCE_PATH.match(scope["path"])
         if service is not None:  # one service of a deployment: where that service runs
             collection, resource_id = "deployment-services", service[1]
+        elif domain is not None:
+            collection, resource_id = "custom-domains", domain[1]
         elif match is not None:
             collection, resource_id = match[1], match[2]
         else:

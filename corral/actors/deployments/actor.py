@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from corral.actors.actor import handles
-from corral.actors.record import RecordActor
+from corral.actors.nodes.homed import HomedActor
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict, not_found
 from corral.ids import prefixed
@@ -48,11 +48,12 @@ class Sites(Protocol):
     async def reload(self, deployment_id: str) -> None: ...
 
 
-class DeploymentActor(RecordActor):
+class DeploymentActor(HomedActor):
     kind = "deployment"
     store = DEPLOYMENTS
     record: DeploymentRecord
     state_column = "state"
+    gone_states = ("deleted",)
     transitions = TransitionTable(
         {
             (LIVE, Update): "same",
@@ -70,18 +71,13 @@ class DeploymentActor(RecordActor):
 
     async def create_record(self, draft: DeploymentRecord) -> DeploymentRecord:
         def work(tx: Transaction) -> DeploymentRecord:
-            record = DEPLOYMENTS.replaced(draft, {"slug": store.new_slug(tx, draft.name)})
+            record = DEPLOYMENTS.replaced(draft, {"slug": store.new_slug(tx, draft.name), "node": self.services.settings.node_name})
             store.insert(tx, record)
             return record
 
         record = await self.db.transaction(work)
         self.tenant_id = record.tenant_id
         return record
-
-    async def on_activate(self) -> None:
-        await super().on_activate()
-        if self.state == "deleted":
-            raise self.not_found()
 
     def transition(self, message: Any) -> str:
         if self.state == "deleted":

@@ -87,6 +87,7 @@ async def deployment_public(platform: DeploymentServices, deployment: Deployment
         "external_workspace_id": deployment.external_workspace_id,
         "external_user_id": deployment.external_user_id,
         "external_project_id": deployment.external_project_id,
+        "node": deployment.node,
         "created_at": deployment.created_at,
         "updated_at": deployment.updated_at,
     }

@@ -39,6 +39,8 @@ class DeploymentRecord:
     external_project_id: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """Its home: the node whose actor owns the row (`corral.actors.nodes.homed`)."""
 
 
 @dataclass(frozen=True, slots=True)

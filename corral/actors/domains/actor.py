@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from corral.actors.actor import handles
-from corral.actors.record import RecordActor
+from corral.actors.nodes.homed import HomedActor
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
 from corral.net import cname_points_to, parse_name_servers
@@ -39,10 +39,11 @@ def taken() -> ApiError:
     return conflict("DOMAIN_TAKEN", "has already been taken")
 
 
-class CustomDomainActor(RecordActor):
+class CustomDomainActor(HomedActor):
     kind = "custom_domain"
     store = DOMAINS
     record: CustomDomainRecord
+    gone_states = (REMOVED,)
     transitions = TransitionTable(
         {
             (("pending", "failed"), Verify): "verified",
@@ -72,6 +73,7 @@ class CustomDomainActor(RecordActor):
             verified_at=None, tls_issued_at=None, dns_error=None,
             external_workspace_id=target.external_workspace_id, external_user_id=target.external_user_id,
             external_project_id=target.external_project_id, created_at=now, updated_at=now,
+            node=self.services.settings.node_name,
         )
 
         def write(tx: Any) -> None:
@@ -91,11 +93,6 @@ class CustomDomainActor(RecordActor):
         self.platform.custom_domains.put(record)
         await self.emit("created", self.subject(record))
         return record
-
-    async def on_activate(self) -> None:
-        await super().on_activate()
-        if self.state == REMOVED:
-            raise self.not_found()
 
     def subject(self, record: CustomDomainRecord | None = None) -> dict[str, Any]:
         record = record or self.record

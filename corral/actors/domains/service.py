@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral.actors.nodes.homed import LivesElsewhere
+from corral.actors.nodes.homes import node_is_live
 from corral.actors.previews.urls import service_domain
 from corral.errors import ApiError
 from corral.ids import new_uuid
@@ -42,6 +44,7 @@ def domain_public(record: CustomDomainRecord) -> dict[str, Any]:
         "external_workspace_id": record.external_workspace_id,
         "external_user_id": record.external_user_id,
         "external_project_id": record.external_project_id,
+        "node": record.node,
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -94,14 +97,19 @@ async def remove_domain(platform: CustomDomainServices, record: CustomDomainReco
 
 async def remove_domains_of(platform: CustomDomainServices, column: str, resource_id: str) -> int:
     """Remove every domain of a deleted computer (`computer_id`) or deployment
-    (`deployment_id`). Every node hears the deletion and runs this: a domain another
-    node removed first is skipped."""
-    ids = await store.ids_of_resource(platform.db, column, resource_id)
+    (`deployment_id`). Every node hears the deletion and runs this: each removes the
+    domains it is home to, and those whose home is lost (one node wins each); a domain
+    another node removed first is skipped."""
+    here = platform.settings.node_name
     removed = 0
-    for domain_id in ids:
+    for domain_id, home in await store.homes_of_resource(platform.db, column, resource_id):
+        if home not in (None, here) and await node_is_live(platform.db, home):
+            continue  # its home hears the deletion too
         try:
             ref = await platform.system.get(CustomDomainActor, domain_id)
             await ref.ask(Remove())
+        except LivesElsewhere:
+            continue  # another node took it first, and removes it
         except ApiError as exc:
             if exc.status != 404:
                 raise

@@ -36,6 +36,8 @@ class CustomDomainRecord:
     external_project_id: str | None
     created_at: str
     updated_at: str
+    node: str | None = None
+    """Its home: the node whose actor owns the row (`corral.actors.nodes.homed`)."""
 
 
 DOMAINS: RowStore[CustomDomainRecord] = RowStore("custom_domains", CustomDomainRecord)
@@ -76,12 +78,13 @@ async def live(db: Database) -> list[CustomDomainRecord]:
     return await DOMAINS.where(db, [], also=f"status <> '{REMOVED}'", order_by="created_at, id")
 
 
-async def ids_of_resource(db: Database, column: str, resource_id: str) -> list[str]:
-    """The live domains of a computer (`computer_id`) or a deployment (`deployment_id`)."""
+async def homes_of_resource(db: Database, column: str, resource_id: str) -> list[tuple[str, str | None]]:
+    """The live domains of a computer (`computer_id`) or a deployment (`deployment_id`):
+    each one's id and home node."""
     if column not in ("computer_id", "deployment_id"):
         raise ValueError(column)
-    rows = await db.fetch_all(f"SELECT id FROM custom_domains WHERE {column} = ? AND status <> ?", (resource_id, REMOVED))
-    return [str(row["id"]) for row in rows]
+    rows = await db.fetch_all(f"SELECT id, node FROM custom_domains WHERE {column} = ? AND status <> ?", (resource_id, REMOVED))
+    return [(str(row["id"]), row["node"]) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)

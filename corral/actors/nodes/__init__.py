@@ -2,6 +2,7 @@
 
 from .actor import NodeActor, NodeLoad, SecondNodeRefused
 from .gate import require_accepting_work
+from .homed import HOME_MOVED, HomedActor, LivesElsewhere, hear_home_moves
 from .service import describe, drain, join, keep_alive, leave, measure
 from .store import HEARTBEAT_SECONDS, LOST_AFTER_SECONDS, NodeRecord
 
@@ -10,13 +11,17 @@ ACTORS = (NodeActor,)
 __all__ = [
     "ACTORS",
     "HEARTBEAT_SECONDS",
+    "HOME_MOVED",
     "LOST_AFTER_SECONDS",
+    "HomedActor",
+    "LivesElsewhere",
     "NodeActor",
     "NodeLoad",
     "NodeRecord",
     "SecondNodeRefused",
     "describe",
     "drain",
+    "hear_home_moves",
     "join",
     "keep_alive",
     "leave",

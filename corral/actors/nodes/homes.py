@@ -1,9 +1,9 @@
 """Where an instance-backed resource lives: this node, or another live node (issue 30).
 
 Every sandbox, computer, database and deployment service row names its home in
-`node` (a deployment's is its newest live service's). Only that node
-runs the resource's actor and talks to its instance (its agent listens on that node's
-bridge, unreachable from the others), so a request for it that reaches another node
+`node`. Only that node runs the resource's actor and talks to its instance (its agent
+listens on that node's bridge, unreachable from the others); a deployment's and a custom
+domain's row names the one node that runs its actor (`homed`). So a request for it that reaches another node
 is forwarded there (`corral.http.forward`). `Homes.elsewhere` answers the question the
 HTTP layer asks before serving such a request: the other node to forward it to, or
 None to serve it here.
@@ -32,10 +32,8 @@ COLLECTIONS = {
     "sandboxes": "SELECT node FROM sandboxes WHERE id = ?",
     "computers": "SELECT node FROM computers WHERE id = ?",
     "databases": "SELECT node FROM databases WHERE id = ?",
-    "deployments": (
-        "SELECT node FROM deployment_services WHERE deployment_id = ? AND status <> 'destroyed'"
-        " ORDER BY created_at DESC LIMIT 1"
-    ),
+    "deployments": "SELECT node FROM deployments WHERE id = ?",
+    "custom-domains": "SELECT node FROM custom_domains WHERE id = ?",
     "deployment-services": "SELECT node FROM deployment_services WHERE id = ?",
     "sandbox-template-builds": "SELECT node FROM sandbox_template_builds WHERE id = ?",
     "sandbox-templates": (
@@ -50,9 +48,9 @@ COLLECTIONS = {
     ),
 }
 """The API's collection names of resources with a home, and how to read it. A
-deployment's home is its newest live service's node (where the service's actor runs and
-its instance is); a deployment without one has none and is served where it is asked.
-An agent run's home is its target's: its actor follows a process in the target's agent
+deployment's and a custom domain's home is the node its actor runs on (`homed`); a
+deployment service's, the node its instance runs on (a deployment's services may run on
+other nodes than the deployment's). An agent run's home is its target's: its actor follows a process in the target's agent
 there, and its live events are announced on that node's bus only. A template build's
 home is the node that runs it; a template's, its running build's (whose cancel a
 delete is), by id or name (a name another tenant also uses may send the request to

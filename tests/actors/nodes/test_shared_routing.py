@@ -372,3 +372,89 @@ async def test_a_service_version_running_on_node_a_is_reached_and_managed_throug
             assert listed["error"]["code"] == "DEPLOYMENT_NOT_FOUND"
         finally:
             await call(client, cluster.a, owner, "DELETE", f"/sandboxes/{sandbox['id']}", timeout=120)
+
+
+async def test_a_deployment_and_its_domain_changed_through_either_node_live_on_one_and_stay_deleted(cluster: Cluster) -> None:
+    """One home per resource (issue 30) for resources without an instance: a deployment's
+    and a custom domain's actor runs only on its home node (the one its create reached),
+    and a request through the other node is forwarded there. Through a load balancer
+    that alternates, what one node changed is what the other answers, and a deletion
+    through one node is never undone by an actor the other node kept from before it."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with http() as client:
+        owner = await new_owner(client, cluster.a)
+        deployment = (await call(client, cluster.a, owner, "POST", f"/projects/{owner.project_id}/deployments", 201, json={"name": "lb"}))["data"]
+        path = f"/deployments/{deployment['id']}"
+        assert deployment["node"] == "node-a"
+        expected = {"name": "lb", "metadata": {}}
+        for turn, node in enumerate((cluster.a, cluster.b, cluster.a, cluster.b, cluster.a)):
+            patch = {"name": f"lb {turn}"} if turn % 2 == 0 else {"metadata": {"turn": str(turn)}}
+            expected.update(patch)
+            changed = (await call(client, node, owner, "PATCH", path, json=patch))["data"]
+            assert {name: changed[name] for name in expected} == expected, f"turn {turn}: {changed}"
+            for other in (cluster.a, cluster.b):
+                seen = (await call(client, other, owner, "GET", path))["data"]
+                assert {name: seen[name] for name in expected} == expected
+        on_a = await client.get(f"{cluster.a.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)
+        on_b = await client.get(f"{cluster.b.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)
+        assert (on_a.status_code, on_b.status_code) == (200, 404), (on_a.text, on_b.text)
+
+        fqdn = f"lb-{next(_tenants)}.example.test"
+        domain = (await call(client, cluster.b, owner, "POST", f"{path}/domains", 201, json={"domain": fqdn}))["data"]
+        assert domain["node"] == "node-a"  # made by the deployment's node, as the deployment's domains are
+        missing = await call(client, cluster.a, owner, "POST", f"/custom-domains/{domain['id']}/verify", 422)
+        assert missing["error"]["code"] == "CNAME_NOT_FOUND", missing
+        cluster.dns.records[fqdn] = domain["verification_target"]
+        verified = await call(client, cluster.b, owner, "POST", f"/custom-domains/{domain['id']}/verify")
+        assert verified["data"]["status"] == "verified"
+        again = await call(client, cluster.a, owner, "POST", f"/custom-domains/{domain['id']}/verify", 409)
+        assert again["error"]["code"] == "DOMAIN_ALREADY_VERIFIED"
+        await call(client, cluster.b, owner, "DELETE", f"/custom-domains/{domain['id']}")
+        gone = await call(client, cluster.a, owner, "POST", f"/custom-domains/{domain['id']}/verify", 404)
+        assert gone["error"]["code"] == "DOMAIN_NOT_FOUND"
+        await call(client, cluster.b, owner, "GET", f"/custom-domains/{domain['id']}", 404)
+
+        await call(client, cluster.b, owner, "DELETE", path)
+        for node in (cluster.a, cluster.b):
+            refused = await call(client, node, owner, "PATCH", path, 404, json={"name": "back from the dead"})
+            assert refused["error"]["code"] == "DEPLOYMENT_NOT_FOUND"
+            await call(client, node, owner, "GET", path, 404)
+
+
+async def test_a_publish_beside_its_sandbox_on_another_node_moves_the_deployments_home_there(cluster: Cluster) -> None:
+    """The publish runs where its source sandbox is (node B), and reports to the
+    deployment's actor there: the home moves from A to B (one compare-and-set), A's actor
+    stops when A hears so, and from then on every request for the deployment, through
+    either node, is B's."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    async with http() as client:
+        owner = await new_owner(client, cluster.a)
+        sandbox = (await call(client, cluster.b, owner, "POST", "/sandboxes", 201, json={}, timeout=120))["data"]
+        try:
+            assert sandbox["node"] == "node-b", "placement chose node A"
+            made = await call(client, cluster.b, owner, "POST", f"/sandboxes/{sandbox['id']}/exec", json={
+                "command": "mkdir -p /workspace/site && echo '<h1>moved</h1>' > /workspace/site/index.html"})
+            assert made["exit_code"] == 0, made
+            deployment = (await call(client, cluster.a, owner, "POST", f"/projects/{owner.project_id}/deployments", 201, json={"name": "mover"}))["data"]
+            path = f"/deployments/{deployment['id']}"
+            await call(client, cluster.a, owner, "PATCH", path, json={"metadata": {"step": "before"}})
+            assert (await client.get(f"{cluster.a.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)).status_code == 200
+
+            published = await call(client, cluster.a, owner, "POST", f"{path}/publish", json={
+                "source_sandbox_id": sandbox["id"], "output_path": "/workspace/site"}, timeout=300)
+            assert published["data"]["version"]["state"] == "ready", published
+            assert (await call(client, cluster.a, owner, "GET", path))["data"]["node"] == "node-b"
+            since = time.monotonic()
+            while (await client.get(f"{cluster.a.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)).status_code != 404:
+                assert time.monotonic() < since + GOAL_SECONDS, "node A still runs the deployment's actor"
+                await trio.sleep(0.01)
+            assert (await client.get(f"{cluster.b.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)).status_code == 200
+
+            changed = (await call(client, cluster.a, owner, "PATCH", path, json={"name": "moved"}))["data"]
+            assert (changed["name"], changed["metadata"], changed["node"]) == ("moved", {"step": "before"}, "node-b"), changed
+            assert changed["active_version_id"] == published["data"]["version"]["id"]
+            assert (await client.get(f"{cluster.a.base}{API}/admin/actors/deployment/{deployment['id']}", headers=admin)).status_code == 404
+            await call(client, cluster.a, owner, "DELETE", path)
+            await call(client, cluster.b, owner, "GET", path, 404)
+        finally:
+            await call(client, cluster.a, owner, "DELETE", f"/sandboxes/{sandbox['id']}", timeout=120)
