@@ -21,7 +21,7 @@ import logging
 import os
 import secrets
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -67,6 +67,7 @@ from corral.net.edge import caddy_binary, edge_config, edge_secret, run_edge_pro
 from corral.net.egress import DestinationPolicy, EgressCA, EgressProxy, EgressProxyConfig
 from corral.net.pgproxy import DatabaseAccess, DatabaseProxy
 from corral.net.preview import RouteTable
+from corral.node_local import NodeLocal, OnThisNode
 from corral.operations import NodeMetrics, run_metrics_listener
 from corral.request_observers import RequestObservers
 from corral.storage import (
@@ -100,75 +101,56 @@ class Platform:
     No part takes this type: each declares the narrow interface it needs (a
     `Protocol` in its `services` module), and this object satisfies all of them.
     The HTTP layer and integration tests hold it, so tests can drive actors directly.
+
+    Its own fields are what every node of a cluster has alike: its settings, the
+    store and its event log, the secrets every node derives from the same key and
+    store. Everything else lives in this node's process only and is gathered in
+    `local` (`corral.node_local.NodeLocal`, which says what each part is and how its
+    copies are kept in step); its attributes read through as `platform.<name>`.
     """
 
     settings: Settings
     db: Database
     events: EventLog
     secrets: SecretBox
+    """Sealed secrets; every node has the same key-encryption key (README)."""
     jwt_secret: str
+    """Signs tokens and derives the nodes' shared keys; one for the cluster, in the store."""
     admin_key_digest: str
-    nursery: trio.Nursery
-    bus: EventBus
-    runtime: RuntimeHolder
-    agents: AgentPool
-    blobs: BlobStore
-    """Content-addressed artifacts: deployment versions, database backups, run artifacts."""
-    notices: Notices
-    """Notices ("read it again") to and from the other nodes of a PostgreSQL store, for the
-    routing tables whose changes have no event (`corral.storage.notices`)."""
-    system: ActorSystem = field(init=False)
-    """The actor system; its actors see this platform as `self.services`."""
-    # Services of the parts, typed; the node sets each one explicitly.
-    metering: MeteringHandle | None = None
-    billing_hooks: BillingHooks = field(default_factory=BillingHooks)
-    """How each instance kind is stopped and counted on this node (registered at start)."""
-    """The running metering task (None before the node started billing, and after it stopped)."""
-    computer_activity: Activity | None = None
-    """Computer commands in flight on this node (the idle watcher skips busy computers)."""
-    computer_metrics: MetricsSampling | None = None
-    agent_runtime_profiles: ProfileResolver | None = None
-    """Registered by the agent-runs part; None: tenants have no profiles."""
-    warm_pool: sandboxes.WarmPool | None = None
-    """Booted, unassigned sandbox instances (`CORRAL_WARM_POOL`; None: no pool)."""
-    sandbox_templates: TemplateResolver | None = None
-    """Tenants' sandbox templates (`corral.actors.templates`); None: built-ins only."""
-    preview_access: AccessCache | None = None
-    """Routing and token caches shared by the preview router and the API."""
-    preview_router: PreviewRouter | None = None
-    preview_polls: set[str] = field(default_factory=set)
-    """Previews whose port is being polled for `sandbox.preview.ready`."""
-    webhooks: WebhookRuntime | None = None
-    """The webhook sender, delivery worker and dispatcher of this node."""
-    egress_proxy: EgressProxy | None = None
-    """This node's egress proxy (None: `CORRAL_EGRESS_PROXY=0`); its `hooks` are the actors' to set."""
-    custom_domains: domains.DomainMap = field(default_factory=domains.DomainMap)
-    """Custom domains in memory: what the router and the TLS edge's question read."""
-    preview_route_plugins: list[Callable[[RouteTable], None]] = field(default_factory=list)
-    request_observers: RequestObservers = field(default_factory=RequestObservers)
-    """Called with each API request's `corral.http.observe.RequestRecord` once answered,
-    in batches (metrics, the access log, the operator views)."""
-    operation_timings: OperationTimings = field(default_factory=OperationTimings)
-    """Observers of instance operations' durations (`corral.actors.timings`): the metrics."""
-    metrics: NodeMetrics | None = None
-    """This node's Prometheus registry and hooks (None: `CORRAL_METRICS_PORT` unset)."""
-    """Parts that add hosts to the preview router's table when it is built."""
-    edge_secret: str = ""
-    """Shared with `corral edge`: the header that proves a request came through it over HTTPS."""
-    edge_hosts: domains.EdgeHosts | None = None
-    """What `GET /tls/ask` answers from."""
-    databases: DatabaseNode = field(init=False)
-    """This node's database servers, their connection proxy and access rules."""
-    run_profiles: agent_runs.RunProfiles | None = None
-    """Runtime profiles as agent runs resolve them (the profiles part's); None: no profiles."""
-    deployment_sites: deployments.DeploymentSites | None = None
-    """The router's in-memory table of deployment hosts (set when the parts start)."""
-    leases: Leases = field(init=False)
-    """The cluster-wide leases of the jobs that run on one node at a time
-    (`corral.actors.nodes.leases`): taking over lost nodes' resources, the egress prune."""
-    rate_counts: SharedRateCounts | None = None
-    """Where the nodes of a PostgreSQL store add up their rate-limit counts (the API's
-    limiter shares through it); None on SQLite, whose one node counts alone."""
+    local: NodeLocal
+    """What this node keeps to itself."""
+
+    nursery = OnThisNode[trio.Nursery]()
+    runtime = OnThisNode[RuntimeHolder]()
+    agents = OnThisNode[AgentPool]()
+    bus = OnThisNode[EventBus]()
+    blobs = OnThisNode[BlobStore]()
+    notices = OnThisNode[Notices]()
+    egress_proxy = OnThisNode[EgressProxy | None]()
+    system = OnThisNode[ActorSystem]()
+    databases = OnThisNode[DatabaseNode]()
+    warm_pool = OnThisNode[sandboxes.WarmPool | None]()
+    leases = OnThisNode[Leases]()
+    metering = OnThisNode[MeteringHandle | None]()
+    billing_hooks = OnThisNode[BillingHooks]()
+    computer_activity = OnThisNode[Activity | None]()
+    computer_metrics = OnThisNode[MetricsSampling | None]()
+    webhooks = OnThisNode[WebhookRuntime | None]()
+    preview_polls = OnThisNode[set[str]]()
+    rate_counts = OnThisNode[SharedRateCounts | None]()
+    preview_access = OnThisNode[AccessCache | None]()
+    preview_router = OnThisNode[PreviewRouter | None]()
+    preview_route_plugins = OnThisNode[list[Callable[[RouteTable], None]]]()
+    custom_domains = OnThisNode[domains.DomainMap]()
+    deployment_sites = OnThisNode[deployments.DeploymentSites | None]()
+    edge_hosts = OnThisNode[domains.EdgeHosts | None]()
+    edge_secret = OnThisNode[str]()
+    sandbox_templates = OnThisNode[TemplateResolver | None]()
+    agent_runtime_profiles = OnThisNode[ProfileResolver | None]()
+    run_profiles = OnThisNode[agent_runs.RunProfiles | None]()
+    request_observers = OnThisNode[RequestObservers]()
+    operation_timings = OnThisNode[OperationTimings]()
+    metrics = OnThisNode[NodeMetrics | None]()
 
     def is_bootstrap_admin_key(self, token: str) -> bool:
         candidate = hashlib.sha256(token.encode()).hexdigest()
@@ -474,13 +456,15 @@ async def open_node(settings: Settings) -> AsyncIterator[Platform]:
                 secrets=SecretBox(load_or_create_kek(data_dir / "kek")),
                 jwt_secret=await _jwt_secret(db, settings.jwt_secret),
                 admin_key_digest=hashlib.sha256(admin_key.encode()).hexdigest(),
-                nursery=nursery,
-                bus=EventBus(events),
-                runtime=RuntimeHolder(settings, partial(node_network, settings, nursery, proxy), trust),
-                agents=AgentPool(settings.agent_timeout),
-                blobs=LocalBlobStore(data_dir / "blobs"),
-                notices=Notices(db, events.origin),
-                egress_proxy=proxy,
+                local=NodeLocal(
+                    nursery=nursery,
+                    bus=EventBus(events),
+                    runtime=RuntimeHolder(settings, partial(node_network, settings, nursery, proxy), trust),
+                    agents=AgentPool(settings.agent_timeout),
+                    blobs=LocalBlobStore(data_dir / "blobs"),
+                    notices=Notices(db, events.origin),
+                    egress_proxy=proxy,
+                ),
             )
             if db.dialect == "postgresql":  # a blob another node wrote is fetched from it on first read
                 platform.blobs = ClusterBlobs(LocalBlobStore(data_dir / "blobs"), db, BlobSigner(platform.jwt_secret, settings.node_name))

@@ -92,6 +92,27 @@ async def test_patch(api: Api, tenant: Tenant) -> None:
     assert_error(bad, 422, "VALIDATION_ERROR")
 
 
+async def test_a_copy_whose_home_moved_writes_nothing_and_the_next_request_takes_the_home_back(api: Api, tenant: Tenant) -> None:
+    """One home per deployment (issue 30): the actor's state writes are fenced by the
+    row's `node`. Another node that took the home (written here straight into the row,
+    as its compare-and-set would) makes this node's live copy refuse its write (503,
+    nothing written, the copy stopped); the next request activates the actor afresh,
+    which moves the home back to this node (no such node lives: nothing is running it)."""
+    here = api.platform.settings.node_name
+    created = await new_deployment(api, tenant, name="Homed")
+    assert created["node"] == here
+    url = f"{API}/deployments/{created['id']}"
+    assert (await api.request("PATCH", url, key=tenant.key, json={"name": "First"})).status_code == 200
+    await api.platform.db.execute("UPDATE deployments SET node = 'node-elsewhere' WHERE id = ?", (created["id"],))
+    stale = await api.request("PATCH", url, key=tenant.key, json={"name": "Lost write"})
+    assert assert_error(stale, 503, "SERVICE_UNAVAILABLE")["message"] == "this deployment moved to node node-elsewhere meanwhile; try again"
+    row = await api.platform.db.fetch_one("SELECT name, node FROM deployments WHERE id = ?", (created["id"],))
+    assert row == {"name": "First", "node": "node-elsewhere"}
+    again = await api.request("PATCH", url, key=tenant.key, json={"name": "Second"})
+    assert again.status_code == 200, again.text
+    assert (again.json()["data"]["name"], again.json()["data"]["node"]) == ("Second", here)
+
+
 async def test_delete(api: Api, tenant: Tenant) -> None:
     created = await new_deployment(api, tenant)
     url = f"{API}/deployments/{created['id']}"
