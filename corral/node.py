@@ -389,7 +389,7 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
         databases.keep_waiting_forever, platform.db, platform.system, platform.settings.node_name,
         platform.databases.driver, databases.DatabaseActor,
     )
-    movable = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor}
+    movable = {"sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor}
     await platform.nursery.start(moves.move_forever, platform.db, platform.system, platform.settings.node_name, movable, MoveAway)
     await platform.nursery.start(moves.adopt_forever, platform.db, platform.system, platform.settings.node_name, movable)
 
@@ -420,6 +420,7 @@ async def _start_deployments(platform: Platform) -> None:
         log.info("routing %d deployment(s)", routed)
     if platform.leases.shared:  # services a publish on another node placed here
         await platform.nursery.start(deployments.placed_services_forever, platform)
+        await platform.nursery.start(deployments.relocate_forever, platform)
 
 
 def check_edge() -> None:

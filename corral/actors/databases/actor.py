@@ -23,14 +23,17 @@ from typing import Any
 import trio
 
 from corral.actors.actor import handles
-from corral.actors.instances import InstanceActor, failure_summary
+from corral.actors.instances import failure_summary
+from corral.actors.instances.moving import MovingInstance
 from corral.actors.instances.refusals import Refusals
+from corral.actors.nodes.archives import export_to_blobs
+from corral.actors.nodes.placement import Demand
 from corral.actors.runtime import database_disk_gb, disk_mb
 from corral.actors.timings import timed
 from corral.actors.transitions import TransitionTable
 from corral.errors import ApiError, conflict
 from corral.net import NetworkError
-from corral.storage import BlobNotFound, associated_data, utc_now_iso
+from corral.storage import Blob, BlobNotFound, associated_data, utc_now_iso
 from corral.vm import SIZES, InstanceInfo, InstanceSpec, RuntimeDriver
 from corral.vm.postgres import PostgresDriver, replica_name
 
@@ -83,7 +86,7 @@ def _invalid(text: str) -> tuple[str, str]:
     return ("INVALID_STATE", text)
 
 
-class DatabaseActor(InstanceActor):
+class DatabaseActor(MovingInstance):
     kind = "database"
     store = DATABASES
     record: DatabaseRecord
@@ -139,6 +142,14 @@ class DatabaseActor(InstanceActor):
             Booted: _invalid("database is not being created"),
         },
     )
+
+    movable_states = ("stopped",)
+    movable_when_running = ("running", "suspended")
+    movable_where = (
+        "role = 'primary' AND NOT EXISTS (SELECT 1 FROM databases r WHERE r.primary_id = databases.id AND r.status <> 'deleted')"
+    )
+    """A drain moves a primary without replicas: a replica is made again from its primary
+    (delete it, add one), and a primary's replicas stream from its node's address."""
 
     _crashes: list[float]
 
@@ -297,6 +308,50 @@ class DatabaseActor(InstanceActor):
             "server_restarts": self.record.server_restarts,
             "open_connections": self.node.proxy.open_connections(self.id),
         }
+
+    # -- moving to another node (a drain: `corral.actors.nodes.moves`) ---------------------------
+
+    def move_demand(self) -> Demand:
+        return Demand("databases", self.record.size, None, self.record.region)
+
+    async def check_movable(self) -> None:
+        if self.record.role != "primary":
+            raise conflict("INVALID_STATE", "a replica does not move: delete it and add one to its primary")
+        if await store.replicas_of(self.db, self.id):
+            raise conflict("INVALID_STATE", "a database with replicas does not move: delete its replicas first")
+
+    async def stop_for_move(self) -> bool:
+        """The server stops cleanly (its files are then consistent as they lie); a
+        suspended one is stopped already. It starts again on its new node."""
+        if self.state == "running":
+            await self.persist(state="stopping")
+            await self.halt_instance()
+        await self.persist(state="stopped")
+        await self.emit("stopped", {**self.subject_data(), "reason": "move"})
+        return True
+
+    async def start_after_move(self) -> None:
+        await self.start(Start())
+
+    async def pack_for_move(self) -> Blob:
+        return await export_to_blobs(
+            self.services.blobs, self.services.settings.data_dir, lambda path: self.servers.archive_data(self.id, path)
+        )
+
+    async def unpack_moved(self, driver: RuntimeDriver, archive_sha256: str) -> None:
+        archive = await self.services.blobs.verified_path(archive_sha256)
+        with contextlib.suppress(Exception):  # what an adoption cut short left
+            await self.servers.destroy(self.id)
+        self.info = await self.servers.create_from_archive(self.spec(await self.boot_env()), archive)
+
+    async def after_move_here(self) -> None:
+        """Its clients connect at its port on this node from now on (the port is the
+        cluster's: it stays the database's)."""
+        await self.services.runtime.driver()  # the bridge, for the proxy's internal address
+        await self.node.proxy.listen(self.id, self.record.port, self.node.listen_hosts(True))
+
+    async def after_move_away(self) -> None:
+        self.node.proxy.forget(self.id)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from .service import (
 )
 from .service_actor import DeploymentServiceActor
 from .service_boot import placed_services_forever
+from .service_moves import relocate_forever
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 from .sites import DeploymentSites, deployment_host, public_url, version_url
@@ -107,6 +108,7 @@ __all__ = [
     "publish",
     "publish_request_for",
     "register_with_billing",
+    "relocate_forever",
     "resolved_kind",
     "sandbox_of",
     "service_billing",

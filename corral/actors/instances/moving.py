@@ -78,6 +78,9 @@ class MovingInstance(InstanceActor):
 
     movable_states: ClassVar[tuple[str, ...]] = ()
     movable_when_running: ClassVar[tuple[str, ...]] = ()
+    movable_where: ClassVar[str] = ""
+    """An SQL condition on the kind's table that a resource a drain moves also meets
+    (empty: none); `check_movable` refuses the others when asked directly."""
 
     def move_demand(self) -> placement.Demand:
         """What the resource needs of the node it moves to (its size, template, region)."""
@@ -93,16 +96,32 @@ class MovingInstance(InstanceActor):
         """Start the moved resource the kind's way, on its new node."""
         raise NotImplementedError
 
+    async def check_movable(self) -> None:
+        """Raise (409) if this resource cannot move at all, whatever its state."""
+
     async def prepare_move(self) -> None:
         """Before the files go: make whatever else the resource keeps here reachable elsewhere."""
 
     async def after_move_away(self) -> None:
         """Once the resource lives elsewhere: remove what else of it this node kept."""
 
+    async def pack_for_move(self) -> Blob:
+        """The stopped instance's files as one archive in the blob store."""
+        return await pack_files(self.services.blobs, await self.driver(), self.services.settings.data_dir, self.instance_id)
+
+    async def unpack_moved(self, driver: RuntimeDriver, archive_sha256: str) -> None:
+        """Make the instance here, stopped, from the archive `pack_for_move` made on the old home."""
+        await self.template_here(driver)
+        await unpack_files(self.services.blobs, driver, archive_sha256, self.spec(await self.boot_env()))
+
+    async def after_move_here(self) -> None:
+        """Once the instance is made here (stopped): what else the kind keeps on its node."""
+
     @handles(MoveAway)
     async def move_away(self, message: MoveAway) -> str:
         if self.is_removed():
             raise self.not_found()
+        await self.check_movable()
         running = self.state in self.movable_when_running
         if self.state not in self.movable_states and not (running and message.running_too):
             raise ApiError(409, "INVALID_STATE", f"this {self.kind} cannot be moved from its current status ({self.state})")
@@ -157,7 +176,7 @@ class MovingInstance(InstanceActor):
         await self.prepare_move()
         blobs = self.services.blobs
         with self.refused():
-            blob = await pack_files(blobs, await self.driver(), self.services.settings.data_dir, self.instance_id)
+            blob = await self.pack_for_move()
         if not isinstance(blobs, ClusterBlobs) or not await blobs.copy_to(blob.sha256, node):
             raise ApiError(503, "SERVICE_UNAVAILABLE", f"node {node} could not take a copy of this {self.kind}'s files")
         here = self.services.settings.node_name
@@ -186,11 +205,11 @@ class MovingInstance(InstanceActor):
         if move is None or getattr(self.record, "node", None) != here:
             return False
         driver = await self.driver()
-        await self.template_here(driver)
         with self.refused():
-            await unpack_files(self.services.blobs, driver, move.archive_sha256, self.spec(await self.boot_env()))
+            await self.unpack_moved(driver, move.archive_sha256)
         await moves.delete(self.db, self.kind, self.id)
         await forget_archive(self.services.blobs, move.archive_sha256)
+        await self.after_move_here()
         await self.emit("moved", {**self.subject, "from_node": move.from_node, "node": here})
         log.warning("%s %s moved here from node %s", self.kind, self.id, move.from_node)
         if move.start_after:

@@ -39,10 +39,11 @@ ROUND_SECONDS = 2.0
 MOVE_TIMEOUT = 1800.0
 """One resource's move (its files packed and copied): a large disk takes a while."""
 
-MOVABLE = "SELECT id FROM {table} WHERE node = ? AND status IN ({states}) ORDER BY created_at"
+MOVABLE = "SELECT id FROM {table} WHERE node = ? AND status IN ({states}){also} ORDER BY created_at"
 """The node's resources of a table in some states: a kind's actor says which states
 move as they are (`movable_states`) and which only when running ones are asked for too
-(`movable_when_running`; `corral.actors.instances.moving`)."""
+(`movable_when_running`; `corral.actors.instances.moving`), and what else a resource of the
+kind meets to move (`movable_where`: a database with replicas does not)."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,10 @@ async def move_round(db: Database, refs: Refs, node: str, kinds: Mapping[str, ty
             states += tuple(getattr(actor_class, "movable_when_running", ()))
         if not states:
             continue
-        query = MOVABLE.format(table=sql_identifier(table), states=", ".join("?" for _ in states))
+        where = str(getattr(actor_class, "movable_where", ""))
+        query = MOVABLE.format(
+            table=sql_identifier(table), states=", ".join("?" for _ in states), also=f" AND ({where})" if where else ""
+        )
         rows = await db.fetch_all(query, (node, *states))
         for row in rows:
             try:

@@ -635,6 +635,43 @@ class PostgresDriver(RuntimeDriver):
             await trio.to_thread.run_sync(files.remove_tree, kept)
             return self._info(state)
 
+    async def archive_data(self, instance_id: str, dest: Path) -> None:
+        """The stopped server's data directory as a compressed tar at `dest` (the layout a
+        backup has: `create_from_archive` and `restore_archive` take it). The server must
+        be stopped cleanly, so the files are consistent as they lie."""
+        data = self.layout.data(instance_id)
+        self._state(instance_id)
+        if files.postmaster_pid(data) is not None:
+            raise InvalidInstanceState(f"database server {instance_id} is running; stop it before packing its data")
+        result = await trio.run_process(
+            ["tar", "-czf", str(dest), "-C", str(data), "."], capture_stdout=True, capture_stderr=True, check=False
+        )
+        if result.returncode != 0:
+            dest.unlink(missing_ok=True)
+            raise BackupFailed(f"the data directory cannot be packed: {result.stderr.decode(errors='replace').strip()[:300]}")
+
+    async def create_from_archive(self, spec: InstanceSpec, archive: Path) -> InstanceInfo:
+        """A new server of `spec` whose data is an archive's (`archive_data`, a backup),
+        left stopped: a database moved here from another node (issue 30). Its disk is
+        written out before this returns, since the archive is then removed."""
+        state, _ = await self._begin(spec)
+        data = self.layout.data(state.id)
+        try:
+            data.mkdir(mode=0o700)
+            result = await trio.run_process(
+                ["tar", "-xzf", str(archive), "-C", str(data)], capture_stdout=True, capture_stderr=True, check=False
+            )
+            if result.returncode != 0 or not (data / "PG_VERSION").exists():
+                raise BackupFailed(f"the data archive cannot be unpacked: {result.stderr.decode(errors='replace').strip()[:300]}")
+            await trio.to_thread.run_sync(self._finish_dirs, state)
+            await trio.to_thread.run_sync(files.sync_now, data)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self.destroy(spec.instance_id)
+            raise
+        self._note(spec.instance_id, "made from a data archive (moved from another node)")
+        return self._info(state)
+
     async def rotate_password(self, instance_id: str, role: str, password: str) -> None:
         await admin.rotate(self._sock(self._state(instance_id)), role, password)
 

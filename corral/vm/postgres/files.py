@@ -143,22 +143,23 @@ def end_fresh(data: Path) -> bool:
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
+def sync_now(path: Path) -> None:
+    """Write the file system holding `path` (a server's own disk) out (`syncfs`)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # removed meanwhile
+    try:
+        if _libc.syncfs(fd) != 0:
+            log.warning("syncfs %s: %s", path, os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(fd)
+
+
 def sync_later(path: Path) -> None:
-    """Write the file system holding `path` (a server's own disk) out, in a thread of its
-    own: what a fresh start skipped (`mark_fresh`), off the create's critical path."""
-
-    def run() -> None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return  # removed meanwhile
-        try:
-            if _libc.syncfs(fd) != 0:
-                log.warning("syncfs %s: %s", path, os.strerror(ctypes.get_errno()))
-        finally:
-            os.close(fd)
-
-    threading.Thread(target=run, name="corral-pg-sync", daemon=True).start()
+    """`sync_now` in a thread of its own: what a fresh start skipped (`mark_fresh`), off
+    the create's critical path."""
+    threading.Thread(target=sync_now, args=(path,), name="corral-pg-sync", daemon=True).start()
 
 
 def write_config(

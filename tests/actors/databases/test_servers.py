@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import trio
 
-from corral.vm import InstanceSpec, InstanceState, Limits, release_mounts
+from corral.vm import InstanceSpec, InstanceState, InvalidInstanceState, Limits, release_mounts
 from corral.vm.postgres import BackupFailed, PostgresDriver
 from tests.support import TEST_SLOT, free_port
 
@@ -96,6 +96,38 @@ async def test_backup_restored_into_another_server_takes_its_identity(servers: P
     assert (await servers.info("e")).state is InstanceState.STOPPED
     await servers.destroy("e")
     assert not servers.layout.server_dir("e").exists()
+
+
+async def test_a_stopped_servers_data_makes_the_same_server_elsewhere_and_a_bad_archive_leaves_nothing(
+    servers: PostgresDriver, tmp_path: Path
+) -> None:
+    """A drain's move of a database (issue 30): the stopped server's data directory packed
+    (`archive_data`) makes a new server of the same id, stopped (`create_from_archive`),
+    with its rows, role and password; a running server is not packed, and an archive that
+    does not unpack leaves no server behind."""
+    await servers.create(spec("m", "mona", "shop"))
+    with connect(servers, "m", "mona", "pw", "shop") as conn:
+        conn.execute("CREATE TABLE t AS SELECT 7 AS v")
+    archive = tmp_path / "m.tar.gz"
+    with pytest.raises(InvalidInstanceState):
+        await servers.archive_data("m", archive)
+    await servers.stop("m")
+    await servers.archive_data("m", archive)
+    assert archive.stat().st_size > 0
+    await servers.destroy("m")  # the old node's copy goes once the new node holds the archive
+    made = await servers.create_from_archive(spec("m", "mona", "shop"), archive)
+    assert made.state is InstanceState.STOPPED
+    assert servers.layout.data("m").stat().st_uid == servers.layout.load("m").uid  # type: ignore[union-attr]
+    await servers.start("m", {"password": "pw"})
+    with connect(servers, "m", "mona", "pw", "shop") as conn:
+        assert conn.execute("SELECT v FROM t").fetchall() == [(7,)]
+    assert "made from a data archive" in servers.log_path("m").read_text()
+
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive")
+    with pytest.raises(BackupFailed):
+        await servers.create_from_archive(spec("n", "nora", "shop"), junk)
+    assert servers.layout.load("n") is None and not servers.layout.server_dir("n").exists()
 
 
 async def test_creates_take_ready_copies_of_the_template(servers: PostgresDriver) -> None:

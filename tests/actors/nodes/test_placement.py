@@ -28,7 +28,15 @@ from corral.storage import open_database
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.pg_server import create_database
 from tests.serve_process import ADMIN_KEY, Served, corral_serve, wait_for
-from tests.support import RUNTIME_SETTINGS, TEMPLATE_CACHE, Api, Tenant, cleanup_host, host_names
+from tests.support import (
+    RUNTIME_SETTINGS,
+    TEMPLATE_CACHE,
+    Api,
+    Tenant,
+    cleanup_host,
+    free_port,
+    host_names,
+)
 
 API = "/api/v1"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -62,17 +70,21 @@ def both_active(a: Served) -> dict[str, dict[str, Any]]:
 @contextlib.contextmanager
 def two_nodes(
     tmp_path: Path, postgres_url: str, name: str, common: dict[str, str] | None = None,
-    *, a: dict[str, str] | None = None, b: dict[str, str] | None = None,
+    *, a: dict[str, str] | None = None, b: dict[str, str] | None = None, preview_ports: tuple[int, int] | None = None,
 ) -> Iterator[tuple[Served, Served, str, dict[str, str]]]:
     """Nodes A and B on a new PostgreSQL database, both active: (a, b, its URL, the
-    environment both have, for a third node)."""
+    environment both have, for a third node); their preview routers on `preview_ports`
+    when given."""
     url = create_database(postgres_url, f"{name}_{os.getpid()}_{next(_databases)}")
     shared = {"CORRAL_DATABASE_URL": url, "CORRAL_EGRESS_PROXY": "0", "CORRAL_WARM_POOL": "0", **(common or {})}
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     env_a = {**shared, **runtime_env(RUNTIME_SETTINGS), **(a or {})}
     env_b = {**shared, **runtime_env(NODE_B_HOST), **(b or {})}
-    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a") as node_a, corral_serve(tmp_path / "b", env_b, "--node-name", "node-b") as node_b:
+    args_a, args_b = (("--preview-port", str(preview_ports[0])), ("--preview-port", str(preview_ports[1]))) if preview_ports else ((), ())
+    with corral_serve(tmp_path / "a", env_a, "--node-name", "node-a", *args_a) as node_a, corral_serve(
+        tmp_path / "b", env_b, "--node-name", "node-b", *args_b
+    ) as node_b:
         both_active(node_a)
         yield node_a, node_b, url, shared
 
@@ -453,6 +465,73 @@ async def test_deployment_services_go_to_nodes_with_room_and_are_reached_and_del
                     await db.close()
             finally:
                 await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
+
+
+async def test_a_drained_nodes_running_service_starts_again_elsewhere_before_it_stops_there(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    """A drain with `all` moves a deployment service by starting its version again on
+    another node and stopping it on the drained one once the new one is healthy: the
+    deployment answers through a router all along (no request fails), from the new node
+    afterwards."""
+    previews = (free_port(), free_port())
+    with two_nodes(tmp_path, postgres_url, "relocated_services", preview_ports=previews) as (a, b, url, _):
+        key = a.owner_key("Relocated", "owner@relocated.example")
+        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert sandbox.status_code == 201, sandbox.text
+            sandbox_id = sandbox.json()["data"]["id"]
+            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
+            assert wrote.status_code == 201, wrote.text
+            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
+            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "moving"})).json()["data"]
+            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
+                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+            assert published.status_code == 200, published.text
+            [old] = published.json()["data"]["services"]
+            version_id = published.json()["data"]["version"]["id"]
+            assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200  # its artifact is all the service needs
+            drained_node, other = (a, b) if old["node"] == "node-a" else (b, a)
+            other_name = "node-b" if old["node"] == "node-a" else "node-a"
+            host = httpx.URL(deployment["public_url"]).host
+            failures: list[str] = []
+            served = 0
+            done = trio.Event()
+
+            async def keep_asking() -> None:
+                nonlocal served
+                async with httpx.AsyncClient(timeout=10) as plain:
+                    while not done.is_set():
+                        for port in previews:
+                            answer = await plain.get(f"http://127.0.0.1:{port}/", headers={"Host": host})
+                            if answer.status_code == 200 and answer.text == "placed service":
+                                served += 1
+                            else:
+                                failures.append(f"{port}: {answer.status_code} {answer.text[:80]}")
+                        await trio.sleep(0.02)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(keep_asking)
+                drained = await client.post(f"{other.base}{API}/admin/nodes/{old['node']}/drain", headers=ADMIN, json={"move": "all"})
+                assert drained.status_code == 200, drained.text
+                since = trio.current_time()
+                with trio.fail_after(120):
+                    while True:
+                        services = (await client.get(f"{a.base}{API}/deployments/{deployment['id']}/versions/{version_id}")).json()["data"]["services"]
+                        states = {s["id"]: (s["state"], s["node"]) for s in services}
+                        replacements = [state for sid, state in states.items() if sid != old["id"]]
+                        if states[old["id"]][0] == "removed" and ("healthy", other_name) in replacements:
+                            break
+                        await trio.sleep(0.2)
+                print(f"\ndrain --move all: a deployment service runs on its new node and stopped on the old in {trio.current_time() - since:.1f} s")
+                await trio.sleep(1)  # and is served from there
+                done.set()
+            assert failures == [], failures[:5]
+            assert served > 20
+            nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=ADMIN)).json()["data"]}
+            assert nodes[old["node"]]["resources"] == 0, nodes
+            assert await open_claims(url) == 0
+            assert (await client.delete(f"{drained_node.base}{API}/deployments/{deployment['id']}")).status_code == 200
 
 
 async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_without_one(

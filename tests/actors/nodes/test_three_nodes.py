@@ -121,6 +121,11 @@ def query(url: str, statement: str) -> list[tuple[object, ...]]:
         return conn.execute(statement).fetchall()
 
 
+def execute(url: str, statement: str) -> None:
+    with psycopg.connect(url, autocommit=True, connect_timeout=20) as conn:
+        conn.execute(statement)
+
+
 async def new_database(client: httpx.AsyncClient, node: Node, name: str) -> str:
     """A database made through `node` (its id; it is `creating`)."""
     created = await client.post(f"{node.base}{API}/databases", json={"name": name})
@@ -618,3 +623,94 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_on_request_its_run
         for path in (f"/sandboxes/{stopped_id}", f"/sandboxes/{running_id}", f"/computers/{cid}"):
             assert (await client.delete(f"{home.base}{API}{path}")).status_code in (200, 204)
         assert relocated["node"] in (x.name, y.name)
+
+
+async def test_a_drained_node_moves_its_stopped_database_and_on_request_its_running_one_with_their_data(cluster: Cluster) -> None:
+    """A database is an instance a drain moves too: the stopped server's data directory
+    travels through the blob store and a node with room makes the server from it; with
+    `all`, a running one is stopped cleanly first and started there. It keeps its id,
+    port, password and every committed row; its `url` names the new node, and the old
+    node no longer answers at its port."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    a = cluster.nodes["node-a"]
+    key = cluster.owner_key("node-a", "Database movers", "owner@db-movers.example")
+    async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        stopped_id = await new_database(client, a, "ledger")
+        home = cluster.nodes[str((await until_status(client, a, stopped_id, "running", 120))["node"])]
+        x, y = not_home(cluster, home.name)
+        for other in (x, y):  # the second goes to the same node
+            assert (await client.post(f"{a.base}{API}/admin/nodes/{other.name}/drain", headers=admin, json={"move": "none"})).status_code == 200
+        running_id = await new_database(client, x, "orders")
+        replicated_id = await new_database(client, y, "replicated")
+        for did in (running_id, replicated_id):
+            assert (await until_status(client, a, did, "running", 120))["node"] == home.name
+        for other in (x, y):  # back to taking work: a restart ends a drain
+            stop_node(other)
+            cluster.restart(other)
+        made = await client.post(f"{a.base}{API}/databases/{replicated_id}/replicas", json={})
+        assert made.status_code == 202, made.text
+        replica = await until_status(client, a, made.json()["data"]["id"], "running", 120)
+        assert replica["node"] != home.name
+        before = {did: httpx.URL(await credentials_url(client, a, did)) for did in (stopped_id, running_id)}
+        for did, url in before.items():
+            assert url.host == home.address
+            await trio.to_thread.run_sync(execute, str(url), f"CREATE TABLE kept AS SELECT '{did}'::text AS v")
+        assert (await client.post(f"{y.base}{API}/databases/{stopped_id}/stop")).status_code == 200
+        await until_status(client, a, stopped_id, "stopped", 60)
+
+        drained = await client.post(f"{x.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={})
+        assert drained.status_code == 200 and drained.json()["data"]["moving"] == "stopped", drained.text
+        since = trio.current_time()
+        with trio.fail_after(120):
+            while (moved := (await client.get(f"{a.base}{API}/databases/{stopped_id}")).json()["data"])["node"] == home.name:
+                await trio.sleep(0.2)
+        print(f"\ndrain: a stopped database moved in {trio.current_time() - since:.1f} s")
+        assert moved["status"] == "stopped", moved
+        still = (await client.get(f"{a.base}{API}/databases/{running_id}")).json()["data"]
+        assert (still["node"], still["status"]) == (home.name, "running")  # running: not asked for
+        assert (await client.post(f"{y.base}{API}/databases/{stopped_id}/start")).status_code == 200
+        await until_status(client, a, stopped_id, "running", 60)
+        after = httpx.URL(await credentials_url(client, y, stopped_id))
+        assert after.host == cluster.nodes[moved["node"]].address
+        assert (after.port, after.username, after.password, after.path) == (
+            before[stopped_id].port, before[stopped_id].username, before[stopped_id].password, before[stopped_id].path)
+        assert await trio.to_thread.run_sync(query, str(after), "SELECT v FROM kept") == [(stopped_id,)]
+
+        # Asked for, the running one moves too, with what was committed up to the drain.
+        await trio.to_thread.run_sync(query, str(before[running_id]), "INSERT INTO kept VALUES ('just before') RETURNING v")
+        again = await client.post(f"{y.base}{API}/admin/nodes/{home.name}/drain", headers=admin, json={"move": "all"})
+        assert again.json()["data"]["moving"] == "all", again.text
+        since = trio.current_time()
+        with trio.fail_after(120):
+            while (relocated := (await client.get(f"{a.base}{API}/databases/{running_id}")).json()["data"])["node"] == home.name or (
+                relocated["status"] != "running"
+            ):
+                await trio.sleep(0.2)
+        print(f"drain --move all: a running database moved and runs again in {trio.current_time() - since:.1f} s")
+        moved_url = httpx.URL(await credentials_url(client, x, running_id))
+        assert (moved_url.host, moved_url.port) == (cluster.nodes[relocated["node"]].address, before[running_id].port)
+        rows = await trio.to_thread.run_sync(query, str(moved_url), "SELECT v FROM kept")
+        assert sorted(rows) == sorted([("just before",), (running_id,)]), rows
+        with pytest.raises(psycopg.OperationalError):  # the old node's port is closed
+            await trio.to_thread.run_sync(query, str(before[running_id]), "SELECT 1")
+
+        # A primary with a replica stays (its replica streams from this node's address),
+        # and so does the replica on its own node.
+        kept = (await client.get(f"{a.base}{API}/databases/{replicated_id}")).json()["data"]
+        assert (kept["node"], kept["status"]) == (home.name, "running"), kept
+        assert (await client.get(f"{a.base}{API}/databases/{replica['id']}")).json()["data"]["node"] == replica["node"]
+        nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=admin)).json()["data"]}
+        assert nodes[home.name]["resources"] == 1, nodes[home.name]
+        assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
+        events = await trio.to_thread.run_sync(
+            query, cluster.database_url,
+            "SELECT resource_id, type, data FROM events WHERE type IN ('database.moved', 'database.stopped')"
+            f" AND resource_id IN ('{stopped_id}', '{running_id}') ORDER BY id",
+        )
+        seen = [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
+        assert (stopped_id, "database.moved", home.name) in seen, seen
+        assert [event for event in seen if event[0] == running_id][-2:] == [
+            (running_id, "database.stopped", "move"), (running_id, "database.moved", home.name),
+        ], seen
+        for did in (stopped_id, running_id, replica["id"], replicated_id):
+            assert (await client.delete(f"{home.base}{API}/databases/{did}")).status_code in (200, 202, 204)
