@@ -335,6 +335,8 @@ async def _start_parts(platform: Platform) -> None:
     if interrupted_builds:
         log.info("%d template build(s) were interrupted by the last stop", interrupted_builds)
     await templates.sweep_unused_files(platform)
+    templates.hear_deletions(platform, platform.nursery)
+    await platform.nursery.start(templates.sweep_forever, platform)
     await computers.start_background(platform)
     platform.system.register(*agent_runs.ACTORS)
     resumed = await agent_runs.resume_runs(platform)

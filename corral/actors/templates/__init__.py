@@ -5,6 +5,7 @@ of the instance base); `TemplateResolver` answers sandbox creation and expose.
 """
 
 from .build_actor import BuildActor
+from .cleanup import hear_deletions, remove_files_if_unused, sweep_forever, sweep_unused_files
 from .messages import Cancel
 from .resolver import TemplateResolver
 from .service import (
@@ -25,9 +26,7 @@ from .service import (
     list_templates,
     rebuild,
     recover_interrupted,
-    remove_files_if_unused,
     retry_build,
-    sweep_unused_files,
     template_public,
 )
 from .services import TemplateServices
@@ -57,12 +56,14 @@ __all__ = [
     "find_build",
     "find_template",
     "follow_build",
+    "hear_deletions",
     "latest_build",
     "list_templates",
     "rebuild",
     "recover_interrupted",
     "remove_files_if_unused",
     "retry_build",
+    "sweep_forever",
     "sweep_unused_files",
     "template_public",
 ]

@@ -32,7 +32,7 @@ from corral.ids import UUID_PATTERN, is_uuid, new_uuid
 from corral.models import Rule, model
 from corral.storage import Transaction, utc_now_iso
 
-from . import store
+from . import cleanup, store
 from .build_actor import BuildActor
 from .messages import Cancel
 from .sealing import seal
@@ -276,32 +276,8 @@ async def delete_template(services: TemplateServices, template: TemplateRecord) 
             if exc.code != "BUILD_ALREADY_TERMINAL":
                 raise
     await services.db.transaction(lambda tx: store.delete_template(tx, template.id))
-    await remove_files_if_unused(services, template.id)
-
-
-async def remove_files_if_unused(services: TemplateServices, template_id: str) -> bool:
-    """Remove a deleted template's layers once no sandbox made from it is left."""
-    if await store.load_template(services.db, template_id) is not None:
-        return False
-    if await store.sandboxes_using(services.db, template_id):
-        return False
-    if not services.runtime.templates.is_layered(template_id):
-        return False
-    await (await services.runtime.driver()).remove_template(template_id)
-    return True
-
-
-async def sweep_unused_files(services: TemplateServices) -> int:
-    """At start-up: remove the layers of this store's deleted templates that no sandbox
-    uses any more (a template deleted while sandboxes used it keeps its files until then).
-    Layers this store never built are another node's (a shared template directory)."""
-    root = services.runtime.templates.root
-    removed = 0
-    names = [path.name for path in root.iterdir()] if root.is_dir() else []
-    for name in names:
-        if is_uuid(name) and await store.has_builds(services.db, name) and await remove_files_if_unused(services, name):
-            removed += 1
-    return removed
+    services.notices.tell_others(cleanup.TEMPLATE_DELETED, template.id)  # every node holding its files removes them
+    await cleanup.remove_files_if_unused(services, template.id)
 
 
 async def build_logs(services: TemplateServices, build: BuildRecord) -> list[LogLine]:

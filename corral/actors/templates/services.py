@@ -9,7 +9,7 @@ from corral.actors.runtime import RuntimeHolder
 from corral.actors.system import ActorSystem
 from corral.actors.tenancy.services import TenancyServices
 from corral.config import Settings
-from corral.storage import BlobStore, SecretBox
+from corral.storage import BlobStore, Notices, SecretBox
 
 
 class TemplateServices(TenancyServices, Protocol):
@@ -19,3 +19,5 @@ class TemplateServices(TenancyServices, Protocol):
     secrets: SecretBox
     settings: Settings
     blobs: BlobStore
+    notices: Notices
+    """Other nodes hear that a template was deleted (its files go there too)."""

@@ -308,6 +308,17 @@ async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
                 for sandbox_id in made_sandboxes:
                     await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
 
+            # Deleted (no sandbox uses it now): its layer goes from both nodes, its archive from every blob store.
+            deleted = await client.delete(f"{b.base}{API}/sandbox-templates/{template_id}")
+            assert deleted.status_code in (200, 204), deleted.text
+            since = trio.current_time()
+            with trio.fail_after(10):
+                while [side for side in ("a", "b") if (tmp_path / f"{side}-templates" / template_id).exists()] or blob_holders(
+                    tmp_path, str(row["archive_sha256"])
+                ):
+                    await trio.sleep(0.05)
+            print(f"\na deleted template's files left both nodes in {trio.current_time() - since:.2f} s")
+
 
 async def build_of(client: httpx.AsyncClient, node: Served, build_id: str, ok: Any, seconds: float = 120) -> dict[str, Any]:
     with trio.fail_after(seconds):
