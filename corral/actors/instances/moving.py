@@ -1,15 +1,19 @@
 """An instance's files to another node, and the instance made there from them (issue 30).
 
-A drain moves a stopped sandbox or computer off its node (`corral.actors.nodes.moves`
-says when). The files travel as the runtime's snapshot archive (`export_snapshot`:
-owners, modes, extended attributes and overlay whiteouts kept) through the blob store:
+A drain moves a stopped sandbox, computer or database off its node
+(`corral.actors.nodes.moves` says when). The files travel as the runtime's snapshot
+archive (`export_snapshot`: owners, modes, extended attributes and overlay whiteouts
+kept) through the blob store:
 the old home packs a throwaway snapshot of the instance into it and has the new home
 hold a copy; the new home unpacks it and makes the instance from it, stopped. The same
 packing keeps a computer's snapshots on two nodes (`computers.snapshots.copies`).
 
 `MovingInstance` is the part of an instance kind's actor that does it; a kind that
 moves inherits it and says what it needs of a node (`move_demand`) and how it stops
-and starts (`stop_for_move`, `start_after_move`).
+and starts (`stop_for_move`, `start_after_move`). A kind whose instance is not the
+runtime's packs and makes it its own way (`pack_for_move`, `unpack_moved`): a
+database's server is its data directory, packed as a tar of the cleanly stopped
+cluster (`corral.vm.postgres`).
 """
 
 from __future__ import annotations

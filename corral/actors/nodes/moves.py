@@ -1,4 +1,4 @@
-"""Sandboxes and computers moving off a draining node (issue 30).
+"""Sandboxes, computers and databases moving off a draining node (issue 30).
 
 `POST /admin/nodes/{name}/drain` (any node) marks the node draining and records what
 its drain moves (`nodes.moving`: `stopped`, or `all`). Only that node can read its
@@ -13,7 +13,8 @@ the instance from the archive when the resource's actor is activated there
 row and the archive go.
 
 A resource that cannot move now (no node has room, the copy failed) stays where it is
-and is tried again on the next round.
+and is tried again on the next round. (A deployment service has no files to move: a
+drain with `all` starts its version again elsewhere, `deployments.service_moves`.)
 """
 
 from __future__ import annotations

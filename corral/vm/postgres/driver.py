@@ -59,6 +59,15 @@ class BackupFailed(Exception):
     """pg_basebackup or a restore's archive failed (the detail is in the message)."""
 
 
+async def _unpack_data(archive: Path, data: Path, what: str) -> None:
+    """A data directory's archive (a backup's, or `archive_data`'s) into the new, empty
+    directory `data`; `BackupFailed` when it does not unpack or holds no cluster."""
+    data.mkdir(mode=0o700)
+    result = await trio.run_process(["tar", "-xzf", str(archive), "-C", str(data)], capture_stdout=True, capture_stderr=True, check=False)
+    if result.returncode != 0 or not (data / "PG_VERSION").exists():
+        raise BackupFailed(f"{what} cannot be unpacked: {result.stderr.decode(errors='replace').strip()[:300]}")
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -612,12 +621,7 @@ class PostgresDriver(RuntimeDriver):
             await trio.to_thread.run_sync(files.remove_tree, kept)
             data.rename(kept)
             try:
-                data.mkdir(mode=0o700)
-                result = await trio.run_process(
-                    ["tar", "-xzf", str(archive), "-C", str(data)], capture_stdout=True, capture_stderr=True, check=False
-                )
-                if result.returncode != 0 or not (data / "PG_VERSION").exists():
-                    raise BackupFailed(f"the backup archive cannot be unpacked: {result.stderr.decode(errors='replace').strip()[:300]}")
+                await _unpack_data(archive, data, "the backup archive")
                 await trio.to_thread.run_sync(self._finish_dirs, state)
                 self._note(instance_id, "restoring from a backup")
                 await self._pg_ctl_start(state)
@@ -657,12 +661,7 @@ class PostgresDriver(RuntimeDriver):
         state, _ = await self._begin(spec)
         data = self.layout.data(state.id)
         try:
-            data.mkdir(mode=0o700)
-            result = await trio.run_process(
-                ["tar", "-xzf", str(archive), "-C", str(data)], capture_stdout=True, capture_stderr=True, check=False
-            )
-            if result.returncode != 0 or not (data / "PG_VERSION").exists():
-                raise BackupFailed(f"the data archive cannot be unpacked: {result.stderr.decode(errors='replace').strip()[:300]}")
+            await _unpack_data(archive, data, "the data archive")
             await trio.to_thread.run_sync(self._finish_dirs, state)
             await trio.to_thread.run_sync(files.sync_now, data)
         except BaseException:

@@ -528,6 +528,26 @@ async def sandbox_until(client: httpx.AsyncClient, node: Node, sid: str, ok: obj
             await trio.sleep(0.1)
 
 
+async def drained_of_all_but(client: httpx.AsyncClient, cluster: Cluster, drained: Node, left: int) -> None:
+    """The drained node holds `left` resources, and no move is under way."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    nodes = {n["name"]: n for n in (await client.get(f"{drained.base}{API}/admin/nodes", headers=admin)).json()["data"]}
+    assert nodes[drained.name]["resources"] == left, nodes[drained.name]
+    assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
+
+
+async def moves_and_stops(cluster: Cluster, kinds: tuple[str, ...], ids: tuple[str, ...]) -> list[tuple[object, ...]]:
+    """The `<kind>.moved` and `<kind>.stopped` events of these resources, oldest first, as
+    (id, type, the node it moved from or why it stopped)."""
+    types = ", ".join(f"'{kind}.moved', '{kind}.stopped'" for kind in kinds)
+    listed = ", ".join(f"'{rid}'" for rid in ids)
+    events = await trio.to_thread.run_sync(
+        query, cluster.database_url,
+        f"SELECT resource_id, type, data FROM events WHERE type IN ({types}) AND resource_id IN ({listed}) ORDER BY id",
+    )
+    return [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
+
+
 async def test_a_drained_node_moves_its_stopped_sandboxes_and_on_request_its_running_and_paused_ones(cluster: Cluster) -> None:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     a = cluster.nodes["node-a"]
@@ -604,15 +624,8 @@ async def test_a_drained_node_moves_its_stopped_sandboxes_and_on_request_its_run
         assert restored.status_code == 200, restored.text
         assert (await computer_run(client, x, cid, "cat /root/kept.txt; test -e /root/after.txt; echo $?"))["output"] == "desk\n1\n"
 
-        nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=admin)).json()["data"]}
-        assert nodes[home.name]["resources"] == 0, nodes[home.name]
-        assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
-        events = await trio.to_thread.run_sync(
-            query, cluster.database_url,
-            f"SELECT resource_id, type, data FROM events WHERE type IN ('sandbox.moved', 'computer.moved', 'sandbox.stopped', 'computer.stopped')"
-            f" AND resource_id IN ('{stopped_id}', '{running_id}', '{cid}') ORDER BY id",
-        )
-        seen = [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
+        await drained_of_all_but(client, cluster, home, 0)
+        seen = await moves_and_stops(cluster, ("sandbox", "computer"), (stopped_id, running_id, cid))
         assert (stopped_id, "sandbox.moved", home.name) in seen, seen
         assert [event for event in seen if event[0] == running_id][-2:] == [
             (running_id, "sandbox.stopped", "move"), (running_id, "sandbox.moved", home.name),
@@ -699,18 +712,11 @@ async def test_a_drained_node_moves_its_stopped_database_and_on_request_its_runn
         kept = (await client.get(f"{a.base}{API}/databases/{replicated_id}")).json()["data"]
         assert (kept["node"], kept["status"]) == (home.name, "running"), kept
         assert (await client.get(f"{a.base}{API}/databases/{replica['id']}")).json()["data"]["node"] == replica["node"]
-        nodes = {n["name"]: n for n in (await client.get(f"{a.base}{API}/admin/nodes", headers=admin)).json()["data"]}
-        assert nodes[home.name]["resources"] == 1, nodes[home.name]
-        assert await trio.to_thread.run_sync(query, cluster.database_url, "SELECT count(*) FROM moves") == [(0,)]
-        events = await trio.to_thread.run_sync(
-            query, cluster.database_url,
-            "SELECT resource_id, type, data FROM events WHERE type IN ('database.moved', 'database.stopped')"
-            f" AND resource_id IN ('{stopped_id}', '{running_id}') ORDER BY id",
-        )
-        seen = [(rid, kind, json.loads(str(data)).get("from_node") or json.loads(str(data)).get("reason")) for rid, kind, data in events]
+        await drained_of_all_but(client, cluster, home, 1)
+        seen = await moves_and_stops(cluster, ("database",), (stopped_id, running_id))
         assert (stopped_id, "database.moved", home.name) in seen, seen
         assert [event for event in seen if event[0] == running_id][-2:] == [
             (running_id, "database.stopped", "move"), (running_id, "database.moved", home.name),
         ], seen
-        for did in (stopped_id, running_id, replica["id"], replicated_id):
+        for did in (stopped_id, running_id, str(replica["id"]), replicated_id):
             assert (await client.delete(f"{home.base}{API}/databases/{did}")).status_code in (200, 202, 204)
