@@ -370,7 +370,7 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
         return
     kinds = {
         "sandboxes": sandboxes.SandboxActor, "computers": computers.ComputerActor, "databases": databases.DatabaseActor,
-        "sandbox_template_builds": templates.BuildActor,
+        "sandbox_template_builds": templates.BuildActor, "deployment_services": deployments.DeploymentServiceActor,
     }
     async def sweep() -> None:
         await lost.sweep(

@@ -6,7 +6,14 @@ from .dns_forwarder import DnsForwarder
 from .errors import AddressExhausted, NetworkError
 from .firewall import Firewall, FirewallConfig
 from .links import Netlink
-from .network import Attachment, HostNetwork, NetworkConfig, host_dns_servers, instance_key
+from .network import (
+    HOST_NAME,
+    Attachment,
+    HostNetwork,
+    NetworkConfig,
+    host_dns_servers,
+    instance_key,
+)
 from .policy import (
     MODES,
     PROTOCOLS,
@@ -18,6 +25,7 @@ from .policy import (
 )
 
 __all__ = [
+    "HOST_NAME",
     "MODES",
     "PROTOCOLS",
     "UNRESTRICTED",

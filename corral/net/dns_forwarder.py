@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 import dns.exception
@@ -27,6 +27,7 @@ import dns.message
 import dns.name
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 import trio
 
 log = logging.getLogger("corral.net.dns")
@@ -92,12 +93,20 @@ class LookupFailed(Exception):
     """A name has no address: the upstreams said so (NXDOMAIN, no record), or none answered."""
 
 
+LOCAL_TTL = 60
+
+
 class DnsForwarder:
-    def __init__(self, listen: str, upstreams: Sequence[str], on_answer: Answer, port: int = 53) -> None:
+    def __init__(
+        self, listen: str, upstreams: Sequence[str], on_answer: Answer, port: int = 53, local_names: Mapping[str, str] | None = None
+    ) -> None:
         self.listen = listen
         self.port = port
         self.upstreams = [parse_upstream(u) for u in upstreams if u.strip()]
         self.on_answer = on_answer
+        self.local_names = {dns.name.from_text(name): address for name, address in (local_names or {}).items()}
+        """Names the forwarder answers itself, never asking upstream: each name's one IPv4
+        address on this node (the database host instances reach, `corral.net.network`)."""
         self._nursery: trio.Nursery | None = None
         self._pending = 0
 
@@ -181,6 +190,9 @@ class DnsForwarder:
             parsed = dns.message.from_wire(query)
         except Exception:  # not DNS: no answer
             return None
+        local = self._local_answer(parsed)
+        if local is not None:
+            return local
         for upstream in self.upstreams:
             try:
                 with trio.fail_after(UPSTREAM_TIMEOUT):
@@ -206,6 +218,21 @@ class DnsForwarder:
         failure = dns.message.make_response(parsed)
         failure.set_rcode(dns.rcode.SERVFAIL)
         return bytes(failure.to_wire())
+
+    def _local_answer(self, parsed: dns.message.Message) -> bytes | None:
+        """This node's own answer for a local name (its address for A, no record for any
+        other type), or None for every other name."""
+        if not self.local_names or len(parsed.question) != 1:
+            return None
+        question = parsed.question[0]
+        address = self.local_names.get(question.name)
+        if address is None:
+            return None
+        response = dns.message.make_response(parsed)
+        response.flags |= dns.flags.AA
+        if question.rdtype == dns.rdatatype.A:
+            response.answer.append(dns.rrset.from_text(question.name, LOCAL_TTL, "IN", "A", address))
+        return bytes(response.to_wire())
 
     async def addresses(self, hostname: str) -> list[str]:
         """The addresses of `hostname` exactly as an instance asking the forwarder gets them

@@ -124,6 +124,12 @@ class Attachment:
         return cls(**values)
 
 
+HOST_NAME = "host.corral.internal"
+"""The host as its instances see it: the node's DNS forwarder answers this name with the
+bridge address, on every node its own, so an address written with it (a database's
+`internal_url`) reaches the node the instance runs on, whichever node wrote it."""
+
+
 class HostNetwork:
     def __init__(self, config: NetworkConfig, nursery: trio.Nursery | None = None) -> None:
         self.config = config
@@ -152,7 +158,10 @@ class HostNetwork:
         self._answered: dict[str, dict[str, float]] = {}
         """watched hostname -> {address: expiry (trio clock)}: what the sets hold, for `allows`."""
         self._refresh_watch()
-        self.dns = DnsForwarder(self.gateway, upstream_servers(config.upstream_dns), self._on_answer, port=config.dns_port)
+        self.dns = DnsForwarder(
+            self.gateway, upstream_servers(config.upstream_dns), self._on_answer, port=config.dns_port,
+            local_names={HOST_NAME: self.gateway},
+        )
         self._dns_running = False
 
     @property

@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from corral.net import (
+    HOST_NAME,
     HostNetwork,
     NetworkConfig,
     NetworkPolicy,
@@ -183,6 +184,21 @@ async def test_forwarder_answers_over_udp_and_tcp_and_fails_without_upstream(net
     dns.silent = True
     answer = await trio.to_thread.run_sync(lambda: dns_query.udp(query, network.gateway, timeout=5))
     assert answer.rcode() == dns_rcode.SERVFAIL
+
+
+async def test_the_forwarder_answers_the_host_name_itself_with_its_gateway(network: HostNetwork, dns: DnsServer) -> None:
+    """`host.corral.internal` (a database's `internal_url`) is this node's bridge address,
+    answered without asking upstream (which would not know it), even with no upstream
+    answering at all; other types of it have no record, and other names go upstream."""
+    dns.silent = True
+    for ask in (dns_query.udp, dns_query.tcp):
+        answer = await trio.to_thread.run_sync(lambda ask=ask: ask(dns_message.make_query(HOST_NAME, "A"), network.gateway, timeout=3))
+        assert [item.address for rrset in answer.answer for item in rrset] == [network.gateway]
+        assert answer.rcode() == dns_rcode.NOERROR
+    other_type = await trio.to_thread.run_sync(lambda: dns_query.udp(dns_message.make_query(HOST_NAME, "AAAA"), network.gateway, timeout=3))
+    assert (other_type.rcode(), other_type.answer) == (dns_rcode.NOERROR, [])
+    upstream = await trio.to_thread.run_sync(lambda: dns_query.udp(dns_message.make_query("api.example.test", "A"), network.gateway, timeout=5))
+    assert upstream.rcode() == dns_rcode.SERVFAIL  # asked upstream, which is silent
 
 
 def test_policy_decisions_in_python() -> None:

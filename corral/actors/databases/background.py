@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from corral.actors.errors import ActorStopped, MailboxFull
+from corral.actors.periodic import run_periodically
 from corral.errors import ApiError
 from corral.net import NetworkError
 from corral.storage import utc_now_iso
@@ -38,6 +40,7 @@ log = logging.getLogger("corral.databases")
 
 SAMPLE_SECONDS = 5.0
 ACCESS_REFRESH_SECONDS = 15.0
+RELAY_SECONDS = 1.0
 
 
 async def start_background(platform: DatabaseServices) -> None:
@@ -69,6 +72,34 @@ async def start_background(platform: DatabaseServices) -> None:
             await ref.tell(Boot(clone_source=row.parent_id))
     await platform.nursery.start(watch, platform)
     await platform.nursery.start(follow_instances, platform)
+    if platform.db.dialect == "postgresql":  # databases of other nodes, at this node's `internal_url` host
+        await platform.nursery.start(
+            run_periodically, functools.partial(relay_round, platform), lambda: RELAY_SECONDS, "relaying other nodes' databases",
+        )
+
+
+async def relay_round(platform: DatabaseServices) -> None:
+    """This node's instances reach every database of their tenant at `internal_url`, whose
+    host (`corral.net.HOST_NAME`) each node answers with its own bridge address: the
+    proxy listens there for each database another node runs, on its port (ports are the
+    cluster's), and passes each connection to that node's proxy (`ProxyHooks.elsewhere`),
+    which admits, wakes and serves it. Which instances may connect is the same pair set
+    as for this node's own databases (`allowed_pairs`). Kept up to date every
+    `RELAY_SECONDS`: a database made, moved, promoted or deleted elsewhere."""
+    here = platform.settings.node_name
+    node = platform.databases
+    wanted = {row.id: row.port for row in await store.live(platform.db) if row.node not in (None, here)}
+    relayed = node.proxy.relayed()
+    for database_id, (port, _) in relayed.items():
+        if wanted.get(database_id) != port:
+            node.proxy.close(database_id)
+    missing = {database_id: port for database_id, port in wanted.items() if database_id not in relayed or relayed[database_id][0] != port}
+    if not missing or not platform.runtime.has_instances():
+        return  # no instance here to reach them (the bridge is made with the first)
+    await platform.runtime.driver()  # the bridge: its address is the one to listen at
+    for database_id, port in missing.items():
+        if node.proxy.listening(database_id) is None:  # not this node's own meanwhile (moved here)
+            await node.proxy.listen(database_id, port, (node.internal_host,), relay=True)
 
 
 INSTANCE_EVENTS = ("sandbox.ready", "sandbox.started", "computer.running", "computer.started")
@@ -82,6 +113,8 @@ async def follow_instances(platform: DatabaseServices, *, task_status: trio.Task
         async for _event in events:
             try:
                 await update_access(platform)
+                if platform.db.dialect == "postgresql":
+                    await relay_round(platform)
             except Exception:
                 log.exception("database access update failed")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral.actors.errors import ActorStopped, MailboxFull
+from corral.actors.nodes import store as nodes_store
 from corral.errors import ApiError
 from corral.net.pgproxy import ProxyRefusal
 from corral.vm import InstanceNotFound
@@ -18,6 +19,7 @@ from corral.vm import InstanceNotFound
 from . import store
 from .actor import DatabaseActor
 from .messages import Upstream
+from .replication import advertised_host
 
 if TYPE_CHECKING:
     from .services import DatabaseServices
@@ -47,6 +49,16 @@ class ProxyHooks:
         except (ActorStopped, MailboxFull) as exc:
             raise ProxyRefusal("57P03", "the database cannot accept connections now") from exc
         return path
+
+    async def elsewhere(self, database_id: str) -> tuple[str, int] | None:
+        """Another node's database: its proxy at that node's advertised host (where its
+        `url` and its replicas reach it), on the database's port."""
+        row = await store.load(self.platform.db, database_id)
+        if row is None or row.status == "deleted" or row.node in (None, self.platform.settings.node_name):
+            return None
+        home = await nodes_store.find(self.platform.db, row.node)
+        host = advertised_host(home.advertise_url) if home is not None else None
+        return (host, row.port) if host else None
 
     async def cancel_upstream(self, database_id: str) -> str | None:
         driver = self.platform.databases.driver

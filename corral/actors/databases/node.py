@@ -44,7 +44,8 @@ class DatabaseNode:
     host: str
     """The host in `url`: where the API is reached."""
     internal_host: str
-    """The host in `internal_url`: the bridge address, as instances see the host."""
+    """The bridge address, as instances see the host: the proxy listens there (the
+    name in `internal_url`, `corral.net.HOST_NAME`, resolves to it on this node)."""
     ports: range
     samples: dict[str, collections.deque[dict[str, Any]]] = field(default_factory=dict)
 

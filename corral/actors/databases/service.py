@@ -17,6 +17,7 @@ from corral.actors.tenancy import Attribution, Placement, resolve_attribution
 from corral.errors import ApiError, conflict, forbidden, not_found, validation_error
 from corral.ids import new_uuid
 from corral.models import Rule, model
+from corral.net import HOST_NAME
 from corral.storage import associated_data
 from corral.vm import SIZES
 from corral.vm.postgres import ENGINE_VERSION
@@ -362,8 +363,8 @@ async def credentials(platform: DatabaseServices, row: DatabaseRecord) -> dict[s
         "user": user,
         "password": password,
         "url": url(node.host),
-        "internal_url": url(node.internal_host),
-        "internal_host": node.internal_host,
+        "internal_url": url(HOST_NAME),
+        "internal_host": HOST_NAME,
         "sslmode": "disable",
     }
 

@@ -146,6 +146,30 @@ class DeploymentServiceActor(InstanceActor):
 
     async def on_running(self, booted: bool) -> None:
         self.spawn(self._watch)
+        if booted:  # a task: the reload asks this actor (`Connect`)
+            self.spawn(self._route_here)
+
+    async def _route_here(self) -> None:
+        """Every node's router reaches the service where it runs now (a service booted
+        again after its node was lost is routed here at once, not at the next reload)."""
+        sites = getattr(self.services, "deployment_sites", None)
+        if sites is None:
+            return
+        try:
+            await sites.reload(self.record.deployment_id)
+        except Exception as exc:  # the routers read it again at their next reload
+            log.warning("service %s: its deployment's routes were not reloaded: %s", self.id, exc)
+
+    async def recover_here(self, lost_node: str) -> bool:
+        """A service keeps nothing of its own on its node (it runs its version's artifact),
+        so the node that took it over from `lost_node` boots it again here: same id and
+        row, `starting` until healthy (then routed here on every node), or failed."""
+        if self.state not in ("starting", "running"):
+            return False
+        await self.persist(state="starting", process_id=None, error=None)
+        self.spawn(self._provision, None, None)
+        log.warning("service %s of lost node %s boots again on this node", self.id, lost_node)
+        return True
 
     async def on_activate(self) -> None:
         await super().on_activate()

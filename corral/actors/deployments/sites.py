@@ -47,6 +47,9 @@ from .services import DeploymentServices
 from .static_site import FileCache, StaticSite
 from .store import DeploymentRecord, VersionRecord
 
+RELAYED_REFRESH_SECONDS = 0.5
+"""How often a relayed request that finds no upstream here may re-read its deployment."""
+
 log = logging.getLogger("corral.deployments.sites")
 
 SITE_CHANGED = "deployment.site"
@@ -108,6 +111,7 @@ class DeploymentSites:
         self._slug_of: dict[str, str] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._reloading: dict[str, trio.Lock] = {}
+        self._relayed_refresh: dict[str, float] = {}
         platform.notices.listen(SITE_CHANGED, self._changed_elsewhere)
         platform.notices.listen(preview_domains.PREVIEW_DOMAINS_CHANGED, lambda _: self.domains_changed())
 
@@ -201,6 +205,18 @@ class DeploymentSites:
         async with lock:
             await self._reload(deployment_id)
 
+    def _may_refresh(self, deployment_id: str) -> bool:
+        """At most one refresh a deployment per `RELAYED_REFRESH_SECONDS` for relayed
+        requests that find no upstream (a service that really is down costs no store read
+        per request)."""
+        now = trio.current_time()
+        if now - self._relayed_refresh.get(deployment_id, -RELAYED_REFRESH_SECONDS) < RELAYED_REFRESH_SECONDS:
+            return False
+        if len(self._relayed_refresh) > 10_000:
+            self._relayed_refresh.clear()
+        self._relayed_refresh[deployment_id] = now
+        return True
+
     async def _reload(self, deployment_id: str) -> None:
         db = self.platform.db
         deployment = await store.load(db, deployment_id)
@@ -261,6 +277,15 @@ class DeploymentSites:
             return None
         entry, number = found
         target = entry.active if number is None else entry.versions.get(number)
+        if request.relayed and target is not None and target.site is None and target.upstream is None and self._may_refresh(entry.deployment_id):
+            # Another node's table says the service runs here, and this one's does not yet
+            # (a service that just became healthy here: the notice is on its way): read it now.
+            await self.refresh(entry.deployment_id)
+            found = self._find(match["slug"], match["domain"])
+            if found is None:
+                return None
+            entry, number = found
+            target = entry.active if number is None else entry.versions.get(number)
         if target is None:
             what = "has no published version yet" if number is None else f"has no version {number} that serves"
             return page(404, "no_version", "Nothing published here", f"Deployment {entry.name} {what}.")

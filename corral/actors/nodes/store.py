@@ -84,14 +84,19 @@ def live_others(tx: Transaction, name: str, lost_since: str) -> list[str]:
     return [str(row["name"]) for row in rows]
 
 
+_HOLDS_AN_INSTANCE = "NOT (status = 'error' AND COALESCE(error, '') LIKE 'NODE_LOST:%')"
+"""Not a resource whose instance went with a lost node (`lost.lost_text`): the node that
+took it over holds nothing of it but its row, so it takes no room there and a drain
+has nothing to move (it stays until deleted)."""
 HOSTED = {
-    "sandboxes": "status != 'destroyed'",
-    "computers": "TRUE",  # a deleted computer's row is gone
-    "databases": "status != 'deleted'",
-    "deployment_services": "status != 'destroyed'",
+    "sandboxes": f"status != 'destroyed' AND {_HOLDS_AN_INSTANCE}",
+    "computers": _HOLDS_AN_INSTANCE,  # a deleted computer's row is gone
+    "databases": f"status != 'deleted' AND {_HOLDS_AN_INSTANCE}",
+    "deployment_services": f"status != 'destroyed' AND {_HOLDS_AN_INSTANCE}",
     "sandbox_template_builds": "status IN ('queued', 'building')",
 }
-"""The tables of resources with a home (`node`), and which of their rows still live."""
+"""The tables of resources with a home (`node`), and which of their rows still live
+there: what a node's `resources` counts and placement's room check weighs."""
 
 
 async def hosted_counts(db: Database) -> dict[str | None, int]:

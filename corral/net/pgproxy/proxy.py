@@ -59,6 +59,10 @@ class DatabaseProxyHooks(Protocol):
     async def cancel_upstream(self, database_id: str) -> str | None:
         """The socket path for a CancelRequest, only if the server runs (never wakes it)."""
 
+    async def elsewhere(self, database_id: str) -> tuple[str, int] | None:
+        """Where the proxy of a database another node runs accepts its clients (host,
+        port); None when it is no longer another node's."""
+
 
 @dataclass
 class _Usage:
@@ -74,6 +78,8 @@ class DatabaseProxy:
         self._scopes: dict[str, trio.CancelScope] = {}
         self._bound: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._usage: dict[str, _Usage] = {}
+        self._relayed: set[str] = set()
+        """Databases another node runs, whose connections are relayed there as they come."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -86,13 +92,22 @@ class DatabaseProxy:
     def listening(self, database_id: str) -> tuple[int, tuple[str, ...]] | None:
         return self._bound.get(database_id)
 
-    async def listen(self, database_id: str, port: int, hosts: tuple[str, ...]) -> tuple[str, ...]:
+    def relayed(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """The databases this proxy relays to another node, and where it listens for each."""
+        return {database_id: self._bound[database_id] for database_id in self._relayed if database_id in self._bound}
+
+    async def listen(self, database_id: str, port: int, hosts: tuple[str, ...], *, relay: bool = False) -> tuple[str, ...]:
         """Accept connections for the database on `port` at each of `hosts` (again with the
-        hosts given now, if it listened before); returns the hosts it could bind."""
+        hosts given now, if it listened before); returns the hosts it could bind. With
+        `relay`, the database is another node's: each connection is passed, bytes as
+        they are, to its proxy there (`DatabaseProxyHooks.elsewhere`), which admits,
+        wakes and serves it."""
         assert self._nursery is not None, "the proxy is not running"
-        if self._bound.get(database_id) == (port, hosts):
+        if self._bound.get(database_id) == (port, hosts) and (database_id in self._relayed) == relay:
             return hosts
         self.close(database_id)
+        if relay:
+            self._relayed.add(database_id)
         listeners: list[trio.SocketListener] = []
         bound = []
         for host in hosts:
@@ -122,6 +137,7 @@ class DatabaseProxy:
         if scope is not None:
             scope.cancel()
         self._bound.pop(database_id, None)
+        self._relayed.discard(database_id)
 
     def forget(self, database_id: str) -> None:
         self.close(database_id)
@@ -160,6 +176,9 @@ class DatabaseProxy:
         del scope
 
     async def _handle(self, database_id: str, client: trio.abc.Stream) -> None:
+        if database_id in self._relayed:
+            await self._relay(database_id, client)
+            return
         with trio.fail_after(STARTUP_TIMEOUT):
             startup = await _read_startup(client)
             while startup.code in (SSL_REQUEST, GSSENC_REQUEST):
@@ -192,6 +211,25 @@ class DatabaseProxy:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pipe, client, upstream, nursery.cancel_scope)
                 nursery.start_soon(_pipe, upstream, client, nursery.cancel_scope)
+
+
+    async def _relay(self, database_id: str, client: trio.abc.Stream) -> None:
+        """Pass the connection to the proxy of the node that runs the database."""
+        where = await self.hooks.elsewhere(database_id) if self.hooks is not None else None
+        if where is None:
+            await client.send_all(error_response("57P03", "the database is moving between nodes; connect again"))
+            return
+        try:
+            with trio.fail_after(STARTUP_TIMEOUT):
+                upstream = await trio.open_tcp_stream(*where)
+        except (OSError, trio.TooSlowError):
+            await client.send_all(error_response("57P03", "the node that runs the database cannot be reached"))
+            return
+        _no_delay(client)
+        _no_delay(upstream)
+        async with upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(_pipe, client, upstream, nursery.cancel_scope)
+            nursery.start_soon(_pipe, upstream, client, nursery.cancel_scope)
 
 
 def _no_delay(stream: trio.abc.Stream) -> None:

@@ -545,6 +545,64 @@ async def test_a_drained_nodes_running_service_starts_again_elsewhere_before_it_
             assert (await client.delete(f"{drained_node.base}{API}/deployments/{deployment['id']}")).status_code == 200
 
 
+async def test_a_lost_nodes_deployment_service_boots_again_on_the_node_that_took_it_over(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    """A service has nothing of its own on its node: when the node is lost, the node that
+    takes it over boots it again from its version's artifact (same service, `starting`
+    then `healthy` there), and the deployment answers again through the survivor's
+    router; the lost node, back, destroys its old copy."""
+    previews = (free_port(), free_port())
+    with two_nodes(tmp_path, postgres_url, "lost_services", preview_ports=previews) as (a, b, _, common):
+        key = a.owner_key("Recovered", "owner@recovered.example")
+        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert sandbox.status_code == 201, sandbox.text
+            sandbox_id = sandbox.json()["data"]["id"]
+            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
+            assert wrote.status_code == 201, wrote.text
+            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
+            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "survivor"})).json()["data"]
+            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
+                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+            assert published.status_code == 200, published.text
+            [service] = published.json()["data"]["services"]
+            version_id = published.json()["data"]["version"]["id"]
+            assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200
+            letter = "a" if service["node"] == "node-a" else "b"
+            lost, survivor = (a, b) if letter == "a" else (b, a)
+            survivor_preview = previews[1] if letter == "a" else previews[0]
+            host = httpx.URL(deployment["public_url"]).host
+
+            assert lost.process is not None
+            lost.process.kill()
+            lost.process.wait()
+            since = trio.current_time()
+            with trio.fail_after(120):
+                while True:
+                    answer = await client.get(f"{survivor.base}{API}/deployments/{deployment['id']}/versions/{version_id}")
+                    if answer.status_code == 200:
+                        [again] = answer.json()["data"]["services"]
+                        if again["node"] != service["node"] and again["state"] == "healthy":
+                            break
+                        assert again["state"] in ("healthy", "starting"), again
+                    await trio.sleep(0.2)
+            print(f"\nkill -9 of a service's node -> healthy again on the survivor: {trio.current_time() - since:.1f} s")
+            assert again["id"] == service["id"]
+            async with httpx.AsyncClient(timeout=10) as plain:
+                with trio.fail_after(10):
+                    while (routed := await plain.get(f"http://127.0.0.1:{survivor_preview}/", headers={"Host": host})).status_code != 200:
+                        await trio.sleep(0.1)
+            assert routed.text == "placed service"
+
+            env = {**common, **runtime_env(RUNTIME_SETTINGS if letter == "a" else NODE_B_HOST)}
+            with corral_serve(tmp_path / letter, env, "--node-name", service["node"], log_name="again.log") as back:
+                with trio.fail_after(20):
+                    while f"destroyed instance {service['id']}" not in (tmp_path / letter / "again.log").read_text():
+                        await trio.sleep(0.2)
+                assert (await client.delete(f"{back.base}{API}/deployments/{deployment['id']}")).status_code == 200
+
+
 async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_without_one(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:

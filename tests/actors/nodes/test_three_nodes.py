@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -21,6 +22,7 @@ from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_st
 
 from corral.vm.postgres import replica_name
 from tests.actors.nodes.cluster import LINKS, Cluster, Node, stop_node, three_nodes
+from tests.http.pg_wire_client import SOURCE as PG_CLIENT
 from tests.sse_client import open_sse
 from tests.support import ADMIN_KEY
 
@@ -136,6 +138,8 @@ async def new_database(client: httpx.AsyncClient, node: Node, name: str) -> str:
 async def test_a_database_made_through_a_is_reached_at_its_homes_address(cluster: Cluster) -> None:
     a = cluster.nodes["node-a"]
     key = cluster.owner_key("node-a", "Three nodes db", "owner@three-nodes-db.example")
+    sandboxes: list[str] = []
+    reached: set[str] = set()
     async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
         did = await new_database(client, a, "orders")
         try:
@@ -153,9 +157,28 @@ async def test_a_database_made_through_a_is_reached_at_its_homes_address(cluster
             assert httpx.URL(url).host.startswith(f"{LINKS}.")
             rows = await trio.to_thread.run_sync(query, url, "SELECT 6 * 7")
             assert rows == [(42,)]
+
+            # The tenant's sandboxes reach it at `internal_url` from every node: its host is
+            # each node's own bridge, whose proxy relays to the home.
+            internal = credentials.json()["data"]["internal_url"]
+            assert httpx.URL(internal).host == "host.corral.internal"
+            for node in (x, y):
+                made = await client.post(f"{node.base}{API}/sandboxes", json={"metadata": {"on": node.name}})
+                assert made.status_code == 201, made.text
+                sandbox = made.json()["data"]
+                sandboxes.append(sandbox["id"])
+                wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox['id']}/files/write", json={"path": "/tmp/pgc.py", "content": PG_CLIENT})
+                assert wrote.status_code == 201, wrote.text
+                ran = await client.post(f"{a.base}{API}/sandboxes/{sandbox['id']}/exec", json={
+                    "command": f"python3 /tmp/pgc.py {shlex.quote(internal)} 'SELECT 6 * 7'"})
+                assert (ran.json()["exit_code"], ran.json()["stdout"].strip()) == (0, "42"), (sandbox["node"], ran.text)
+                reached.add(str(sandbox["node"]))
+            assert home not in reached and reached, reached  # from other nodes than its own
         finally:
             deleted = await client.delete(f"{x.base}{API}/databases/{did}")
             assert deleted.status_code in (200, 202, 204), deleted.text
+            for sandbox_id in sandboxes:
+                await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")
 
 
 async def until_status(client: httpx.AsyncClient, node: Node, database_id: str, status: str, seconds: float) -> dict[str, object]:
@@ -683,6 +706,18 @@ async def test_a_drained_node_moves_its_stopped_database_and_on_request_its_runn
         assert (still["node"], still["status"]) == (home.name, "running")  # running: not asked for
         assert (await client.post(f"{y.base}{API}/databases/{stopped_id}/start")).status_code == 200
         await until_status(client, a, stopped_id, "running", 60)
+        # A sandbox on another node reaches it at its `internal_url`, which did not change.
+        made = await client.post(f"{x.base}{API}/sandboxes", json={})
+        assert made.status_code == 201 and made.json()["data"]["node"] != home.name, made.text
+        sandbox_id = made.json()["data"]["id"]
+        await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/tmp/pgc.py", "content": PG_CLIENT})
+        internal = (await client.get(f"{y.base}{API}/databases/{stopped_id}/credentials")).json()["data"]["internal_url"]
+        with trio.fail_after(10):  # the proxies of the nodes it is not on relay it within a second
+            while (ran := (await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/exec", json={
+                "command": f"python3 /tmp/pgc.py {shlex.quote(internal)} 'SELECT v FROM kept'"})).json())["exit_code"] != 0:
+                await trio.sleep(0.2)
+        assert ran["stdout"].strip() == stopped_id, ran
+        assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200
         after = httpx.URL(await credentials_url(client, y, stopped_id))
         assert after.host == cluster.nodes[moved["node"]].address
         assert (after.port, after.username, after.password, after.path) == (
