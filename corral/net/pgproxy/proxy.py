@@ -79,6 +79,7 @@ class DatabaseProxy:
         self._bound: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._usage: dict[str, _Usage] = {}
         self._relayed: set[str] = set()
+        self._listeners: dict[str, list[trio.SocketListener]] = {}
         """Databases another node runs, whose connections are relayed there as they come."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -118,6 +119,7 @@ class DatabaseProxy:
                 log.warning("database %s: cannot listen on %s:%d: %s", database_id, host, port, exc)
         scope = trio.CancelScope()
         self._scopes[database_id] = scope
+        self._listeners[database_id] = listeners
         self._bound[database_id] = (port, hosts)
         self._usage.setdefault(database_id, _Usage())
 
@@ -125,7 +127,7 @@ class DatabaseProxy:
             await self._serve(database_id, stream)
 
         async def serve() -> None:
-            with scope:
+            with scope, contextlib.suppress(trio.ClosedResourceError):  # closed by `close`
                 await trio.serve_listeners(handler, listeners)
 
         self._nursery.start_soon(serve)
@@ -136,6 +138,8 @@ class DatabaseProxy:
         scope = self._scopes.pop(database_id, None)
         if scope is not None:
             scope.cancel()
+        for listener in self._listeners.pop(database_id, []):
+            listener.socket.close()  # the port is free at once (a listen that follows binds it again)
         self._bound.pop(database_id, None)
         self._relayed.discard(database_id)
 

@@ -30,6 +30,7 @@ class Hooks:
     def __init__(self, socket_path: str) -> None:
         self.socket_path = socket_path
         self.asked: list[dict[str, str]] = []
+        self.home: tuple[str, int] | None = None
 
     async def upstream(self, database_id: str, params: dict[str, str]) -> str:
         self.asked.append(params)
@@ -39,6 +40,21 @@ class Hooks:
 
     async def cancel_upstream(self, database_id: str) -> str | None:
         return None
+
+    async def elsewhere(self, database_id: str) -> tuple[str, int] | None:
+        return self.home
+
+
+async def tcp_echo(port: int, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Another node's proxy, as far as a relay can tell: it echoes what it is sent."""
+
+    async def echo(stream: trio.SocketStream) -> None:
+        while data := await stream.receive_some(65536):
+            await stream.send_all(b"home:" + data)
+
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+    task_status.started()
+    await trio.serve_listeners(echo, listeners)
 
 
 async def echo_server(path: Path, received: list[bytes], *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -135,4 +151,40 @@ async def test_garbage_is_dropped_without_an_upstream(tmp_path: Path) -> None:
             with trio.fail_after(5), contextlib.suppress(trio.BrokenResourceError):  # a reset: nothing sent either
                 assert await client.receive_some(1024) == b""
         assert hooks.asked == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_another_nodes_database_is_relayed_as_is_and_its_port_changes_hands_at_once(tmp_path: Path) -> None:
+    """A database another node runs: the connection's bytes go to that node's proxy as
+    they are (no startup read here: the home admits it); when the home is unknown the
+    client gets an error response. A relay replaced by the database's own listener (it
+    moved here) frees the port at once, so the new listener binds it."""
+    proxy = DatabaseProxy()
+    hooks = Hooks(str(tmp_path / "none"))
+    proxy.hooks = hooks
+    port, home_port = free_port(), free_port()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(tcp_echo, home_port)
+        await nursery.start(proxy.run)
+        hooks.home = ("127.0.0.1", home_port)
+        assert await proxy.listen("db1", port, ("127.0.0.1",), relay=True) == ("127.0.0.1",)
+        assert proxy.relayed() == {"db1": (port, ("127.0.0.1",))}
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client:
+            await client.send_all(b"not even a startup packet")
+            data = b""
+            with trio.fail_after(5):
+                while b"home:not even a startup packet" not in data:
+                    data += await client.receive_some(1024)
+        assert hooks.asked == []  # admitted by the home, not here
+
+        hooks.home = None
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        async with client:
+            with trio.fail_after(5):
+                answer = await client.receive_some(1024)
+        assert answer.startswith(b"E") and b"moving between nodes" in answer
+
+        assert await proxy.listen("db1", port, ("127.0.0.1",)) == ("127.0.0.1",)  # its own now: bound at once
+        assert proxy.relayed() == {}
         nursery.cancel_scope.cancel()
