@@ -31,6 +31,7 @@ from corral.ids import prefixed
 from corral.vm import AgentClient, InstanceInfo
 
 from . import service_billing, service_store
+from . import store as deployment_store
 from .messages import Boot, Booted, Connect, Halt, Logs, Restart, StartService, StopService
 from .service_store import SERVICES, ServiceRecord
 
@@ -166,6 +167,9 @@ class DeploymentServiceActor(InstanceActor):
         row, `starting` until healthy (then routed here on every node), or failed."""
         if self.state not in ("starting", "running"):
             return False
+        deployment = await deployment_store.load(self.db, self.record.deployment_id)
+        if deployment is None or deployment.state == "deleted":
+            return False  # reads NODE_LOST, and is stopped with its deployment's other services
         await self.persist(state="starting", process_id=None, error=None)
         self.spawn(self._provision, None, None)
         log.warning("service %s of lost node %s boots again on this node", self.id, lost_node)
