@@ -21,7 +21,8 @@ from typing import Protocol
 
 import trio
 
-from corral.storage import parse_iso
+from corral.actors.nodes.homes import node_is_live
+from corral.storage import parse_iso, sql_identifier
 
 from . import ledger, quotas, store
 from .ledger import Ledger
@@ -172,10 +173,24 @@ async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Out
     return outcome
 
 
+async def _lives_elsewhere(platform: BillingServices, resource_type: str, resource_id: str) -> bool:
+    """Whether the metered instance lives on another live node, whose own metering stops
+    it (every node charges every tenant, but only an instance's node can stop it)."""
+    inventory = platform.billing_hooks.inventories().get(resource_type)
+    if inventory is None:
+        return False
+    home = await platform.db.fetch_value(f"SELECT node FROM {sql_identifier(inventory.table)} WHERE id = ?", (resource_id,))
+    here = platform.settings.node_name
+    return home is not None and home != here and await node_is_live(platform.db, str(home))
+
+
 async def stop_instances(platform: BillingServices, meters: list[MeterRecord], reason: str) -> int:
-    """Stop each metered instance through its kind's stopper; returns how many stopped."""
+    """Stop each metered instance of this node through its kind's stopper; returns how
+    many stopped."""
     stopped = 0
     for meter in meters:
+        if await _lives_elsewhere(platform, meter.resource_type, meter.resource_id):
+            continue
         stopper = platform.billing_hooks.stopper(meter.resource_type)
         if stopper is None:
             log.warning("no stopper registered for %s; %s keeps running", meter.resource_type, meter.resource_id)

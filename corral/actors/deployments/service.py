@@ -18,6 +18,7 @@ from . import service_billing, service_store, store
 from .actor import DeploymentActor
 from .messages import Delete, Get, Logs, Promote, StartService, Update, VersionFailed
 from .service_actor import DeploymentServiceActor
+from .service_boot import wake_remote
 from .services import DeploymentServices
 from .sites import public_url, version_url
 from .store import DeploymentRecord, VersionRecord
@@ -214,11 +215,15 @@ async def promote(
 
 
 async def _wake_service(platform: DeploymentServices, deployment: DeploymentRecord, version: VersionRecord) -> None:
-    """A service its tenant's credits stopped starts again when its version is promoted."""
+    """A service its tenant's credits stopped starts again when its version is promoted:
+    here through its actor, or, on another node, by that node (`service_boot.wake_remote`)."""
     stopped = await service_store.stopped_service_of(platform.db, version.id)
     if stopped is None:
         return
     await service_billing.allow_run(platform, deployment.tenant_id, stopped.size, stopped.external_user_id, stopped.id)
+    if stopped.node not in (None, platform.settings.node_name):
+        await wake_remote(platform.db, stopped)
+        return
     ref = await platform.system.get(DeploymentServiceActor, stopped.id)
     await ref.ask(StartService(), timeout=120)
 

@@ -22,10 +22,11 @@ import trio
 from corral.actors.instances import Boot, Get
 from corral.actors.periodic import run_periodically
 from corral.actors.ref import ActorRef
-from corral.storage import Database
+from corral.errors import ApiError
+from corral.storage import Database, utc_now_iso
 
 from . import service_store
-from .messages import StopService
+from .messages import StartService, StopService
 from .service_actor import DeploymentServiceActor
 from .service_store import ServiceRecord
 from .services import DeploymentServices
@@ -77,10 +78,33 @@ async def settled_row(db: Database, service_id: str) -> ServiceRecord | None:
     return await service_store.load(db, service_id)
 
 
+async def wake_remote(db: Database, service: ServiceRecord) -> None:
+    """Start again a stopped service another node runs (a promote of its version through
+    this node): ask for it on its row, which its node reads (`PlacedServices`), and wait
+    until it runs, or 503 when it did not start (or its node did not take it up)."""
+    asked = utc_now_iso()
+    changed = await db.execute(
+        "UPDATE deployment_services SET wake_requested_at = ? WHERE id = ? AND status = 'stopped'", (asked, service.id)
+    )
+    if not changed:  # started (or removed) meanwhile: nothing to wake
+        return
+    with trio.move_on_after(SERVICE_WAIT + 2 * ROUND_SECONDS):
+        while True:
+            row = await service_store.load(db, service.id)
+            if row is None or row.status != "stopped" or row.wake_requested_at is None:
+                break
+            await trio.sleep(POLL_SECONDS)
+    row = await service_store.load(db, service.id)
+    if row is None or row.status != "running":
+        await db.execute("UPDATE deployment_services SET wake_requested_at = NULL WHERE id = ? AND wake_requested_at = ?", (service.id, asked))
+        raise ApiError(503, "SERVICE_UNAVAILABLE", f"the deployment service did not start again on node {service.node}")
+
+
 class PlacedServices:
     """This node's services that another node's actors cannot reach: those placed here
-    by a publish on another node, booted here, and those of a deployment deleted
-    through another node, stopped here."""
+    by a publish on another node, booted here; stopped ones a promote through another
+    node wakes, started here; and those of a deployment deleted through another node,
+    stopped here."""
 
     def __init__(self, platform: DeploymentServices) -> None:
         self.platform = platform
@@ -90,6 +114,7 @@ class PlacedServices:
         """Start booting each service placed here that no actor here boots yet, and stop
         each live one of a deleted deployment; returns how many it started to boot."""
         await self._stop_deleted()
+        await self._wake_asked(nursery)
         here = self.platform.settings.node_name
         rows = await self.platform.db.fetch_all(
             "SELECT id FROM deployment_services WHERE node = ? AND status = 'starting'", (here,)
@@ -120,6 +145,29 @@ class PlacedServices:
                 log.info("deployment service %s of a deleted deployment stopped", service_id)
             except Exception as exc:
                 log.warning("deployment service %s of a deleted deployment was not stopped: %s", service_id, exc)
+
+    async def _wake_asked(self, nursery: trio.Nursery) -> None:
+        rows = await self.platform.db.fetch_all(
+            "SELECT id FROM deployment_services WHERE node = ? AND status = 'stopped' AND wake_requested_at IS NOT NULL",
+            (self.platform.settings.node_name,),
+        )
+        for row in rows:
+            service_id = str(row["id"])
+            if service_id not in self.booting:
+                self.booting.add(service_id)
+                nursery.start_soon(self._wake, service_id)
+
+    async def _wake(self, service_id: str) -> None:
+        try:
+            ref = await self.platform.system.get(DeploymentServiceActor, service_id)
+            await ref.ask(StartService(), timeout=SERVICE_WAIT)
+            log.info("deployment service %s started again here, as another node asked", service_id)
+        except Exception as exc:  # the asking node sees it stopped, with no request left, and answers 503
+            log.warning("deployment service %s was asked to start again here and did not: %s", service_id, exc)
+        finally:
+            with contextlib.suppress(Exception):
+                await self.platform.db.execute("UPDATE deployment_services SET wake_requested_at = NULL WHERE id = ?", (service_id,))
+            self.booting.discard(service_id)
 
     async def _boot(self, service_id: str) -> None:
         try:

@@ -38,6 +38,8 @@ class ServiceRecord:
     updated_at: str
     node: str | None = None
     """The node that runs it (`corral.actors.nodes`); null for rows made before nodes."""
+    wake_requested_at: str | None = None
+    """Another node asked for this stopped service to start again (`service_boot`)."""
 
 
 SERVICES = RowStore("deployment_services", ServiceRecord)

@@ -603,6 +603,57 @@ async def test_a_lost_nodes_deployment_service_boots_again_on_the_node_that_took
                 assert (await client.delete(f"{back.base}{API}/deployments/{deployment['id']}")).status_code == 200
 
 
+async def test_a_service_its_credits_stopped_on_another_node_is_woken_by_a_promote_through_the_deployments_node(
+    tmp_path: Path, postgres_url: str, runtime_host: None
+) -> None:
+    """Only a service's own node stops it when its tenant's credits run out (every node
+    charges, none other tries and fails); a promote of its version through the
+    deployment's node, another one, starts it again there, as on one node."""
+    previews = (free_port(), free_port())
+    with two_nodes(tmp_path, postgres_url, "woken_services", {"CORRAL_METER_INTERVAL": "0.5"}, preview_ports=previews) as (a, b, url, _):
+        key = a.owner_key("Woken", "owner@woken.example")
+        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
+            assert sandbox.status_code == 201 and sandbox.json()["data"]["node"] == "node-a", sandbox.text
+            sandbox_id = sandbox.json()["data"]["id"]
+            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
+            assert wrote.status_code == 201, wrote.text
+            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
+            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "woken"})).json()["data"]
+            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
+                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+            assert published.status_code == 200, published.text
+            [service] = published.json()["data"]["services"]
+            assert service["node"] == "node-b", service  # the least loaded: A has the sandbox
+            version_path = f"{API}/deployments/{deployment['id']}/versions/{published.json()['data']['version']['id']}"
+            assert (await client.get(f"{b.base}{API}/deployments/{deployment['id']}")).json()["data"]["node"] == "node-a"
+
+            db = open_database(url)
+            try:
+                await db.execute("UPDATE credit_accounts SET balance_credits = 0")
+                with trio.fail_after(30):
+                    while (await client.get(f"{a.base}{version_path}")).json()["data"]["services"][0]["state"] != "stopped":
+                        await trio.sleep(0.2)
+                await trio.sleep(1.5)  # a few more metering rounds on both nodes
+                assert "stopping deployment_service" not in a.log_path.read_text()  # A left it to B
+                await db.execute("UPDATE credit_accounts SET balance_credits = 1000")
+            finally:
+                await db.close()
+
+            woken = await client.post(f"{b.base}{version_path}/promote")  # served by A, the deployment's node
+            assert woken.status_code == 200, woken.text
+            [again] = (await client.get(f"{a.base}{version_path}")).json()["data"]["services"]
+            assert (again["id"], again["state"], again["node"]) == (service["id"], "healthy", "node-b"), again
+            host = httpx.URL(deployment["public_url"]).host
+            async with httpx.AsyncClient(timeout=10) as plain:
+                with trio.fail_after(10):
+                    while (routed := await plain.get(f"http://127.0.0.1:{previews[0]}/", headers={"Host": host})).status_code != 200:
+                        await trio.sleep(0.1)
+            assert routed.text == "placed service"
+            assert (await client.delete(f"{a.base}{API}/deployments/{deployment['id']}")).status_code == 200
+            assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200
+
+
 async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_without_one(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
