@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 import trio
 
 from corral.actors.nodes import claims, placement
+from corral.actors.nodes.blobs import ClusterBlobs
 from corral.actors.nodes.placement import Demand
 from corral.actors.runtime_errors import public_text
 from corral.actors.sandboxes import Connect as SandboxConnect
@@ -214,6 +215,7 @@ async def _build_and_store(
                 blob = await platform.blobs.put_file(packed.tar_path)
             except OSError as exc:  # the blob store's disk is full or gone
                 raise _Failure("SERVICE_UNAVAILABLE", f"the artifact could not be stored: {public_text(exc)}") from exc
+            await _keep_elsewhere(platform, blob.sha256)
         finally:
             packed.tar_path.unlink(missing_ok=True)
         if staging is not None:
@@ -229,6 +231,17 @@ async def _build_and_store(
         "artifact_uri": platform.blobs.uri(blob.sha256), "artifact_sha256": blob.sha256,
         "source_sha256": packed.source_sha256, "artifact_manifest": packed.manifest,
     }
+
+
+async def _keep_elsewhere(platform: DeploymentServices, sha256: str) -> None:
+    """The artifact outlives this node (issue 30): one other live node holds a copy before
+    the version is ready, so routers serve it and its service boots again elsewhere when
+    this node is lost. No other node (or none answering): logged, the publish goes on."""
+    if not isinstance(platform.blobs, ClusterBlobs):
+        return
+    holder = await platform.blobs.copy_elsewhere(sha256)
+    if holder is None:
+        log.warning("artifact %s: no other node holds a copy yet", sha256)
 
 
 async def _run_build(platform: DeploymentServices, sandbox: SandboxRecord, command: str) -> None:

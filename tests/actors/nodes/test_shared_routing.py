@@ -280,9 +280,9 @@ async def _not(answer: Awaitable[bool]) -> bool:
 
 async def test_a_static_version_of_a_sandbox_on_node_a_published_through_node_b_is_served_by_node_b(cluster: Cluster) -> None:
     """The publish reaches node B and is served on node A, where its source sandbox is
-    (only A reads its files), so the version's artifact is in A's blob store only; node
-    B's router fetches it from A (a signed node-to-node request) on its first reload and
-    serves it, a 3 MB file byte for byte. The node route gives nothing to a caller that
+    (only A reads its files): the version's artifact is written to A's blob store, and A
+    has B hold a copy (it must outlive A) before the version reads ready; node B's
+    router serves it, a 3 MB file byte for byte. The node route gives nothing to a caller that
     is not a node."""
     async with http() as client:
         owner = await new_owner(client, cluster.a)
@@ -300,6 +300,8 @@ async def test_a_static_version_of_a_sandbox_on_node_a_published_through_node_b_
                 "source_sandbox_id": sandbox["id"], "output_path": "/workspace/site"}, timeout=300)
             assert published["data"]["version"]["state"] == "ready", published
             artifact = published["data"]["version"]["artifact_sha256"]
+            for node in (cluster.a, cluster.b):  # written on A, held by B too before the version read ready
+                assert (node.log_path.parent / "data" / "blobs" / "sha256" / artifact[:2] / artifact).is_file(), node.base
             since = time.monotonic()
             host = f"{deployment['slug']}.{SERVICE_DOMAIN}"
 
