@@ -307,6 +307,15 @@ async def _join_cluster(platform: Platform) -> None:
     await platform.nursery.start(platform.leases.run)
 
 
+async def _forget_orphan(platform: Platform, kind: str, resource_id: str) -> None:
+    """A resource another node took over while this one was cut off: its actor here stops,
+    and a database's clients no longer reach the server here (its proxy and fast path)."""
+    platform.system.retire(kind, resource_id)
+    if kind == databases.DatabaseActor.kind:
+        platform.databases.proxy.forget(resource_id)
+        await platform.databases.access.close_fast_path(resource_id)
+
+
 async def _start_parts(platform: Platform) -> None:
     """Re-adopt instances that outlived the last run, finish interrupted creations,
     and start each part's background work."""
@@ -321,7 +330,8 @@ async def _start_parts(platform: Platform) -> None:
         await platform.runtime.driver()
     if platform.leases.shared:  # before anything adopts what other nodes took while this one was lost
         await platform.nursery.start(
-            lost.check_orphans_forever, platform.db, platform.settings.node_name, platform.runtime, platform.databases.driver
+            partial(lost.check_orphans_forever, forget=partial(_forget_orphan, platform)),
+            platform.db, platform.settings.node_name, platform.runtime, platform.databases.driver,
         )
     if platform.settings.warm_pool > 0:
         platform.warm_pool = sandboxes.WarmPool(platform.settings, platform.runtime, platform.agents)

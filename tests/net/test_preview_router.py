@@ -301,6 +301,20 @@ async def test_resolver_replies_and_unknown_hosts() -> None:
     assert unknown.status_code == 404 and "No preview lives at this address" in unknown.text
 
 
+async def test_healthz_answers_for_the_router_and_belongs_to_a_preview_on_its_host() -> None:
+    """A load balancer checks the router at its address (`GET /healthz`, no preview's
+    host): 200 `ok`. On a preview's host the path is the app's, forwarded as any other."""
+    async with app_server(echo_app) as app, router_to(app) as port, client(port) as http:
+        checked = await http.get("/healthz", headers={"Host": f"127.0.0.1:{port}"})
+        headed = await http.head("/healthz", headers={"Host": "10.0.0.5"})
+        other_path = await http.get("/health", headers={"Host": "10.0.0.5"})
+        the_apps = await http.get("/healthz", headers={"Host": "app.test"})
+    assert (checked.status_code, checked.text, checked.headers["cache-control"]) == (200, "ok\n", "no-store")
+    assert headed.status_code == 200
+    assert other_path.status_code == 404 and other_path.headers["x-corral-preview-error"] == "no_route"
+    assert the_apps.status_code == 200 and "x-corral-preview-error" not in the_apps.headers and "ok" != the_apps.text.strip()
+
+
 async def test_a_failing_resolver_is_a_500_page_not_a_dropped_connection() -> None:
     async with app_server(echo_app) as app, router_to(app) as port, client(port) as http:
         response = await http.get("/", headers={"Host": "boom.test"})

@@ -24,6 +24,7 @@ from corral.actors.errors import ActorStopped, MailboxFull
 from corral.actors.periodic import run_periodically
 from corral.errors import ApiError
 from corral.net import NetworkError
+from corral.net.pgproxy.access import RENEW_SECONDS
 from corral.storage import utc_now_iso
 from corral.vm import InstanceNotFound, InstanceState
 
@@ -47,6 +48,8 @@ async def start_background(platform: DatabaseServices) -> None:
     node = platform.databases
     node.proxy.hooks = ProxyHooks(platform)
     await platform.nursery.start(node.proxy.run)
+    await node.access.reset()  # an earlier run's fast paths go; this node's running servers open theirs below
+    await platform.nursery.start(run_periodically, node.access.renew, lambda: RENEW_SECONDS, "renewing databases' fast paths")
     platform.nursery.start_soon(node.driver.keep_ready)  # copies of the template ready for creates
     rows = await store.live(platform.db)
     if rows:  # a node without databases makes no template (test servers start by the hundred)

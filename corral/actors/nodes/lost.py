@@ -41,7 +41,7 @@ resource over as it is, without an error.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -264,8 +264,14 @@ async def _destroy(driver: RuntimeDriver, instance_id: str, why: str) -> bool:
     return True
 
 
+Forget = Callable[[str, str], Awaitable[None]]
+"""What else the node lets go of a resource (kind, id) whose instance it destroyed as an
+orphan: its actor here, a database's proxy and fast path."""
+
+
 async def destroy_orphans(
-    db: Database, node: str, runtime: RuntimeDriver | None, databases: RuntimeDriver | None, *, every_instance: bool
+    db: Database, node: str, runtime: RuntimeDriver | None, databases: RuntimeDriver | None, *, every_instance: bool,
+    forget: Forget | None = None,
 ) -> int:
     """Destroy what this node runs that is no longer its own: the instances listed for it
     in `lost_instances` (taken over while it was lost), and with `every_instance` (at
@@ -277,6 +283,8 @@ async def destroy_orphans(
     for row in listed:
         driver = databases if row["kind"] == "database" else runtime
         why = f"its {row['kind']} {row['resource_id']} was taken over by another node while this node was lost"
+        if forget is not None:
+            await forget(str(row["kind"]), str(row["resource_id"]))
         if driver is not None and await _destroy(driver, str(row["instance_id"]), why):
             destroyed += 1
         await db.execute("DELETE FROM lost_instances WHERE node = ? AND instance_id = ?", (node, row["instance_id"]))
@@ -303,6 +311,7 @@ async def check_orphans_forever(
     runtime: OrphanSources,
     databases: RuntimeDriver | None,
     *,
+    forget: Forget | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Every instance at once (a node that starts), then the listed ones every
@@ -311,7 +320,7 @@ async def check_orphans_forever(
     every_instance = True
     while True:
         try:
-            await destroy_orphans(db, node, runtime.started_driver, databases, every_instance=every_instance)
+            await destroy_orphans(db, node, runtime.started_driver, databases, every_instance=every_instance, forget=forget)
             every_instance = False
         except Exception:
             log.warning("checking for instances taken over by other nodes failed", exc_info=True)

@@ -98,6 +98,8 @@ async def keep_alive(platform: NodeServices, *, task_status: trio.TaskStatus[Non
         try:
             await ref.ask(Heartbeat(await measure(platform)))
         except Exception:
+            if platform.system.stopping:
+                return  # the node stops: `leave` marks it so
             log.warning("this node's heartbeat could not be stored", exc_info=True)
 
 

@@ -15,6 +15,15 @@ packets from the bridge in `prerouting` and the host's own in `output`). Relayin
 every byte through Python costs a large share of a small query's time; only the
 connections that must wake a suspended server need the proxy. Before a server
 stops, its entries go first, so the next connection reaches the proxy and wakes it.
+
+The kernel forwards on its own, so a fast path would outlive the node's process: a
+control plane that died (`kill -9`) while its machine runs on would leave its
+database servers reachable at their `url` after another node took them over (a
+promoted replica is the database now). So every entry expires `FAST_PATH_SECONDS` after
+it was last renewed, and the node renews them every `RENEW_SECONDS` (`renew`): once
+its process is gone, new connections reach the proxy's port, where nothing listens,
+within that time, before the node is seen lost (6 s). A node whose loop stalls
+longer only loses the fast path meanwhile: its proxy serves those connections.
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ import json
 from ..firewall import nft, nft_json
 
 SET = "db_clients"
+FAST_PATH_SECONDS = 4
+"""How long a fast path lasts unless its node renews it (every `RENEW_SECONDS`)."""
+RENEW_SECONDS = 1.0
 
 
 class DatabaseAccess:
@@ -39,16 +51,18 @@ class DatabaseAccess:
         return f"{self.table}_db"
 
     async def _ensure_fast_table(self) -> None:
+        """The fast path's table, made afresh the first time (what an earlier run of the
+        node left goes with it), then the entries this node holds now."""
         if self._fast_table and await nft_json("list", "map", "ip", self.fast_table, "fast"):
             return
         t = f"ip {self.fast_table}"
         await nft(
             f"add table {t}\n"
-            f"add map {t} fast {{ type ipv4_addr . inet_service : ipv4_addr . inet_service; }}\n"
+            f"delete table {t}\n"
+            f"add table {t}\n"
+            f"add map {t} fast {{ type ipv4_addr . inet_service : ipv4_addr . inet_service; flags timeout; }}\n"
             f"add chain {t} prerouting {{ type nat hook prerouting priority dstnat; policy accept; }}\n"
             f"add chain {t} output {{ type nat hook output priority -100; policy accept; }}\n"
-            f"flush chain {t} prerouting\n"
-            f"flush chain {t} output\n"
             f"add rule {t} prerouting dnat ip addr . port to ip daddr . tcp dport map @fast\n"
             f"add rule {t} output dnat ip addr . port to ip daddr . tcp dport map @fast\n"
         )
@@ -56,9 +70,23 @@ class DatabaseAccess:
         for entries in self.fast.values():
             await self._add(entries)
 
+    async def reset(self) -> None:
+        """At the node's start: no fast path an earlier run left stays (each database
+        running here opens its own again)."""
+        self.fast.clear()
+        await self.drop_fast_table()
+
+    async def renew(self) -> None:
+        """Keep this node's fast paths for another `FAST_PATH_SECONDS` (every entry expires
+        unless renewed: see the module docstring), in one transaction."""
+        if not self.fast or not self._fast_table:
+            return
+        entries = tuple(entry for group in self.fast.values() for entry in group)
+        await nft(f"flush map ip {self.fast_table} fast\nadd element ip {self.fast_table} fast {{ {self._elements(entries)} }}\n")
+
     @staticmethod
     def _elements(entries: tuple[tuple[str, int, int], ...]) -> str:
-        return ", ".join(f"{host} . {port} : {host} . {target}" for host, port, target in entries)
+        return ", ".join(f"{host} . {port} timeout {FAST_PATH_SECONDS}s : {host} . {target}" for host, port, target in entries)
 
     async def _add(self, entries: tuple[tuple[str, int, int], ...]) -> None:
         await nft(f"add element ip {self.fast_table} fast {{ {self._elements(entries)} }}\n")
@@ -79,7 +107,7 @@ class DatabaseAccess:
             await nft(f"delete element ip {self.fast_table} fast {{ {keys} }}\n", check=False)
 
     async def drop_fast_table(self) -> None:
-        await nft(f"delete table ip {self.fast_table}\n", check=False)
+        await nft(f"add table ip {self.fast_table}\ndelete table ip {self.fast_table}\n", check=False)
         self._fast_table = False
 
     async def _has_rule(self) -> bool:

@@ -63,6 +63,9 @@ HOP_BY_HOP = frozenset({
 })
 FORWARDED = frozenset({"x-forwarded-for", "x-forwarded-proto", "x-forwarded-host"})
 EDGE_ONLY = frozenset({"x-corral-edge", RELAY_HEADER})
+HEALTH_PATH = "/healthz"
+"""`GET /healthz` with a host that names no preview (a load balancer's check of the
+router, by its address) answers 200 `ok`; on a preview's host it is that preview's."""
 """Headers the TLS edge (`corral.net.edge`) or another node's router adds for this
 router: never passed to an app, nor on to another node's router (an edge's secret is
 its own node's; a relay header is signed anew by the node that relays)."""
@@ -212,6 +215,9 @@ class PreviewRouter:
         exchange.origin = self._origin(request, exchange.peer)
         route = self.table.match(host)
         if route is None:
+            if target == HEALTH_PATH and method in ("GET", "HEAD"):  # a load balancer's check (no preview's host)
+                healthy = Reply(200, b"ok\n", (("Cache-Control", "no-store"),), "text/plain")
+                return await self._refuse(exchange, request, healthy, client_keep)
             return await self._refuse(exchange, request, pages.no_route(host), client_keep)
         resolver, match = route
         try:

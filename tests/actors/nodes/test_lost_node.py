@@ -17,12 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 
 from corral.actors.nodes import lost
 from corral.actors.nodes.leases import LEASE_SECONDS, Leases
 from corral.actors.nodes.lost import LEASE as LOST_LEASE
+from corral.actors.nodes.store import LOST_AFTER_SECONDS
+from corral.net.pgproxy.access import FAST_PATH_SECONDS
 from corral.node import EGRESS_PRUNE_LEASE
 from corral.storage import migrate, open_database, utc_now_iso
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
@@ -351,3 +354,45 @@ async def test_a_database_of_a_node_that_left_reads_node_lost_and_its_server_goe
         assert deleted.status_code == 200, deleted.text
         assert deleted.json()["data"] == {"id": database_id, "status": "deleted"}
         assert (await b.request("GET", path, key=tenant.key)).status_code == 404
+
+
+def test_a_killed_control_planes_database_runs_on_but_its_url_closes_before_the_node_is_seen_lost(
+    tmp_path: Path, runtime_host: None
+) -> None:
+    """A database server outlives its node's process (so a restart of the control plane
+    keeps it), but the kernel's fast path to it expires unless the node renews it: once
+    `kill -9` took the process, `url` stops reaching the server within
+    `FAST_PATH_SECONDS`, before another node would see this one lost (6 s) and promote a
+    replica, so clients never write to a server the cluster gave up. Started again, the
+    node adopts the server and `url` answers again."""
+    env = {**runtime_env(RUNTIME_SETTINGS), "CORRAL_DATABASE_PORTS": str(DATABASE_SETTINGS["database_ports"]), "CORRAL_EGRESS_PROXY": "0"}
+    with corral_serve(tmp_path, env) as node:
+        key = node.owner_key("Fenced", "owner@fenced.example")
+        client = httpx.Client(timeout=60, headers={"Authorization": f"Bearer {key}"})
+        created = client.post(f"{node.base}{API}/databases", json={"name": "fenced", "auto_suspend_seconds": 0})
+        assert created.status_code == 202, created.text
+        database_id = created.json()["data"]["id"]
+        wait_for("a running database", lambda: client.get(f"{node.base}{API}/databases/{database_id}").json()["data"]["status"] == "running", 120)
+        url = client.get(f"{node.base}{API}/databases/{database_id}/credentials").json()["data"]["url"]
+        assert pg_answer(url) == [(1,)]
+        assert node.process is not None
+        node.process.kill()
+        node.process.wait()
+        killed = time.monotonic()
+        wait_for("the url closed", lambda: pg_answer(url) is None, FAST_PATH_SECONDS + 3)
+        closed_after = time.monotonic() - killed
+        print(f"\nkill -9 of the control plane -> its database's url refused after {closed_after:.1f} s")
+        assert closed_after < LOST_AFTER_SECONDS
+    with corral_serve(tmp_path, env, log_name="again.log") as again:
+        wait_for("the url answering again", lambda: pg_answer(url) == [(1,)], 30)
+        assert client.delete(f"{again.base}{API}/databases/{database_id}").status_code in (200, 202)
+    client.close()
+
+
+def pg_answer(url: str) -> list[tuple[object, ...]] | None:
+    """`SELECT 1` at `url`, or None when no connection is made."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=2) as conn:
+            return conn.execute("SELECT 1").fetchall()
+    except psycopg.OperationalError:
+        return None
