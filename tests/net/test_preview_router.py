@@ -312,7 +312,7 @@ async def test_healthz_answers_for_the_router_and_belongs_to_a_preview_on_its_ho
     assert (checked.status_code, checked.text, checked.headers["cache-control"]) == (200, "ok\n", "no-store")
     assert headed.status_code == 200
     assert other_path.status_code == 404 and other_path.headers["x-corral-preview-error"] == "no_route"
-    assert the_apps.status_code == 200 and "x-corral-preview-error" not in the_apps.headers and "ok" != the_apps.text.strip()
+    assert the_apps.status_code == 200 and "x-corral-preview-error" not in the_apps.headers and the_apps.text.strip() != "ok"
 
 
 async def test_a_failing_resolver_is_a_500_page_not_a_dropped_connection() -> None:
