@@ -415,6 +415,23 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).s
 """
 
 
+async def published_service(client: httpx.AsyncClient, node: Served, name: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A deployment `name` made through `node`, with a service version published from a
+    new sandbox there: (the sandbox's id, the deployment, the publish's answer)."""
+    sandbox = await client.post(f"{node.base}{API}/sandboxes", json={})
+    assert sandbox.status_code == 201, sandbox.text
+    sandbox_id = str(sandbox.json()["data"]["id"])
+    wrote = await client.post(f"{node.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
+    assert wrote.status_code == 201, wrote.text
+    project = (await client.get(f"{node.base}{API}/projects")).json()["data"][0]["id"]
+    deployment: dict[str, Any] = (await client.post(f"{node.base}{API}/projects/{project}/deployments", json={"name": name})).json()["data"]
+    published = await client.post(f"{node.base}{API}/deployments/{deployment['id']}/publish", json={
+        "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
+    assert published.status_code == 200, published.text
+    answer: dict[str, Any] = published.json()["data"]
+    return sandbox_id, deployment, answer
+
+
 async def test_deployment_services_go_to_nodes_with_room_and_are_reached_and_deleted_wherever_they_run(
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
@@ -489,18 +506,9 @@ async def test_a_drained_nodes_running_service_starts_again_elsewhere_before_it_
     with two_nodes(tmp_path, postgres_url, "relocated_services", preview_ports=previews) as (a, b, url, _):
         key = a.owner_key("Relocated", "owner@relocated.example")
         async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
-            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
-            assert sandbox.status_code == 201, sandbox.text
-            sandbox_id = sandbox.json()["data"]["id"]
-            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
-            assert wrote.status_code == 201, wrote.text
-            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
-            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "moving"})).json()["data"]
-            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
-                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
-            assert published.status_code == 200, published.text
-            [old] = published.json()["data"]["services"]
-            version_id = published.json()["data"]["version"]["id"]
+            sandbox_id, deployment, answer = await published_service(client, a, "moving")
+            [old] = answer["services"]
+            version_id = answer["version"]["id"]
             assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200  # its artifact is all the service needs
             drained_node, other = (a, b) if old["node"] == "node-a" else (b, a)
             other_name = "node-b" if old["node"] == "node-a" else "node-a"
@@ -556,18 +564,9 @@ async def test_a_lost_nodes_deployment_service_boots_again_on_the_node_that_took
     with two_nodes(tmp_path, postgres_url, "lost_services", preview_ports=previews) as (a, b, _, common):
         key = a.owner_key("Recovered", "owner@recovered.example")
         async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
-            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
-            assert sandbox.status_code == 201, sandbox.text
-            sandbox_id = sandbox.json()["data"]["id"]
-            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
-            assert wrote.status_code == 201, wrote.text
-            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
-            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "survivor"})).json()["data"]
-            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
-                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
-            assert published.status_code == 200, published.text
-            [service] = published.json()["data"]["services"]
-            version_id = published.json()["data"]["version"]["id"]
+            sandbox_id, deployment, answer = await published_service(client, a, "survivor")
+            [service] = answer["services"]
+            version_id = answer["version"]["id"]
             assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200
             letter = "a" if service["node"] == "node-a" else "b"
             lost, survivor = (a, b) if letter == "a" else (b, a)
@@ -613,19 +612,10 @@ async def test_a_service_its_credits_stopped_on_another_node_is_woken_by_a_promo
     with two_nodes(tmp_path, postgres_url, "woken_services", {"CORRAL_METER_INTERVAL": "0.5"}, preview_ports=previews) as (a, b, url, _):
         key = a.owner_key("Woken", "owner@woken.example")
         async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
-            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
-            assert sandbox.status_code == 201 and sandbox.json()["data"]["node"] == "node-a", sandbox.text
-            sandbox_id = sandbox.json()["data"]["id"]
-            wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
-            assert wrote.status_code == 201, wrote.text
-            project = (await client.get(f"{a.base}{API}/projects")).json()["data"][0]["id"]
-            deployment = (await client.post(f"{a.base}{API}/projects/{project}/deployments", json={"name": "woken"})).json()["data"]
-            published = await client.post(f"{a.base}{API}/deployments/{deployment['id']}/publish", json={
-                "source_sandbox_id": sandbox_id, "run_command": "python3 server.py", "port": 8000})
-            assert published.status_code == 200, published.text
-            [service] = published.json()["data"]["services"]
+            sandbox_id, deployment, answer = await published_service(client, a, "woken")
+            [service] = answer["services"]
             assert service["node"] == "node-b", service  # the least loaded: A has the sandbox
-            version_path = f"{API}/deployments/{deployment['id']}/versions/{published.json()['data']['version']['id']}"
+            version_path = f"{API}/deployments/{deployment['id']}/versions/{answer['version']['id']}"
             assert (await client.get(f"{b.base}{API}/deployments/{deployment['id']}")).json()["data"]["node"] == "node-a"
 
             db = open_database(url)
