@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
 from corral.actors.bus import EventBus
+from corral.actors.errors import RETIRED
 from corral.actors.host import ActorHost, CellHandle, Teller
 from corral.actors.transitions import TransitionTable
 from corral.storage import Database, Event
@@ -132,9 +133,10 @@ class Actor:
 
     def retire(self) -> None:
         """Stop this actor once the message it handles now is answered: what it owned
-        lives elsewhere now (another node), and messages queued for it are refused."""
+        lives elsewhere now (another node), and messages queued for it are refused (503:
+        sent again, a request goes to the new home)."""
         if self._cell is not None:
-            self._cell.request_stop()
+            self._cell.request_stop(RETIRED)
 
     def transition(self, message: Any) -> str:
         """The state `message` leads to from the current state, or the table's 409."""

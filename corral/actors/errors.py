@@ -31,6 +31,11 @@ class ActorCrashed(ActorError):
         self.error = error
 
 
+RETIRED = "now on another node; send the request again"
+"""Why a retired actor (what it owned lives on another node now) refuses its queued
+messages: the same request, sent again, is forwarded to the new home."""
+
+
 class ActorStopped(ActorError):
     """The actor (or the whole system) is shutting down and refuses new work."""
 

@@ -128,6 +128,7 @@ class ActorCell:
         self._children_nursery: trio.Nursery | None = None
         self._child_error: BaseException | None = None
         self._stop_requested = False
+        self._stop_reason = "shutting down"
         self._backoff_scope: trio.CancelScope | None = None
 
     def _new_mailbox(self) -> Mailbox:
@@ -139,7 +140,7 @@ class ActorCell:
         return crashed
 
     def _stopped(self) -> ActorStopped:
-        return ActorStopped(self.kind, self.id)
+        return ActorStopped(self.kind, self.id, self._stop_reason)
 
     @property
     def state(self) -> str | None:
@@ -148,12 +149,14 @@ class ActorCell:
 
     # --- control from other tasks ----------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Graceful stop: refuse queued and new messages now, finish the current one,
-        then `on_stop`, then cancel children. Synchronous: safe from any task."""
+    def request_stop(self, reason: str = "shutting down") -> None:
+        """Graceful stop: refuse queued and new messages now (`reason` says why: "the
+        <kind> actor is <reason>"), finish the current one, then `on_stop`, then cancel
+        children. Synchronous: safe from any task."""
         if self._stop_requested:
             return
         self._stop_requested = True
+        self._stop_reason = reason
         if self.status in (CellStatus.ALIVE, CellStatus.ACTIVATING):
             self.status = CellStatus.STOPPING
         self._refuse(self.mailbox.close(self._stopped), self._stopped)

@@ -36,7 +36,7 @@ import trio
 
 from corral.actors.actor import Actor
 from corral.actors.bus import EventBus
-from corral.actors.errors import ActorStopped
+from corral.actors.errors import RETIRED, ActorStopped
 from corral.actors.introspection import FailureRecord, describe_cell, describe_failure
 from corral.actors.ref import ActorRef
 from corral.actors.supervisor import ActorCell, CellStatus, SupervisionPolicy
@@ -168,7 +168,7 @@ class ActorSystem:
         refused. The next message activates it afresh."""
         cell = self._cells.get((kind, actor_id))
         if cell is not None:
-            cell.request_stop()
+            cell.request_stop(RETIRED)
 
     def view_of(self, actor_class: type[Actor], actor_id: str) -> Any:
         """The live actor's `published_view()`, without a message; None when it is not

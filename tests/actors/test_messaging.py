@@ -165,3 +165,34 @@ async def test_a_ref_survives_passivation_and_reactivates(
         # the same ref activates it again, from its persisted record
         assert await ref.ask(Add(2)) == 2
         assert probe.activations == 2
+
+
+async def test_a_retired_actor_refuses_its_queued_messages_saying_to_send_them_again(
+    system: ActorSystem, machines_db: Database, probe: Probe
+) -> None:
+    """What an actor owned lives on another node now (`ActorSystem.retire`): the message it
+    handles is answered, the queued ones get a 503 that says to send the request again
+    (which the HTTP layer then forwards to the new home), and the next one activates it
+    afresh."""
+    await create_machine(machines_db, "m1")
+    ref = await system.get(MachineActor, "m1")
+    answers: list[object] = []
+
+    async def ask(message: object) -> None:
+        try:
+            answers.append(await ref.ask(message))
+        except ApiError as error:
+            answers.append(error)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask, WaitForGate())
+        await trio.sleep(0.05)
+        nursery.start_soon(ask, Note("queued"))
+        await trio.sleep(0.05)
+        system.retire(MachineActor.kind, "m1")
+        probe.gate.set()
+    refused = next(answer for answer in answers if isinstance(answer, ApiError))
+    assert (refused.status, refused.code) == (503, "SERVICE_UNAVAILABLE")
+    assert refused.message == f"the {MachineActor.kind} actor is now on another node; send the request again"
+    assert "queued" not in probe.notes
+    assert await ref.ask(Note("later")) == "later"

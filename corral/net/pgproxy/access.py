@@ -74,7 +74,10 @@ class DatabaseAccess:
         """At the node's start: no fast path an earlier run left stays (each database
         running here opens its own again)."""
         self.fast.clear()
-        await self.drop_fast_table()
+        try:
+            await self.drop_fast_table()
+        except OSError:  # no `nft` on this host: nothing was left, and no fast path will be opened
+            self._fast_table = False
 
     async def renew(self) -> None:
         """Keep this node's fast paths for another `FAST_PATH_SECONDS` (every entry expires
