@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from corral.actors.errors import ActorStopped, MailboxFull
-from corral.actors.nodes import store as nodes_store
 from corral.errors import ApiError
 from corral.net.pgproxy import ProxyRefusal
 from corral.vm import InstanceNotFound
@@ -19,7 +18,7 @@ from corral.vm import InstanceNotFound
 from . import store
 from .actor import DatabaseActor
 from .messages import Upstream
-from .replication import advertised_host
+from .replication import node_host
 
 if TYPE_CHECKING:
     from .services import DatabaseServices
@@ -56,8 +55,7 @@ class ProxyHooks:
         row = await store.load(self.platform.db, database_id)
         if row is None or row.status == "deleted" or row.node in (None, self.platform.settings.node_name):
             return None
-        home = await nodes_store.find(self.platform.db, row.node)
-        host = advertised_host(home.advertise_url) if home is not None else None
+        host = await node_host(self.platform.db, row.node)
         return (host, row.port) if host else None
 
     async def cancel_upstream(self, database_id: str) -> str | None:

@@ -58,14 +58,20 @@ def advertised_host(advertise_url: str) -> str | None:
     return urlsplit(advertise_url).hostname
 
 
+async def node_host(db: Database, node_name: str) -> str | None:
+    """Where the node `node_name`'s database servers and proxy are reached: the host of
+    its advertised URL; None when the cluster has no such node."""
+    home = await nodes_store.find(db, node_name)
+    return advertised_host(home.advertise_url) if home is not None else None
+
+
 async def primary_source(db: Database, node_name: str, node: DatabaseNode, primary_id: str) -> tuple[str, int] | None:
     """Where a new replica streams from when its primary is another node's: that node's
     advertised host and the primary server's own port; None when it is this node's."""
     row = await db.fetch_one("SELECT node, port FROM databases WHERE id = ?", (primary_id,))
     if row is None or row["node"] in (None, node_name):
         return None
-    home = await nodes_store.find(db, str(row["node"]))
-    host = advertised_host(home.advertise_url) if home is not None else None
+    host = await node_host(db, str(row["node"]))
     if not host:
         raise ApiError(503, "SERVICE_UNAVAILABLE", f"the primary's node {row['node']} is not in the cluster")
     return host, node.server_port(int(row["port"]))

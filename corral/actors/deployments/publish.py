@@ -31,7 +31,7 @@ from typing import Annotated, Any, Literal
 
 import trio
 
-from corral.actors.nodes import claims, placement
+from corral.actors.nodes import placement
 from corral.actors.nodes.blobs import ClusterBlobs
 from corral.actors.nodes.placement import Demand
 from corral.actors.runtime_errors import public_text
@@ -54,8 +54,7 @@ from .messages import (
     VersionDone,
     VersionFailed,
 )
-from .service_actor import DeploymentServiceActor
-from .service_boot import boot_until_settled, settled_row
+from .service_boot import boot_where_placed
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 from .sites import public_url, version_url
@@ -299,20 +298,7 @@ async def _start_service(
         external_user_id=deployment.external_user_id, error=None, last_activity_at=now, created_at=now, updated_at=now,
         node=placed.node if placed is not None else here,
     )
-    try:
-        if placed is not None:
-            with claims.holding(placed.claim_id):
-                await claims.bind(platform.db, service.id)
-        if service.node == here:
-            ref = await platform.system.create(DeploymentServiceActor, service.id, service)
-            current: ServiceRecord | None = await boot_until_settled(ref)
-        else:  # that node boots it (`service_boot.boot_placed_forever`); its row says how it went
-            await platform.db.transaction(lambda tx: service_store.insert(tx, service))
-            current = await settled_row(platform.db, service.id)
-    finally:
-        if placed is not None:
-            with trio.CancelScope(shield=True):
-                await claims.release(platform.db, placed.claim_id)
+    current = await boot_where_placed(platform, service, placed.claim_id if placed is not None else None)
     if current is None or current.status != "running":
         reason = (current.error if current is not None else None) or "the service did not start in time"
         raise _Failure("HEALTH_CHECK_FAILED", f"the service did not become healthy: {reason}")

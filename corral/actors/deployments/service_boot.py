@@ -20,6 +20,7 @@ import logging
 import trio
 
 from corral.actors.instances import Boot, Get
+from corral.actors.nodes import claims
 from corral.actors.periodic import run_periodically
 from corral.actors.ref import ActorRef
 from corral.errors import ApiError
@@ -76,6 +77,27 @@ async def settled_row(db: Database, service_id: str) -> ServiceRecord | None:
         ("its node did not start it in time", service_id),
     )
     return await service_store.load(db, service_id)
+
+
+async def boot_where_placed(platform: DeploymentServices, service: ServiceRecord, claim_id: str | None) -> ServiceRecord | None:
+    """Boot the new `service` on the node its row names and follow it until it runs or
+    has failed; the record as it ends (None: its row went). Here its actor boots it; on
+    another node the row is written and that node boots it (`PlacedServices`). The
+    placement's claim (`claim_id`) counts until the row exists, and is released after."""
+    db = platform.db
+    try:
+        if claim_id is not None:
+            with claims.holding(claim_id):
+                await claims.bind(db, service.id)
+        if service.node in (None, platform.settings.node_name):
+            ref = await platform.system.create(DeploymentServiceActor, service.id, service)
+            return await boot_until_settled(ref)
+        await db.transaction(lambda tx: service_store.insert(tx, service))
+        return await settled_row(db, service.id)
+    finally:
+        if claim_id is not None:
+            with trio.CancelScope(shield=True):
+                await claims.release(db, claim_id)
 
 
 async def wake_remote(db: Database, service: ServiceRecord) -> None:

@@ -29,7 +29,7 @@ from corral.storage import utc_now_iso
 from . import service_billing, service_store
 from .messages import StopService
 from .service_actor import DeploymentServiceActor
-from .service_boot import STOP_WAIT, settled_row
+from .service_boot import STOP_WAIT, boot_where_placed
 from .service_store import ServiceRecord
 from .services import DeploymentServices
 
@@ -66,21 +66,15 @@ async def relocate(platform: DeploymentServices, old: ServiceRecord) -> bool:
     demand = placement.Demand("deployment_services", old.size, old.template_id)
     await service_billing.allow_run(platform, old.tenant_id, old.size, old.external_user_id, placed=True)  # 402 / quota 409
     placed = await placement.place(db, here, demand)
-    try:
-        if placed.node == here:
-            raise placement.no_room(demand)  # offered only when this node takes new work
-        now = utc_now_iso()
-        new = dataclasses.replace(
-            old, id=prefixed("svc"), status="starting", node=placed.node, process_id=None, restarts=0, error=None,
-            last_activity_at=now, created_at=now, updated_at=now,
-        )
-        with claims.holding(placed.claim_id):
-            await claims.bind(db, new.id)
-        await db.transaction(lambda tx: service_store.insert(tx, new))
-        current = await settled_row(db, new.id)  # its node boots it (`placed_services_forever`)
-    finally:
-        with trio.CancelScope(shield=True):
-            await claims.release(db, placed.claim_id)
+    if placed.node == here:  # offered only when this node takes new work
+        await claims.release(db, placed.claim_id)
+        raise placement.no_room(demand)
+    now = utc_now_iso()
+    new = dataclasses.replace(
+        old, id=prefixed("svc"), status="starting", node=placed.node, process_id=None, restarts=0, error=None,
+        last_activity_at=now, created_at=now, updated_at=now,
+    )
+    current = await boot_where_placed(platform, new, placed.claim_id)  # its node boots it
     if current is None or current.status != "running":
         why = (current.error if current is not None else None) or "it did not start"
         log.warning("deployment service %s: its replacement on node %s did not become healthy (%s); it stays", old.id, placed.node, why)

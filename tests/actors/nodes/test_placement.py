@@ -11,7 +11,7 @@ import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,14 @@ def two_nodes(
     ) as node_b:
         both_active(node_a)
         yield node_a, node_b, url, shared
+
+
+@contextlib.asynccontextmanager
+async def owner_client(node: Served, tenant: str, email: str, *, timeout: float = 120) -> AsyncIterator[httpx.AsyncClient]:
+    """A client with the key of a new tenant's owner, made through `node`."""
+    key = node.owner_key(tenant, email)
+    async with httpx.AsyncClient(timeout=timeout, headers={"Authorization": f"Bearer {key}"}) as client:
+        yield client
 
 
 async def open_claims(url: str) -> int:
@@ -204,8 +212,7 @@ async def test_a_computer_moved_to_another_region_goes_to_a_node_there_with_its_
     with two_nodes(
         tmp_path, postgres_url, "placement_move", {"CORRAL_REGIONS": "eu,us,ap"}, a={"CORRAL_NODE_REGION": "eu"}, b={"CORRAL_NODE_REGION": "us"}
     ) as (a, b, url, _):
-        key = a.owner_key("Movers", "owner@movers.example")
-        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Movers", "owner@movers.example", timeout=120) as client:
             made = await client.post(f"{b.base}{API}/computers", json={"name": "Traveller", "template_type": "svc-desktop", "region": "eu"})
             assert made.status_code == 201, made.text
             cid = made.json()["id"]
@@ -270,8 +277,7 @@ async def test_a_template_built_on_one_node_makes_sandboxes_on_the_other(
         a={"CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "a-templates"))},
         b={"CORRAL_TEMPLATE_DIR": str(own_template_dir(tmp_path / "b-templates"))},
     ) as (a, b, url, _):
-        key = a.owner_key("Builders", "owner@builders.example")
-        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Builders", "owner@builders.example", timeout=120) as client:
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "marked", "setup": ["echo built-on-a > /opt/marker"]})
             assert made.status_code == 201, made.text
             template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
@@ -337,8 +343,7 @@ async def test_a_build_lives_on_its_node_is_cancelled_through_the_other_and_fail
     tmp_path: Path, postgres_url: str, runtime_host: None
 ) -> None:
     with two_nodes(tmp_path, postgres_url, "placement_builds") as (a, b, url, common):
-        key = a.owner_key("Slow builders", "owner@slow-builders.example")
-        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Slow builders", "owner@slow-builders.example", timeout=120) as client:
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "slow", "setup": ["sleep 300"]})
             assert made.status_code == 201, made.text
             template_id, build_id = made.json()["data"]["template"]["id"], made.json()["data"]["build"]["id"]
@@ -415,12 +420,28 @@ http.server.ThreadingHTTPServer(("0.0.0.0", int(os.environ["PORT"])), Handler).s
 """
 
 
+async def routed_by(preview_port: int, host: str, seconds: float = 10) -> str:
+    """The body a node's preview router answers for `host` once it answers 200."""
+    async with httpx.AsyncClient(timeout=10) as plain:
+        with trio.fail_after(seconds):
+            while (routed := await plain.get(f"http://127.0.0.1:{preview_port}/", headers={"Host": host})).status_code != 200:
+                await trio.sleep(0.1)
+    return routed.text
+
+
+async def sandbox_on(client: httpx.AsyncClient, node: Served, node_name: str = "node-a") -> str:
+    """A new sandbox made through `node` (named `node_name`), placed there (it is the node
+    asked, with room): its id."""
+    sandbox = await client.post(f"{node.base}{API}/sandboxes", json={})
+    assert sandbox.status_code == 201, sandbox.text
+    assert sandbox.json()["data"]["node"] == node_name, sandbox.text
+    return str(sandbox.json()["data"]["id"])
+
+
 async def published_service(client: httpx.AsyncClient, node: Served, name: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """A deployment `name` made through `node`, with a service version published from a
     new sandbox there: (the sandbox's id, the deployment, the publish's answer)."""
-    sandbox = await client.post(f"{node.base}{API}/sandboxes", json={})
-    assert sandbox.status_code == 201, sandbox.text
-    sandbox_id = str(sandbox.json()["data"]["id"])
+    sandbox_id = await sandbox_on(client, node)
     wrote = await client.post(f"{node.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
     assert wrote.status_code == 201, wrote.text
     project = (await client.get(f"{node.base}{API}/projects")).json()["data"][0]["id"]
@@ -438,12 +459,8 @@ async def test_deployment_services_go_to_nodes_with_room_and_are_reached_and_del
     with two_nodes(
         tmp_path, postgres_url, "placement_services", a={"CORRAL_NODE_MAX_INSTANCES": "2"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
     ) as (a, b, url, _):
-        key = a.owner_key("Publishers", "owner@publishers.example")
-        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
-            sandbox = await client.post(f"{a.base}{API}/sandboxes", json={})
-            assert sandbox.status_code == 201, sandbox.text
-            sandbox_id = sandbox.json()["data"]["id"]
-            assert sandbox.json()["data"]["node"] == "node-a"  # equals: the node asked
+        async with owner_client(a, "Publishers", "owner@publishers.example", timeout=300) as client:
+            sandbox_id = await sandbox_on(client, a)  # equals: the node asked
             try:
                 wrote = await client.post(f"{a.base}{API}/sandboxes/{sandbox_id}/files/write", json={"path": "/workspace/server.py", "content": SERVICE_APP})
                 assert wrote.status_code == 201, wrote.text
@@ -504,8 +521,7 @@ async def test_a_drained_nodes_running_service_starts_again_elsewhere_before_it_
     afterwards."""
     previews = (free_port(), free_port())
     with two_nodes(tmp_path, postgres_url, "relocated_services", preview_ports=previews) as (a, b, url, _):
-        key = a.owner_key("Relocated", "owner@relocated.example")
-        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Relocated", "owner@relocated.example", timeout=300) as client:
             sandbox_id, deployment, answer = await published_service(client, a, "moving")
             [old] = answer["services"]
             version_id = answer["version"]["id"]
@@ -562,8 +578,7 @@ async def test_a_lost_nodes_deployment_service_boots_again_on_the_node_that_took
     router; the lost node, back, destroys its old copy."""
     previews = (free_port(), free_port())
     with two_nodes(tmp_path, postgres_url, "lost_services", preview_ports=previews) as (a, b, _, common):
-        key = a.owner_key("Recovered", "owner@recovered.example")
-        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Recovered", "owner@recovered.example", timeout=300) as client:
             sandbox_id, deployment, answer = await published_service(client, a, "survivor")
             [service] = answer["services"]
             version_id = answer["version"]["id"]
@@ -588,11 +603,7 @@ async def test_a_lost_nodes_deployment_service_boots_again_on_the_node_that_took
                     await trio.sleep(0.2)
             print(f"\nkill -9 of a service's node -> healthy again on the survivor: {trio.current_time() - since:.1f} s")
             assert again["id"] == service["id"]
-            async with httpx.AsyncClient(timeout=10) as plain:
-                with trio.fail_after(10):
-                    while (routed := await plain.get(f"http://127.0.0.1:{survivor_preview}/", headers={"Host": host})).status_code != 200:
-                        await trio.sleep(0.1)
-            assert routed.text == "placed service"
+            assert await routed_by(survivor_preview, host) == "placed service"
 
             env = {**common, **runtime_env(RUNTIME_SETTINGS if letter == "a" else NODE_B_HOST)}
             with corral_serve(tmp_path / letter, env, "--node-name", service["node"], log_name="again.log") as back:
@@ -610,8 +621,7 @@ async def test_a_service_its_credits_stopped_on_another_node_is_woken_by_a_promo
     deployment's node, another one, starts it again there, as on one node."""
     previews = (free_port(), free_port())
     with two_nodes(tmp_path, postgres_url, "woken_services", {"CORRAL_METER_INTERVAL": "0.5"}, preview_ports=previews) as (a, b, url, _):
-        key = a.owner_key("Woken", "owner@woken.example")
-        async with httpx.AsyncClient(timeout=300, headers={"Authorization": f"Bearer {key}"}) as client:
+        async with owner_client(a, "Woken", "owner@woken.example", timeout=300) as client:
             sandbox_id, deployment, answer = await published_service(client, a, "woken")
             [service] = answer["services"]
             assert service["node"] == "node-b", service  # the least loaded: A has the sandbox
@@ -635,11 +645,7 @@ async def test_a_service_its_credits_stopped_on_another_node_is_woken_by_a_promo
             [again] = (await client.get(f"{a.base}{version_path}")).json()["data"]["services"]
             assert (again["id"], again["state"], again["node"]) == (service["id"], "healthy", "node-b"), again
             host = httpx.URL(deployment["public_url"]).host
-            async with httpx.AsyncClient(timeout=10) as plain:
-                with trio.fail_after(10):
-                    while (routed := await plain.get(f"http://127.0.0.1:{previews[0]}/", headers={"Host": host})).status_code != 200:
-                        await trio.sleep(0.1)
-            assert routed.text == "placed service"
+            assert await routed_by(previews[0], host) == "placed service"
             assert (await client.delete(f"{a.base}{API}/deployments/{deployment['id']}")).status_code == 200
             assert (await client.delete(f"{a.base}{API}/sandboxes/{sandbox_id}")).status_code == 200
 
@@ -650,10 +656,8 @@ async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_withou
     with two_nodes(
         tmp_path, postgres_url, "placement_build_room", a={"CORRAL_NODE_MAX_INSTANCES": "1"}, b={"CORRAL_NODE_MAX_INSTANCES": "1"}
     ) as (a, b, url, _):
-        key = a.owner_key("Room builders", "owner@room-builders.example")
-        async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
-            first = await client.post(f"{a.base}{API}/sandboxes", json={})
-            assert first.status_code == 201 and first.json()["data"]["node"] == "node-a", first.text
+        async with owner_client(a, "Room builders", "owner@room-builders.example", timeout=120) as client:
+            first_id = await sandbox_on(client, a)
             made = await client.post(f"{a.base}{API}/sandbox-templates", json={"name": "roomy", "setup": ["sleep 300"]})
             assert made.status_code == 201, made.text
             build = made.json()["data"]["build"]
@@ -667,7 +671,7 @@ async def test_a_template_build_goes_to_a_node_with_room_and_none_is_made_withou
             names = [t["name"] for t in (await client.get(f"{a.base}{API}/sandbox-templates")).json()["data"]]
             assert "crowded" not in names and "roomy" in names  # nothing made
             assert (await client.delete(f"{a.base}{API}/sandbox-templates/roomy")).status_code == 200
-            assert (await client.delete(f"{a.base}{API}/sandboxes/{first.json()['data']['id']}")).status_code == 200
+            assert (await client.delete(f"{a.base}{API}/sandboxes/{first_id}")).status_code == 200
 
 
 async def test_forty_creates_at_once_through_two_nodes_fill_each_node_exactly_to_its_room(
