@@ -7,7 +7,8 @@ publish placed the first (a node with room, not a draining one), booted there an
 health-checked (`service_boot`: that node's `placed_services_forever` boots it), and only
 once it is `running` is the one here stopped (`removed`). The router sends a version's
 requests to its newest running service, so from the moment the new one is healthy its
-requests go there, and none is left without a service meanwhile. A new service that
+requests go there; the old one is stopped `ROUTES_SECONDS` later, once every node's
+router has heard of the new one, so no request is left without a service meanwhile. A new service that
 does not come up is stopped on its node, and the one here goes on serving; the next
 round tries again.
 """
@@ -37,6 +38,9 @@ log = logging.getLogger("corral.deployments.services")
 
 ROUND_SECONDS = 2.0
 """As often as a drain's other moves (`corral.actors.nodes.moves`)."""
+ROUTES_SECONDS = 1.0
+"""How long the old service serves on after the routes changed: every node's router
+table follows within this (issue 30's goal for routing tables)."""
 
 
 async def relocate_round(platform: DeploymentServices) -> int:
@@ -81,6 +85,9 @@ async def relocate(platform: DeploymentServices, old: ServiceRecord) -> bool:
         return False
     if platform.deployment_sites is not None:  # requests go to the new one now, on every node
         await platform.deployment_sites.reload(old.deployment_id)
+        # The other nodes hear of it by a notice (milliseconds): until then their routers
+        # still send its requests here, so the old one serves a moment longer.
+        await trio.sleep(ROUTES_SECONDS)
     ref = await platform.system.get(DeploymentServiceActor, old.id)
     await ref.ask(StopService(), timeout=STOP_WAIT)
     log.warning("deployment service %s moved off draining node %s: %s runs its version on node %s", old.id, here, new.id, placed.node)
