@@ -119,6 +119,15 @@ async def live_host(db: Database, kind: str, resource_id: str) -> tuple[str, Own
     return None if row is None else (str(row["slug"]), _owner(row))
 
 
+async def live_host_named(db: Database, kind: str, slug: str) -> Owner | None:
+    """The owner of the live computer or sandbox with this slug, None when there is none."""
+    table, gone = {"computer": ("computers", "deleted"), "sandbox": ("sandboxes", "destroyed")}[kind]
+    row = await db.fetch_one(
+        f"SELECT tenant_id, workspace_id, project_id FROM {table} WHERE slug = ? AND status <> ?", (slug, gone)
+    )
+    return None if row is None else _owner(row)
+
+
 async def preview_domain_scopes(db: Database) -> dict[str, tuple[str, str]]:
     """Every preview domain a router serves (pending or configured) -> its (scope_type, scope_id)."""
     rows = await db.fetch_all(
