@@ -11,7 +11,8 @@ connection's own task:
 
 - the application runs in the connection's task; `receive()` reads the socket itself
   when the application asks for body, so backpressure is the application's pace; a
-  body that came in whole with the head is also offered in the scope, as the
+  body that came in whole with the head, or a small one (`EAGER_BODY_BYTES`) that
+  followed it within `EAGER_BODY_SECONDS`, is also offered in the scope, as the
   extension `corral.whole_body` (bytes), so that an application may skip `receive()`
   for it (the API's front then needs no task to read it);
 - a response's head and a whole body go out in one write (a JSON answer is one
@@ -70,6 +71,10 @@ MAX_HEAD_BYTES = 64 * 1024
 cookies and long query strings fit in 64)."""
 DRAIN_SECONDS = 10.0
 """How long the rest of a body an early answer did not wait for may take to come in."""
+EAGER_BODY_BYTES = 64 * 1024
+EAGER_BODY_SECONDS = 1.0
+"""How long a small body that did not come with its head is waited for before the
+application is called anyway (it then reads the rest through `receive()`)."""
 WS_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 ASGI_VERSION = {"version": "3.0", "spec_version": "2.3"}
 
@@ -150,26 +155,48 @@ class _Http:
         self.close_after = False
         self.whole_body: bytes | None = None
         self._early: list[bytes] = []
+        self._more_to_read = False
 
     def prefetch(self) -> bytes | None:
-        """The whole body, when it came in with the head (nearly every request: a GET,
-        a small JSON POST); else None, and what did come waits for `receive()`."""
+        """The whole body, when it is in already (a GET, a small JSON POST that came
+        with its head); else None, and what did come waits for `receive()`."""
         h = self.conn.h11
-        chunks: list[bytes] = []
         while True:
             try:
                 event = h.next_event()
             except h11.RemoteProtocolError:
                 event = None
             if isinstance(event, h11.Data):
-                chunks.append(bytes(event.data))
+                self._early.append(bytes(event.data))
                 continue
             if isinstance(event, h11.EndOfMessage):
                 self.body_done = True
-                self.whole_body = b"".join(chunks)
+                self.whole_body, self._early = b"".join(self._early), []
                 return self.whole_body
-            self._early = chunks
+            self._more_to_read = event is h11.NEED_DATA
             return None
+
+    async def gather_small_body(self) -> bytes | None:
+        """`prefetch`, but a small body still on its way (a declared length of at most
+        `EAGER_BODY_BYTES`) is read first, for at most `EAGER_BODY_SECONDS`: clients
+        such as httpx write a JSON body after the head, and an application handed the
+        whole body needs no task to follow it (for the API's front that task was a
+        tenth of an exec). A client waiting for `100 Continue` is not waited for."""
+        whole = self.prefetch()
+        if whole is not None or not self._small_body_coming():
+            return whole
+        with trio.move_on_after(EAGER_BODY_SECONDS):
+            while whole is None and self._more_to_read and not self.conn.closed:
+                await self.conn._read_more()
+                whole = self.prefetch()
+        return whole
+
+    def _small_body_coming(self) -> bool:
+        conn = self.conn
+        if not self._more_to_read or conn.h11.client_is_waiting_for_100_continue:
+            return False
+        length = next((value for name, value in self.request.headers if name == b"content-length"), None)
+        return length is not None and length.isdigit() and int(length) <= EAGER_BODY_BYTES
 
     async def receive(self) -> Message:
         conn = self.conn
@@ -378,7 +405,7 @@ class _Connection:
             exchange = _Http(self, event)
             self._response_finished = trio.Event()
             asgi_scope = self._http_scope(event)
-            whole = exchange.prefetch()
+            whole = await exchange.gather_small_body()
             if whole is not None:
                 asgi_scope["extensions"]["corral.whole_body"] = whole
             try:

@@ -59,6 +59,11 @@ async def echo_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         return
     if path == "/fail":
         raise RuntimeError("the application broke")
+    if path == "/whole":  # says whether the body was handed over with the scope
+        whole = scope["extensions"].get("corral.whole_body")
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"none" if whole is None else bytes(whole)})
+        return
     if path == "/slow":
         await trio.sleep(0.5)
     body = b""
@@ -188,6 +193,35 @@ async def test_expect_100_continue_is_answered_when_the_body_is_asked_for() -> N
         await client.send(h11.Data(data=body), h11.EndOfMessage())
         head, answer = await client.response()
         assert head.status_code == 200 and answer.endswith(b"len=100000")
+
+
+async def test_a_small_body_written_after_its_head_is_handed_over_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As httpx sends a JSON body: the head, then the body in a write of its own. The
+    application gets it in the scope; not when the client waits for `100 Continue`,
+    nor when it is larger than `EAGER_BODY_BYTES` or stalls past `EAGER_BODY_SECONDS`."""
+    monkeypatch.setattr(asgi_server, "EAGER_BODY_SECONDS", 0.5)
+    async with served() as (port, _), await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        client = StrictClient(stream)
+        cases: list[tuple[bytes, list[tuple[str, str]], float, bytes]] = [
+            (b'{"command": "true"}', [], 0.05, b'{"command": "true"}'),
+            (b"x" * asgi_server.EAGER_BODY_BYTES, [], 0.05, b"x" * asgi_server.EAGER_BODY_BYTES),
+            (b"x" * (asgi_server.EAGER_BODY_BYTES + 1), [], 0.05, b"none"),
+            (b"late", [], 0.8, b"none"),
+        ]
+        for body, extra, pause, expected in cases:
+            await client.send(h11.Request(method="POST", target="/whole",
+                                          headers=[("Host", "t"), ("Content-Length", str(len(body))), *extra]))
+            await trio.sleep(pause)
+            await client.send(h11.Data(data=body), h11.EndOfMessage())
+            with trio.fail_after(5):
+                head, answer = await client.response()
+            assert head.status_code == 200 and answer == expected, (len(body), pause, answer[:20])
+            client.h11.start_next_cycle()
+        await client.send(h11.Request(method="POST", target="/whole",
+                                      headers=[("Host", "t"), ("Content-Length", "4"), ("Expect", "100-continue")]))
+        with trio.fail_after(0.4):  # answered at once: it was not waited for
+            head, answer = await client.response()
+        assert answer == b"none"
 
 
 async def test_head_answers_carry_no_body() -> None:

@@ -3,7 +3,8 @@
 Only a resource's home node runs its actor and reaches its instance
 (`corral.actors.nodes.homes`), so any other node that receives a request for it sends
 the request on, as it came, to the home's advertised URL, and relays the answer as it
-comes: bodies streamed both ways (a 10 MB upload or download is never held whole),
+comes: bodies streamed both ways (a 10 MB upload or download is never held whole; a
+body of at most `POOLED_BODY` is read first, so it goes on a kept-alive connection),
 SSE and other streamed answers chunk by chunk, the status and headers unchanged, so
 the caller cannot tell. When the caller goes away, the forwarded request is closed
 too, which the home sees as the same hang-up.
@@ -95,6 +96,12 @@ would leave none for the node's other requests); placements are one at a time in
 the cluster anyway."""
 MAX_CREATE_BODY = 1024 * 1024
 """A create's body, read whole for placement on a store several nodes share; past it, 413."""
+POOLED_BODY = 64 * 1024
+"""A body of at most this declared length is read whole before it is forwarded, so the
+request goes on a kept-alive connection (a streamed body cannot be sent again on a new
+one if the pooled one turns out closed, so it gets a new connection). A client such as
+httpx writes a small JSON body after the head, so the server could not hand it over
+with the head: an exec forwarded that way paid a TCP connect each time."""
 HOP_BY_HOP = frozenset({
     b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer",
     b"transfer-encoding", b"upgrade", b"content-length", b"expect", HEADER, PLACED,
@@ -201,8 +208,12 @@ class Forwarder:
         query = scope.get("query_string", b"")
         target = scope["raw_path"] + (b"?" + query if query else b"")
         whole = scope.get("extensions", {}).get("corral.whole_body")
-        body: bytes | AsyncIterator[bytes] = whole if whole is not None else _body(receive)
         length = _header(scope, b"content-length")
+        if whole is None and length.isdigit() and int(length) <= POOLED_BODY:
+            whole = await _whole_body(scope, receive)
+            if whole is None:  # the caller went away before its body was in
+                return True
+        body: bytes | AsyncIterator[bytes] = whole if whole is not None else _body(receive)
         if whole is None and length:  # streamed on with the length it declared (else chunked)
             headers.append((b"content-length", length))
         try:

@@ -219,6 +219,11 @@ class DatabaseActor(MovingInstance):
             return await self.servers.create_replica(self.record.primary_id, spec)
         return await super().make_instance(driver, env, clone_source, snapshot_source)
 
+    async def has_copy_here(self) -> bool:
+        if self.record.role != "primary":
+            return False
+        return await replication.local_replica(self.db, self.services.settings.node_name, self.id, self.servers) is not None
+
     async def recover_here(self, lost_node: str) -> bool:
         """A primary whose node is lost, taken over by a node that runs a replica of it:
         the replica hands its server over, which is promoted to be this database's

@@ -231,7 +231,7 @@ class InstanceActor(RecordActor):
         taken = await lost.take_over(
             self.db, table=self.store.table, id_column=self.store.id_column, resource_id=self.id,
             lost_node=lost_node, node=node, kind=self.kind, instance_id=self.instance_id,
-            held_here=self.services.runtime.holds(self.instance_id),
+            held_here=self.services.runtime.holds(self.instance_id), copy_here=await self.has_copy_here(),
         )
         if taken is None:
             home = await self.store.value(self.db, self.id, "node")
@@ -254,6 +254,12 @@ class InstanceActor(RecordActor):
     async def adopt_move(self) -> bool:
         """A resource moved to this node by a drain: make its instance here from what
         the old home sent (`moving.MovingInstance`); False: nothing was moved here."""
+        return False
+
+    async def has_copy_here(self) -> bool:
+        """Whether this node has a copy of the resource that `recover_here` comes back
+        from (a draining node takes over only such a resource: the rest is left to a
+        node that takes new work)."""
         return False
 
     async def recover_here(self, lost_node: str) -> bool:

@@ -14,7 +14,10 @@ node can tell on its return that the resource is no longer its own. The winner's
 actor then writes the status and the error as it writes every status (its `persist`,
 with the kind's hooks: a meter stops), so "an actor is the only writer of its
 resource's rows" holds: the compare-and-set is the actor's own write, made before it
-does anything else.
+does anything else. A draining node takes over only what it holds or has a copy of to
+come back from (a database's replica): the rest it leaves, with a `503` that says
+which node takes new work, to that node, where the sweep below takes it (a computer
+brought back from its snapshot is made on a node that stays, not on one on its way out).
 
 Requests alone would take a resource over only when someone asks for it, and lists
 (read from the store) would show it `running` meanwhile. So one surviving node, the
@@ -53,7 +56,7 @@ from corral.storage import Database, Row, Transaction, sql_identifier, to_iso, u
 from corral.vm import InstanceNotFound, RuntimeDriver
 
 from .homes import node_is_live
-from .store import HOSTED, LOST_AFTER_SECONDS
+from .store import HOSTED, LOST_AFTER_SECONDS, active_instead, lost_before
 
 log = logging.getLogger("corral.nodes.lost")
 
@@ -130,11 +133,19 @@ class TakenOver:
 
 def _take_over(
     tx: Transaction, table: str, id_column: str, resource_id: str, lost_node: str, node: str, kind: str,
-    instance_id: str, held_here: bool,
+    instance_id: str, held_here: bool, copy_here: bool,
 ) -> TakenOver | None:
     when = _may_take_over(tx.fetch_one("SELECT boot_id, heartbeat_at, updated_at FROM nodes WHERE name = ?", (lost_node,)))
     if when is None:  # back, or not gone long enough
         return None
+    instead = None if held_here or copy_here else active_instead(tx, node, lost_before())
+    if instead is not None:
+        noun = kind.replace("_", " ")
+        raise ApiError(
+            503, "SERVICE_UNAVAILABLE",
+            f"this {noun}'s node {lost_node} {when}, and this node ({node}) is draining: node {instead}"
+            f" takes the {noun} over within seconds; send the request again",
+        )
     moved = tx.execute(
         f"UPDATE {sql_identifier(table)} SET node = ? WHERE {sql_identifier(id_column)} = ? AND node = ?",
         (node, resource_id, lost_node),
@@ -153,15 +164,20 @@ def _take_over(
 
 async def take_over(
     db: Database, *, table: str, id_column: str, resource_id: str, lost_node: str, node: str, kind: str,
-    instance_id: str, held_here: bool,
+    instance_id: str, held_here: bool, copy_here: bool = False,
 ) -> TakenOver | None:
     """Move a resource's home from `lost_node` to `node` (compare-and-set, only while
     `lost_node` may be taken over from), and list its instance for the lost node to
     destroy on its return (unless `held_here`: this node's runtime has the instance);
     None when another node moved it first, or the lost node is back or expected back.
+    A draining node takes over only what it holds or has a copy of to come back from
+    (`copy_here`: a database's replica); else, while another node takes new work, it
+    refuses (`503`) and leaves the resource to that node (the sweep's holder).
     The caller is the resource's actor (`InstanceActor.take_over_from`)."""
     return await db.transaction(
-        lambda tx: _take_over(tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here)
+        lambda tx: _take_over(
+            tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here, copy_here
+        )
     )
 
 

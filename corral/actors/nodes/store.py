@@ -84,6 +84,18 @@ def live_others(tx: Transaction, name: str, lost_since: str) -> list[str]:
     return [str(row["name"]) for row in rows]
 
 
+def active_instead(tx: Transaction, name: str, lost_since: str) -> str | None:
+    """When node `name` is draining: another node that runs and takes new work, which
+    should take on what `name` would (None: `name` is active, or no other node is)."""
+    if tx.fetch_value("SELECT state FROM nodes WHERE name = ?", (name,)) != DRAINING:
+        return None
+    row = tx.fetch_one(
+        "SELECT name FROM nodes WHERE name <> ? AND state = ? AND heartbeat_at >= ? AND boot_id <> '' ORDER BY name LIMIT 1",
+        (name, ACTIVE, lost_since),
+    )
+    return None if row is None else str(row["name"])
+
+
 _HOLDS_AN_INSTANCE = "NOT (status = 'error' AND COALESCE(error, '') LIKE 'NODE_LOST:%')"
 """Not a resource whose instance went with a lost node (`lost.lost_text`): the node that
 took it over holds nothing of it but its row, so it takes no room there and a drain

@@ -6,6 +6,7 @@ through node B (its agent is on A's bridge, which B cannot reach)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import h11
 import httpx
 import pytest
 import trio
@@ -20,7 +22,7 @@ import trio
 from corral.actors.nodes.homes import Home, Homes
 from corral.actors.sandboxes import SandboxActor
 from corral.errors import ApiError
-from corral.http.forward import HEADER, Forwarder, _named_resources, forwarding_key
+from corral.http.forward import HEADER, POOLED_BODY, Forwarder, _named_resources, forwarding_key
 from corral.storage import open_database
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.pg_server import create_database
@@ -215,3 +217,71 @@ def test_a_publish_or_a_new_run_goes_where_the_resource_its_body_names_lives(
     """Read as the routes read the body (`target_id` first, then `sandbox_id`, then
     `computer_id`); what cannot be an id names nothing, and the route answers it."""
     assert _named_resources(path, body) == named
+
+
+async def test_a_small_body_that_came_after_its_head_is_forwarded_on_a_kept_alive_connection(postgres_url: str) -> None:
+    """httpx writes a JSON body after the head: the forwarder reads it whole first, so
+    two forwarded POSTs share one connection to the home instead of a connect each; a
+    body past `POOLED_BODY` is still streamed on."""
+    url = create_database(postgres_url, f"forwarding_pooled_{os.getpid()}_{next(_databases)}")
+    db = open_database(url)
+    forwarder = Forwarder(Homes(db, "node-b", shared=True), forwarding_key("s"))
+    connections: list[int] = []
+    bodies: list[bytes] = []
+
+    async def home(stream: trio.SocketStream) -> None:
+        connections.append(1)
+        conn = h11.Connection(h11.SERVER)
+        body = b""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                conn.receive_data(data)
+            elif isinstance(event, h11.Data):
+                body += bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                bodies.append(body)
+                body = b""
+                answer = h11.Response(status_code=200, headers=[(b"content-length", b"2")])
+                await stream.send_all(conn.send(answer) + conn.send(h11.Data(data=b"ok")) + conn.send(h11.EndOfMessage()))
+                conn.start_next_cycle()
+            elif isinstance(event, h11.ConnectionClosed):
+                return
+
+    async def post(body: bytes, chunks: int) -> list[dict[str, object]]:
+        pieces = [body[i * len(body) // chunks : (i + 1) * len(body) // chunks] for i in range(chunks)]
+        messages = [{"type": "http.request", "body": piece, "more_body": i < chunks - 1} for i, piece in enumerate(pieces)]
+        sent: list[dict[str, object]] = []
+
+        async def receive() -> dict[str, object]:
+            if messages:
+                return messages.pop(0)
+            await trio.sleep_forever()
+            raise AssertionError
+
+        async def send(message: dict[str, object]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/api/v1/sandboxes/x/exec", "raw_path": b"/api/v1/sandboxes/x/exec",
+                 "query_string": b"", "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode())],
+                 "client": ("127.0.0.1", 1), "extensions": {}}
+        assert await forwarder.forward(scope, receive, send, Home("node-a", f"http://127.0.0.1:{port}"))
+        return sent
+
+    try:
+        async with trio.open_nursery() as nursery:
+            [listener] = await nursery.start(functools.partial(trio.serve_tcp, home, 0, host="127.0.0.1"))
+            port = listener.socket.getsockname()[1]
+            small = [await post(b'{"command": "true"}', 2) for _ in range(2)]
+            assert [sent[0]["status"] for sent in small] == [200, 200]
+            assert len(connections) == 1
+            big = os.urandom(POOLED_BODY + 1)
+            assert (await post(big, 3))[0]["status"] == 200
+            assert bodies == [b'{"command": "true"}', b'{"command": "true"}', big]
+            nursery.cancel_scope.cancel()
+    finally:
+        await forwarder.aclose()
+        await db.close()

@@ -25,9 +25,10 @@ from corral.actors.nodes import lost
 from corral.actors.nodes.leases import LEASE_SECONDS, Leases
 from corral.actors.nodes.lost import LEASE as LOST_LEASE
 from corral.actors.nodes.store import LOST_AFTER_SECONDS
+from corral.errors import ApiError
 from corral.net.pgproxy.access import FAST_PATH_SECONDS
 from corral.node import EGRESS_PRUNE_LEASE
-from corral.storage import migrate, open_database, utc_now_iso
+from corral.storage import Database, migrate, open_database, utc_now_iso
 from tests.actors.nodes.test_shared_events import NODE_B_HOST, runtime_env
 from tests.http.database_support import DATABASE_SETTINGS, running_db
 from tests.pg_server import create_database
@@ -92,6 +93,16 @@ def audit_rows(url: str) -> int:
             await db.close()
 
     return trio.run(count)
+
+
+async def insert_node(db: Database, name: str, state: str, *, boot_id: str, heartbeat_at: str) -> None:
+    """A `nodes` row as a node's actor writes it (a stale `heartbeat_at`: a lost node)."""
+    await db.execute(
+        "INSERT INTO nodes (name, advertise_url, region, state, boot_id, started_at, heartbeat_at, cores, memory_mb,"
+        " disk_free_mb, instances, pooled, memory_mb_used, templates, updated_at)"
+        " VALUES (?, 'http://127.0.0.1:1', 'local', ?, ?, ?, ?, 1, 1, 1, 0, 0, 0, '[]', ?)",
+        (name, state, boot_id, heartbeat_at, heartbeat_at, heartbeat_at),
+    )
 
 
 def wait_for(what: str, check: Any, seconds: float) -> Any:
@@ -277,12 +288,7 @@ async def test_a_lease_is_held_by_one_node_moves_when_its_holder_stops_renewing_
 
         # A holder seen lost (here: stopped cleanly, its boot id cleared) frees its lease at once.
         now = utc_now_iso()
-        await db.execute(
-            "INSERT INTO nodes (name, advertise_url, region, state, boot_id, started_at, heartbeat_at, cores, memory_mb,"
-            " disk_free_mb, instances, pooled, memory_mb_used, templates, updated_at)"
-            " VALUES ('node-1', 'http://127.0.0.1:1', 'local', 'active', '', ?, ?, 1, 1, 1, 0, 0, 0, '[]', ?)",
-            (now, now, now),
-        )
+        await insert_node(db, "node-1", "active", boot_id="", heartbeat_at=now)
         third = Leases(db, "node-3", shared=True)
         third.want("job")
         await third.renew()
@@ -291,12 +297,7 @@ async def test_a_lease_is_held_by_one_node_moves_when_its_holder_stops_renewing_
 
         # A draining holder keeps it from other draining nodes, and gives it to one that takes new work.
         for name, state in (("node-3", "draining"), ("node-5", "draining"), ("node-6", "active")):
-            await db.execute(
-                "INSERT INTO nodes (name, advertise_url, region, state, boot_id, started_at, heartbeat_at, cores, memory_mb,"
-                " disk_free_mb, instances, pooled, memory_mb_used, templates, updated_at)"
-                " VALUES (?, 'http://127.0.0.1:1', 'local', ?, 'boot', ?, ?, 1, 1, 1, 0, 0, 0, '[]', ?)",
-                (name, state, now, now, now),
-            )
+            await insert_node(db, name, state, boot_id="boot", heartbeat_at=now)
         fifth, sixth = Leases(db, "node-5", shared=True), Leases(db, "node-6", shared=True)
         fifth.want("job")
         sixth.want("job")
@@ -396,3 +397,47 @@ def pg_answer(url: str) -> list[tuple[object, ...]] | None:
             return conn.execute("SELECT 1").fetchall()
     except psycopg.OperationalError:
         return None
+
+
+async def test_a_draining_node_leaves_a_lost_nodes_resource_to_a_node_that_takes_new_work(postgres_url: str) -> None:
+    """Node A is lost; B drains and C is active. B refuses to take A's resource over (it
+    would bring a computer back from its snapshot on a node on its way out), unless it
+    has a copy to come back from (a database's replica); C takes it; and with no node
+    taking new work, B does."""
+    url = create_database(postgres_url, f"lost_draining_{os.getpid()}_{next(_databases)}")
+    db = open_database(url)
+    try:
+        await migrate(db)
+        await db.execute("CREATE TABLE homed_things (id TEXT PRIMARY KEY, node TEXT)")
+        await db.execute("INSERT INTO homed_things VALUES ('one', 'node-a'), ('two', 'node-a'), ('three', 'node-a')")
+        now, stale = utc_now_iso(), "2000-01-01T00:00:00.000000Z"
+        await insert_node(db, "node-a", "active", boot_id="boot", heartbeat_at=stale)
+        await insert_node(db, "node-b", "draining", boot_id="boot", heartbeat_at=now)
+        await insert_node(db, "node-c", "active", boot_id="boot", heartbeat_at=now)
+
+        async def take(thing: str, node: str, *, copy_here: bool = False) -> lost.TakenOver | None:
+            return await lost.take_over(
+                db, table="homed_things", id_column="id", resource_id=thing, lost_node="node-a", node=node,
+                kind="computer", instance_id=f"vm-{thing}", held_here=False, copy_here=copy_here,
+            )
+
+        async def home(thing: str) -> str:
+            return str(await db.fetch_value("SELECT node FROM homed_things WHERE id = ?", (thing,)))
+
+        with pytest.raises(ApiError) as refused:
+            await take("one", "node-b")
+        assert refused.value.status == 503 and refused.value.code == "SERVICE_UNAVAILABLE"
+        assert "this node (node-b) is draining: node node-c takes the computer over" in refused.value.message
+        assert await home("one") == "node-a"
+        assert await db.fetch_value("SELECT COUNT(*) FROM lost_instances") == 0
+
+        taken = await take("two", "node-b", copy_here=True)
+        assert taken is not None and await home("two") == "node-b"
+        taken = await take("one", "node-c")
+        assert taken is not None and taken.error is not None and taken.error.startswith("NODE_LOST: node node-a stopped answering")
+        assert await home("one") == "node-c"
+
+        await db.execute("UPDATE nodes SET heartbeat_at = ? WHERE name = 'node-c'", (stale,))  # C lost too
+        assert await take("three", "node-b") is not None and await home("three") == "node-b"
+    finally:
+        await db.close()
