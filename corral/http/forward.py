@@ -222,11 +222,19 @@ class Forwarder:
             log.warning("forwarding %s %s to node %s failed: %s", scope["method"], scope["path"], home.name, exc)
             await _unreachable(send, home)
             return False
+        answer_headers = [(name, value) for name, value in answer.headers if name not in ANSWER_HOP_BY_HOP]
+        whole_answer = answer.body_if_in()
+        if whole_answer is not None:  # the answer is in: relayed in one write
+            try:
+                await send({"type": "http.response.start", "status": answer.status, "headers": answer_headers})
+                await send({"type": "http.response.body", "body": whole_answer, "more_body": False})
+            finally:
+                await answer.aclose()
+            return True
         try:
             async with trio.open_nursery() as nursery:
                 if whole is not None:  # the body is in: what comes now is the caller leaving
                     nursery.start_soon(_cancel_on_disconnect, receive, nursery.cancel_scope)
-                answer_headers = [(name, value) for name, value in answer.headers if name not in ANSWER_HOP_BY_HOP]
                 await send({"type": "http.response.start", "status": answer.status, "headers": answer_headers})
                 async for chunk in answer.chunks():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

@@ -5,7 +5,8 @@ body (whole, or streamed as it comes), get the answer's head, then its body chun
 chunk as it arrives, and keep the connection for the next request. With httpx a forward
 added 1.44 ms at p50 on this machine, with this 0.79 ms (`tools/bench/nodes.py`; issue
 30's goal: at most 1 ms). h11 does the framing, both
-ways; this module only pools connections and moves bytes.
+ways; this module only pools connections and moves bytes, on `corral.sockets.DirectSocket`
+(no trip through the scheduler for a send or read that need not wait, as in the server).
 
 A request on a pooled connection that the other node closed meanwhile (its idle
 timeout, a restart) fails before any answer came; a whole body is then sent again once
@@ -23,6 +24,8 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
+from corral.sockets import DirectSocket
+
 READ_SIZE = 65536
 MAX_IDLE_PER_NODE = 32
 CONNECT_SECONDS = 5.0
@@ -34,7 +37,7 @@ class NodeUnreachable(Exception):
 
 @dataclass
 class _Connection:
-    stream: trio.SocketStream
+    stream: DirectSocket
     h11: h11.Connection
 
     async def next_event(self) -> object:
@@ -57,10 +60,40 @@ class Answer:
         self.status = head.status_code
         self.headers: list[tuple[bytes, bytes]] = list(head.headers)
         self._done = False
+        self._early: list[bytes] = []
+        self._stopped: object = None
+        """What `body_if_in` met that was neither body nor its end (chunks() fails on it)."""
+
+    def body_if_in(self) -> bytes | None:
+        """The whole body when it is in already (it came with the head, as a JSON answer
+        does), read without waiting; else None, and `chunks()` yields it all as it comes.
+        A whole answer is relayed in one write, with no task to watch the caller."""
+        connection = self._connection
+        assert connection is not None
+        while True:
+            try:
+                event = connection.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._stopped = exc
+                return None
+            if isinstance(event, h11.Data):
+                self._early.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                self._done = True
+                body, self._early = b"".join(self._early), []
+                return body
+            else:
+                self._stopped = None if event is h11.NEED_DATA else event
+                return None
 
     async def chunks(self) -> AsyncIterator[bytes]:
         connection = self._connection
         assert connection is not None
+        early, self._early = self._early, []
+        for chunk in early:
+            yield chunk
+        if self._stopped is not None:
+            raise NodeUnreachable(f"the answer broke off ({self._stopped})")
         while True:
             try:
                 event = await connection.next_event()
@@ -82,8 +115,7 @@ class Answer:
             connection.h11.start_next_cycle()
             self._client._give_back(self._address, connection)
         else:
-            with trio.CancelScope(shield=True):
-                await connection.stream.aclose()
+            connection.stream.close()
 
     async def __aenter__(self) -> Answer:
         return self
@@ -137,18 +169,16 @@ class NodeClient:
                     return Answer(self, address, connection, event)
                 raise NodeUnreachable(f"no answer came ({type(event).__name__})")
         except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError, NodeUnreachable) as exc:
-            with trio.CancelScope(shield=True):
-                await connection.stream.aclose()
+            connection.stream.close()
             raise NodeUnreachable(str(exc) or type(exc).__name__) from exc
         except BaseException:
-            with trio.CancelScope(shield=True):
-                await connection.stream.aclose()
+            connection.stream.close()
             raise
 
     async def _connect(self, address: tuple[str, int]) -> _Connection:
         try:
             with trio.fail_after(CONNECT_SECONDS):
-                stream = await trio.open_tcp_stream(*address)
+                stream = await DirectSocket.connect(*address)
         except (OSError, trio.TooSlowError) as exc:
             raise NodeUnreachable(f"cannot connect to {address[0]}:{address[1]}: {exc}") from exc
         return _Connection(stream, h11.Connection(h11.CLIENT))
@@ -162,12 +192,12 @@ class NodeClient:
         if len(idle) < MAX_IDLE_PER_NODE:
             idle.append(connection)
         else:
-            connection.stream.socket.close()
+            connection.stream.close()
 
     async def aclose(self) -> None:
         for connections in self._idle.values():
             for connection in connections:
-                await connection.stream.aclose()
+                connection.stream.close()
         self._idle.clear()
 
 

@@ -62,6 +62,26 @@ def figures(values: list[float]) -> dict[str, float]:
     return {"p50_ms": round(statistics.median(ordered) * 1000, 3), "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3)}
 
 
+async def pool_settled(
+    client: httpx.AsyncClient, node: Served, name: str, quiet_seconds: float = 6.0, limit: float = 120.0
+) -> None:
+    """Waits until node `name`'s warm pool, wanted since the first create, has stopped filling
+    (its `load.warm_pool` unchanged over three heartbeats): instances booting beside the
+    timed requests would be timed with them."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    seen: tuple[int, int] | None = None
+    since = started = time.monotonic()
+    while time.monotonic() - started < limit:
+        nodes = (await client.get(f"{node.base}{API}/admin/nodes", headers=admin)).json()["data"]
+        load = next(row["load"] for row in nodes if row["name"] == name)
+        now = (load["warm_pool"], load["instances"])
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_seconds:
+            return
+        await trio.sleep(0.5)
+
+
 async def forwarded_against_direct(a: Served, b: Served, requests: int) -> dict[str, Any]:
     key = platform_key(a.base, a.owner_key("Bench forwarding", "owner@bench-forwarding.example"))  # 30,000 a minute
     results: dict[str, Any] = {}
@@ -69,6 +89,7 @@ async def forwarded_against_direct(a: Served, b: Served, requests: int) -> dict[
         created = await client.post(f"{a.base}{API}/sandboxes", json={})
         assert created.status_code == 201, created.text
         sandbox_id = created.json()["data"]["id"]
+        await pool_settled(client, a, "node-a")
         try:
             for name, method, tail, body in (("get", "GET", "", None), ("exec", "POST", "/exec", {"command": "true"})):
                 times: dict[str, list[float]] = {"direct": [], "forwarded": []}
@@ -190,7 +211,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300, help="requests of each kind, on each path")
     parser.add_argument("--events", type=int, default=200)
-    parser.add_argument("--placements", type=int, default=40, help="creates at once through both nodes")
+    parser.add_argument("--placements", type=int, default=40, help="creates at once through both nodes (0: not run)")
     parser.add_argument("--room", type=int, default=10, help="sandboxes each node has room for")
     parser.add_argument("--failover-rounds", type=int, default=3, help="node deaths to measure failover over (0: none)")
     parser.add_argument("--json", type=Path)
@@ -209,7 +230,8 @@ def main() -> int:
                 results["forwarding"] = trio.run(forwarded_against_direct, a, b, args.requests)
                 results["sse_across_nodes"] = trio.run(sse_latency, a, b, args.events, 0.05)
                 results["placement_transaction"] = trio.run(claims_alone, url, 400)
-                results["placement"] = trio.run(placement_throughput, a, b, args.placements, args.room)
+                if args.placements > 0:
+                    results["placement"] = trio.run(placement_throughput, a, b, args.placements, args.room)
                 results["kill_to_lost_s"] = round(kill_to_lost(work, url, a), 2)
     finally:
         cleanup_nodes()
@@ -225,15 +247,16 @@ def main() -> int:
         print(f"  {name:13} p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms (goal p50 <= {SSE_GOAL_MS:.0f} ms: {met})")
     lost = results["kill_to_lost_s"]
     print(f"kill -9 -> lost: {lost:.2f} s (goal <= {LOST_GOAL_S:.0f} s: {'met' if lost <= LOST_GOAL_S else 'MISSED'})")
-    placing = results["placement"]
-    print(f"placement, two nodes with room for {placing['room_per_node']} sandboxes each, {placing['attempts']} creates at once")
-    print(f"  placed {placing['placed_per_second']:.1f} a second (each a booted sandbox; create p50 {placing['create_p50_ms']:.1f} ms),"
-          f" per node {placing['placed_per_node']}, answers {placing['statuses']}")
-    print(f"  on full nodes: {placing['decisions_when_full_per_second']:.1f} placements decided a second (503; p50 {placing['refusal_p50_ms']:.2f} ms)")
-    print(f"  a node past its room: {'YES' if placing['exceeded_room'] else 'no'}; a sandbox placed twice: {'YES' if placing['placed_twice'] else 'no'}")
-    alone = results["placement_transaction"]
-    print(f"  the check-and-claim transaction and its release alone: {alone['1_caller_per_second']:.0f} a second (1 caller),"
-          f" {alone['8_callers_per_second']:.0f} (8 at once)")
+    if "placement" in results:
+        placing = results["placement"]
+        print(f"placement, two nodes with room for {placing['room_per_node']} sandboxes each, {placing['attempts']} creates at once")
+        print(f"  placed {placing['placed_per_second']:.1f} a second (each a booted sandbox; create p50 {placing['create_p50_ms']:.1f} ms),"
+              f" per node {placing['placed_per_node']}, answers {placing['statuses']}")
+        print(f"  on full nodes: {placing['decisions_when_full_per_second']:.1f} placements decided a second (503; p50 {placing['refusal_p50_ms']:.2f} ms)")
+        print(f"  a node past its room: {'YES' if placing['exceeded_room'] else 'no'}; a sandbox placed twice: {'YES' if placing['placed_twice'] else 'no'}")
+        alone = results["placement_transaction"]
+        print(f"  the check-and-claim transaction and its release alone: {alone['1_caller_per_second']:.0f} a second (1 caller),"
+              f" {alone['8_callers_per_second']:.0f} (8 at once)")
     if args.failover_rounds > 0:
         results["failover"] = node_failover.measure(args.failover_rounds)
         node_failover.report(results["failover"])
