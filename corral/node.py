@@ -50,7 +50,7 @@ from corral.actors.computers.services import MetricsSampling, ProfileResolver
 from corral.actors.databases import DatabaseNode
 from corral.actors.egress import PolicyHooks, check_operator_providers
 from corral.actors.instances import MoveAway
-from corral.actors.nodes import lost, moves
+from corral.actors.nodes import archives, lost, moves
 from corral.actors.nodes.blobs import BlobSigner, ClusterBlobs
 from corral.actors.nodes.leases import Leases, run_leased
 from corral.actors.previews import AccessCache
@@ -372,7 +372,9 @@ async def _start_parts(platform: Platform) -> None:
 
 async def _take_over_lost_nodes(platform: Platform) -> None:
     """On a store several nodes share: the node holding the lease takes over the
-    resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`);
+    resources of lost nodes, through each one's actor (`corral.actors.nodes.lost`), and
+    the one holding another has a lost copy of an archive made again elsewhere
+    (`corral.actors.nodes.archives`);
     every node moves its own resources off itself while it drains, and makes those
     moved to it (`corral.actors.nodes.moves`), and keeps its primaries waiting for their
     replicas on other nodes (`corral.actors.databases.replication`)."""
@@ -393,6 +395,11 @@ async def _take_over_lost_nodes(platform: Platform) -> None:
 
     await platform.nursery.start(
         run_leased, platform.leases, lost.LEASE, sweep, lambda: lost.SWEEP_SECONDS, "taking over lost nodes' resources",
+    )
+    await platform.nursery.start(
+        run_leased, platform.leases, archives.LEASE,
+        partial(archives.keep_two_copies, platform.blobs, platform.db, platform.settings.node_name),
+        lambda: archives.CHECK_SECONDS, "keeping archives on two nodes",
     )
     await platform.nursery.start(
         databases.promote_forever, platform.db, platform.system, platform.settings.node_name, databases.DatabaseActor

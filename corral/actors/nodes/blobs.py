@@ -23,7 +23,9 @@ for it. On a store only one node uses (SQLite) the local store is the node's sto
 A blob that must outlive its node (a computer snapshot's archive) is copied to one
 other live node when it is written (`copy_elsewhere`: that node is asked, signed the
 same way, to fetch it as above, and answers once it holds it), and removed from every
-live node when it goes (`delete_everywhere`).
+live node when it goes (`delete_everywhere`). The nodes that hold such a blob are
+recorded in `blob_copies` (`note_copies`; a node that fetches one adds itself), so
+that a copy lost with its node is made again elsewhere (`archives.keep_two_copies`).
 """
 
 from __future__ import annotations
@@ -166,9 +168,44 @@ class ClusterBlobs:
             log.warning("node %s answered %s when asked to hold blob %s", peer.name, answer.status_code, sha256)
         return answer.status_code == 200
 
+    # -- where the copies of a kept blob are ------------------------------------------
+
+    async def note_copies(self, sha256: str, nodes: list[str]) -> None:
+        """`nodes` hold the blob, one kept on two nodes."""
+        for node in nodes:
+            await self.db.execute(
+                "INSERT INTO blob_copies (sha256, node) VALUES (?, ?) ON CONFLICT (sha256, node) DO NOTHING", (sha256, node)
+            )
+
+    async def _note_fetched(self, sha256: str) -> None:
+        """This node fetched the blob: one more copy, if it is one of those kept."""
+        await self.db.execute(
+            "INSERT INTO blob_copies (sha256, node) SELECT ?, ? WHERE EXISTS (SELECT 1 FROM blob_copies WHERE sha256 = ?)"
+            " ON CONFLICT (sha256, node) DO NOTHING",
+            (sha256, self.signer.node_name, sha256),
+        )
+
+    async def copies_to_check(self, gone: list[str]) -> dict[str, set[str]]:
+        """The holders of each kept blob with fewer than two recorded, or one on a node
+        in `gone`."""
+        short = "SELECT sha256 FROM blob_copies GROUP BY sha256 HAVING COUNT(*) < 2"
+        if gone:
+            short += f" UNION SELECT sha256 FROM blob_copies WHERE node IN ({', '.join('?' for _ in gone)})"
+        rows = await self.db.fetch_all(f"SELECT sha256, node FROM blob_copies WHERE sha256 IN ({short})", tuple(gone))
+        holders: dict[str, set[str]] = {}
+        for row in rows:
+            holders.setdefault(str(row["sha256"]), set()).add(str(row["node"]))
+        return holders
+
+    async def forget_copies(self, sha256: str, nodes: list[str]) -> None:
+        """`nodes` are no longer counted as holding the blob."""
+        for node in nodes:
+            await self.db.execute("DELETE FROM blob_copies WHERE sha256 = ? AND node = ?", (sha256, node))
+
     async def delete_everywhere(self, sha256: str) -> None:
         """Remove the blob here and from every other live node (a node down now keeps its
         copy, which nothing names any more)."""
+        await self.db.execute("DELETE FROM blob_copies WHERE sha256 = ?", (sha256,))
         await self.local.delete(sha256)
         async with httpx.AsyncClient(timeout=FETCH_TIMEOUT) as client:
             for peer in await self._peers():
@@ -186,6 +223,7 @@ class ClusterBlobs:
                 tried.append(peer.name)
                 if await self._fetch_from(client, peer.name, peer.advertise_url, sha256):
                     log.info("blob %s fetched from node %s", sha256, peer.name)
+                    await self._note_fetched(sha256)
                     return
         where = f" (asked {', '.join(tried)})" if tried else " (no other live node)"
         raise BlobNotFound(f"no blob {sha256} on this node or any other{where}")

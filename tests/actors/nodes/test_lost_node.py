@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from corral.actors.nodes import lost
+from corral.actors.nodes.archives import LEASE as ARCHIVES_LEASE
 from corral.actors.nodes.leases import LEASE_SECONDS, Leases
 from corral.actors.nodes.lost import LEASE as LOST_LEASE
 from corral.actors.nodes.store import LOST_AFTER_SECONDS
@@ -148,8 +149,8 @@ def test_a_killed_nodes_sandboxes_read_node_lost_on_the_survivor_and_the_node_de
             assert all(alive(pid) for pid in pids.values())
 
             # The cluster's jobs: each held by one node (A started first).
-            holders = wait_for("leases", lambda: (h := lease_holders(url)) and len(h) == 2 and h, 10)
-            assert holders == {LOST_LEASE: "node-a", EGRESS_PRUNE_LEASE: "node-a"}
+            holders = wait_for("leases", lambda: (h := lease_holders(url)) and len(h) == 3 and h, 10)
+            assert holders == {LOST_LEASE: "node-a", EGRESS_PRUNE_LEASE: "node-a", ARCHIVES_LEASE: "node-a"}
 
             a.process.send_signal(signal.SIGKILL)
             a.process.wait()
@@ -197,7 +198,7 @@ def test_a_killed_nodes_sandboxes_read_node_lost_on_the_survivor_and_the_node_de
             assert all(p["status"] != "running" for p in client.get(f"{b.base}{API}/sandboxes/{kept_id}/processes").json()["data"])
 
             # The jobs moved to B, and the prune ran there.
-            wait_for("the jobs on node B", lambda: lease_holders(url) == {LOST_LEASE: "node-b", EGRESS_PRUNE_LEASE: "node-b"}, 10)
+            wait_for("the jobs on node B", lambda: lease_holders(url) == {LOST_LEASE: "node-b", EGRESS_PRUNE_LEASE: "node-b", ARCHIVES_LEASE: "node-b"}, 10)
             wait_for("the old audit row pruned", lambda: audit_rows(url) == 0, 10)
             assert time.monotonic() - killed < 12
             assert "holds the cluster lease 'egress-prune' now" in b.log_path.read_text()

@@ -448,6 +448,26 @@ def holders(cluster: Cluster, sha256: str) -> list[str]:
                   if (cluster.root / name / "data" / "blobs" / "sha256" / sha256[:2] / sha256).is_file())
 
 
+async def archive_when_ready(client: httpx.AsyncClient, cluster: Cluster, node: Node, cid: str, sid: str) -> str:
+    """The digest of the snapshot's archive, once the snapshot is `ready` (kept on two nodes)."""
+    with trio.fail_after(60):
+        while (snap := (await client.get(f"{node.base}{API}/computers/{cid}/snapshots/{sid}")).json()["data"])["status"] != "ready":
+            assert snap["status"] == "creating", snap
+            await trio.sleep(0.1)
+    [(archive,)] = await trio.to_thread.run_sync(
+        query, cluster.database_url, f"SELECT archive_sha256 FROM computer_snapshots WHERE id = '{sid}'"
+    )
+    assert isinstance(archive, str)
+    return archive
+
+
+async def snapshot_archive(client: httpx.AsyncClient, cluster: Cluster, node: Node, cid: str, name: str) -> str:
+    """A new snapshot of the computer, taken through `node`: its archive's digest once ready."""
+    taken = await client.post(f"{node.base}{API}/computers/{cid}/snapshots", json={"name": name})
+    assert taken.status_code == 201, taken.text
+    return await archive_when_ready(client, cluster, node, cid, taken.json()["data"]["id"])
+
+
 async def computer_until(client: httpx.AsyncClient, node: Node, cid: str, ok: object, seconds: float = 120) -> dict[str, object]:
     """The computer once `ok(record)`; a record in `error` ends the wait at once."""
     with trio.fail_after(seconds):
@@ -478,20 +498,14 @@ async def test_a_computers_snapshot_is_kept_on_two_nodes_used_on_a_third_and_bri
         state = await computer_until(client, a, cid, lambda r: r["status"] == "running")
         home = cluster.nodes[str(state["node"])]
         x, y = not_home(cluster, home.name)
+        older_archive = await snapshot_archive(client, cluster, x, cid, "older")
         await computer_run(client, x, cid, "echo kept > /root/kept.txt")
 
         asked = trio.current_time()
         taken = await client.post(f"{y.base}{API}/computers/{cid}/snapshots", json={"name": "before"})
         assert taken.status_code == 201, taken.text
         sid = taken.json()["data"]["id"]
-        with trio.fail_after(60):
-            while (snap := (await client.get(f"{x.base}{API}/computers/{cid}/snapshots/{sid}")).json()["data"])["status"] != "ready":
-                assert snap["status"] == "creating", snap
-                await trio.sleep(0.1)
-        [(archive,)] = await trio.to_thread.run_sync(
-            query, cluster.database_url, f"SELECT archive_sha256 FROM computer_snapshots WHERE id = '{sid}'"
-        )
-        assert isinstance(archive, str)
+        archive = await archive_when_ready(client, cluster, x, cid, sid)
         size = (cluster.root / home.name / "data" / "blobs" / "sha256" / archive[:2] / archive).stat().st_size
         print(f"\nsnapshot ready, kept on two nodes ({size / 1e6:.1f} MB archive): {trio.current_time() - asked:.2f} s")
         kept_on = holders(cluster, archive)
@@ -526,6 +540,16 @@ async def test_a_computers_snapshot_is_kept_on_two_nodes_used_on_a_third_and_bri
             query, cluster.database_url, f"SELECT data FROM events WHERE resource_id = '{cid}' AND type = 'computer.restored'"
         )
         assert [json.loads(str(data))["lost_node"] for data, in events] == [home.name], events
+
+        # The older snapshot's archive had one copy left among the survivors: the other
+        # one is made to fetch it, so two live nodes hold it again.
+        with trio.fail_after(30):
+            while [name for name in holders(cluster, older_archive) if name != home.name] != sorted([x.name, y.name]):
+                await trio.sleep(0.2)
+        copies = await trio.to_thread.run_sync(
+            query, cluster.database_url, f"SELECT node FROM blob_copies WHERE sha256 = '{older_archive}' ORDER BY node"
+        )
+        assert copies == [(x.name,), (y.name,)], copies  # the lost node's copy no longer counts
 
         # The snapshot goes: so does its archive, on every live node.
         deleted = await client.delete(f"{survivor.base}{API}/computers/{cid}/snapshots/{sid}")
