@@ -100,9 +100,9 @@ async def meter_start(
         else:
             store.restart_meter(tx, started)
 
-    await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
+    _, outcome = await ledger.in_ledger(platform.db, tenant_id, work, low_threshold=low_threshold(platform))
     metering = platform.metering
-    if metering is not None and await _balance(platform, tenant_id) <= 0:
+    if metering is not None and outcome.balance <= 0:
         metering.wake()  # started with nothing left (e.g. raced with the last credit)
 
 
@@ -154,10 +154,6 @@ async def meter_stop(platform: BillingServices, *, resource_type: str, resource_
 
     _, outcome = await ledger.in_ledger(platform.db, meter.tenant_id, work, low_threshold=low_threshold(platform))
     await settle(platform, outcome)
-
-
-async def _balance(platform: BillingServices, tenant_id: str) -> int:
-    return await store.balance(platform.db, tenant_id) or 0
 
 
 async def charge_tenant(platform: BillingServices, tenant_id: str) -> ledger.Outcome:

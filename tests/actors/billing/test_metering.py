@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from corral.actors import billing
 from corral.actors.billing import pricing, quotas
@@ -164,6 +165,22 @@ async def test_running_out_stops_instances_and_announces_it(quiet_api: Api) -> N
     assert balance["balance_credits"] <= 0
     rows = await platform.db.fetch_all("SELECT amount_credits FROM credit_transactions WHERE tenant_id = ?", (tenant_id,))
     assert balance["balance_credits"] == sum(int(r["amount_credits"]) for r in rows)
+
+
+async def test_a_meter_started_with_nothing_left_wakes_metering_which_stops_it(quiet_api: Api) -> None:
+    """Metering waits for a wake-up here (`meter_interval` inf): only the start of a
+    meter on an empty balance (a create that raced with the last credit) wakes it."""
+    platform = quiet_api.platform
+    empty_id, funded_id = await tenant_with(quiet_api, 0), await tenant_with(quiet_api, 100)
+    await start_widget(platform, funded_id, "funded-w")
+    await trio.sleep(0.5)
+    assert STOPPED == []  # a balance left: nothing woke metering
+    await start_widget(platform, empty_id, "empty-w")
+    with trio.fail_after(10):
+        while STOPPED != ["empty-w"]:
+            await trio.sleep(0.05)
+    assert not (await meter_row(platform, "empty-w"))["running"]
+    assert (await meter_row(platform, "funded-w"))["running"]
 
 
 async def test_an_end_user_past_their_credit_quota_is_stopped(quiet_api: Api) -> None:
