@@ -4,7 +4,9 @@ What forwarding (`forward.py`) needs of a client is narrow: send a request head 
 body (whole, or streamed as it comes), get the answer's head, then its body chunk by
 chunk as it arrives, and keep the connection for the next request. With httpx a forward
 added 1.44 ms at p50 on this machine, with this 0.79 ms (`tools/bench/nodes.py`; issue
-30's goal: at most 1 ms). h11 does the framing, both
+30's goal: at most 1 ms); on a slower run, a forwarded exec added 1.46 ms, and 0.98 ms
+once these sockets no longer went through the scheduler and a whole answer was relayed
+in one write (`Answer.body_if_in`). h11 does the framing, both
 ways; this module only pools connections and moves bytes, on `corral.sockets.DirectSocket`
 (no trip through the scheduler for a send or read that need not wait, as in the server).
 
