@@ -40,6 +40,7 @@ from corral.actors import (
     nodes,
     sandboxes,
     templates,
+    tenancy,
 )
 from corral.actors.agents import AgentPool
 from corral.actors.billing import MeteringHandle
@@ -302,6 +303,7 @@ async def _join_cluster(platform: Platform) -> None:
     """This node's row in `nodes` (contract §20), then its heartbeat."""
     platform.system.register(*nodes.ACTORS)
     nodes.hear_home_moves(platform.notices, platform.system.retire)
+    tenancy.api_keys.hear_revocations(platform.notices, platform.db)
     await nodes.join(platform)
     await platform.nursery.start(nodes.keep_alive, platform)
     await platform.nursery.start(platform.leases.run)

@@ -1,8 +1,9 @@
 """API keys: created with their plaintext shown once, stored as SHA-256 digests.
 
 Revocation is a status change; authentication's cache (`store.api_keys.KeyCache`)
-holds a key only while the store is unchanged, so a revoked key is refused on its
-next request.
+holds a key only while the store is unchanged (SQLite), or for at most a second
+(PostgreSQL), so a revoked key is refused on its next request on the node that
+revoked it, and on the others once they hear of it (`hear_revocations`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from corral.errors import ApiError, forbidden, not_found, validation_error
 from corral.ids import new_uuid, random_token
-from corral.storage import Database, utc_now_iso
+from corral.storage import Database, Notices, utc_now_iso
 
 from . import store
 from .scopes import PRODUCT_SCOPES, unknown_scopes
@@ -117,10 +118,22 @@ async def list_user_keys(db: Database, tenant_id: str, user_id: str | None) -> l
     return await store.api_keys.list_for_user(db, tenant_id, user_id)
 
 
+KEYS_REVOKED = "api_keys.revoked"
+"""The notice (`corral.storage.Notices`) a node sends the others when it revoked a key."""
+
+
+def hear_revocations(notices: Notices, db: Database) -> None:
+    """Another node revoked a key (or the notices were cut off for a while): this node's
+    cache of keys read from `db` forgets them all."""
+    notices.listen(KEYS_REVOKED, lambda _: store.api_keys.key_cache(db).forget_all())
+
+
 async def revoke_api_key(
-    db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool, workspace_id: str | None = None
+    db: Database, tenant_id: str, key_id: str, user_id: str | None, may_revoke_any: bool, workspace_id: str | None = None,
+    notices: Notices | None = None,
 ) -> ApiKeyRecord:
-    """`workspace_id`: the revoking key's restriction; it reaches only keys restricted to the same workspace."""
+    """`workspace_id`: the revoking key's restriction; it reaches only keys restricted to
+    the same workspace. `notices`: the other nodes are told (their caches forget it)."""
     key = await store.api_keys.find(db, tenant_id, key_id)
     if key is None or (not may_revoke_any and key.user_id != user_id):
         raise not_found("api key not found")
@@ -129,6 +142,8 @@ async def revoke_api_key(
     if key.status != "revoked":
         now = utc_now_iso()
         await store.api_keys.revoke(db, key_id, now)
+        if notices is not None:
+            notices.tell_others(KEYS_REVOKED, key_id)
         key = dataclasses.replace(key, status="revoked", revoked_at=now)
     return key
 

@@ -107,7 +107,8 @@ async def revoke_key(ctx: RequestContext, id: str) -> Reply:
     key_id = require_uuid(id, "api key id")
     principal = ctx.principal
     key = await api_keys.revoke_api_key(
-        ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin, principal.workspace_id
+        ctx.db, ctx.tenant_id, key_id, principal.user_id, principal.is_tenant_admin, principal.workspace_id,
+        ctx.platform.notices,
     )
     ctx.audit.update(resource_type="api_key", resource_id=key_id)
     return data(tenancy.api_key_public(key))
