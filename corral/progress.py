@@ -2,13 +2,16 @@
 
 Stages are recognised by substrings of those lines (mmdebstrap announces each phase
 with an `I:` line), so the bar advances as the work really does. Without a terminal
-it prints one line per stage instead of redrawing.
+it prints one line per stage instead of redrawing. The lines may come from another
+thread (a publish's events): once `finish` returned, nothing more is written, so the
+command's own last line (its result, or its error) stays last.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -34,8 +37,15 @@ class StageProgress:
         self.label = "starting"
         self.started = time.monotonic()
         self.interactive = self.stream.isatty()
+        self._lock = threading.Lock()
+        self._finished = False
 
     def __call__(self, line: str) -> None:
+        with self._lock:
+            if not self._finished:
+                self._advance(line)
+
+    def _advance(self, line: str) -> None:
         lowered = line.lower()
         for position, (marker, label) in enumerate(self.stages):
             if position > self.index and marker in lowered:
@@ -56,6 +66,12 @@ class StageProgress:
         self.stream.flush()
 
     def finish(self) -> None:
+        with self._lock:
+            if not self._finished:
+                self._finished = True
+                self._end()
+
+    def _end(self) -> None:
         if self.interactive:
             self.index = len(self.stages) - 1
             self.label = "done"

@@ -43,3 +43,15 @@ def test_progress_advances_with_the_builds_own_phases() -> None:
     assert lines[0] == "template default: [2/9] reading package lists"
     assert lines[-1] == "template default: [9/9] done"
     assert [line.split("]")[0].split("[")[1] for line in lines] == [f"{n}/9" for n in range(2, 10)]
+
+
+def test_progress_writes_nothing_once_finished() -> None:
+    """A publish's steps come from another thread: one that arrives after the command
+    finished its display (and is about to print its result or error) is dropped."""
+    out = io.StringIO()
+    progress = StageProgress("template default", TEMPLATE_STAGES, out)
+    progress("I: running apt-get update...")
+    progress.finish()
+    progress("I: downloading packages with apt...")
+    progress.finish()
+    assert out.getvalue() == "template default: [2/9] reading package lists\n"
