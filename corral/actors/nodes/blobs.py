@@ -172,10 +172,10 @@ class ClusterBlobs:
 
     async def note_copies(self, sha256: str, nodes: list[str]) -> None:
         """`nodes` hold the blob, one kept on two nodes."""
-        for node in nodes:
-            await self.db.execute(
-                "INSERT INTO blob_copies (sha256, node) VALUES (?, ?) ON CONFLICT (sha256, node) DO NOTHING", (sha256, node)
-            )
+        await self.db.transaction(lambda tx: [
+            tx.execute("INSERT INTO blob_copies (sha256, node) VALUES (?, ?) ON CONFLICT (sha256, node) DO NOTHING", (sha256, node))
+            for node in nodes
+        ])
 
     async def _note_fetched(self, sha256: str) -> None:
         """This node fetched the blob: one more copy, if it is one of those kept."""
@@ -199,8 +199,9 @@ class ClusterBlobs:
 
     async def forget_copies(self, sha256: str, nodes: list[str]) -> None:
         """`nodes` are no longer counted as holding the blob."""
-        for node in nodes:
-            await self.db.execute("DELETE FROM blob_copies WHERE sha256 = ? AND node = ?", (sha256, node))
+        await self.db.transaction(lambda tx: [
+            tx.execute("DELETE FROM blob_copies WHERE sha256 = ? AND node = ?", (sha256, node)) for node in nodes
+        ])
 
     async def delete_everywhere(self, sha256: str) -> None:
         """Remove the blob here and from every other live node (a node down now keeps its
