@@ -16,7 +16,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import trio
@@ -41,10 +41,14 @@ class RateDecision:
     retry_at: float | None = None
     """When a refused request may succeed, if before the window ends: a node that used
     its share of a shared window may get another at its next batch."""
+    retry_after: int = field(init=False)
+    """Whole seconds until then, counted once when the decision is made, so the error's
+    message and its `Retry-After` header say the same (read apart, they could fall on
+    either side of a second)."""
 
-    @property
-    def retry_after(self) -> int:
-        return max(1, math.ceil((self.reset_at if self.retry_at is None else self.retry_at) - time.time()))
+    def __post_init__(self) -> None:
+        until = self.reset_at if self.retry_at is None else self.retry_at
+        object.__setattr__(self, "retry_after", max(1, math.ceil(until - time.time())))
 
     def headers(self) -> dict[str, str]:
         headers = {
