@@ -219,6 +219,9 @@ class DatabaseActor(MovingInstance):
             return await self.servers.create_replica(self.record.primary_id, spec)
         return await super().make_instance(driver, env, clone_source, snapshot_source)
 
+    recovering_state = replication.PROMOTING_STATUS
+    """A primary being promoted from its replica here reads `restarting` until it answers."""
+
     async def has_copy_here(self) -> bool:
         if self.record.role != "primary":
             return False
@@ -234,11 +237,11 @@ class DatabaseActor(MovingInstance):
         replica = await replication.local_replica(self.db, self.services.settings.node_name, self.id, self.servers)
         if replica is None:
             return False
-        replica_ref = await self.services.system.get(type(self), replica.id)
-        await replica_ref.ask(HandOver(self.id), timeout=120)
         try:
+            replica_ref = await self.services.system.get(type(self), replica.id)
+            await replica_ref.ask(HandOver(self.id), timeout=120)
             info = await self.servers.promote_into(replica.id, self.spec(await self.boot_env()))
-        except Exception as exc:
+        except Exception as exc:  # it reads NODE_LOST, not a status nothing will change
             log.warning("database %s: replica %s could not be promoted: %s", self.id, replica.id, exc)
             return False
         self.info = info

@@ -120,6 +120,11 @@ async def promote_forever(
         await trio.sleep(lost.SWEEP_SECONDS)
 
 
+PROMOTING_STATUS = "restarting"
+"""What a primary taken over from a lost node reads while its replica here is promoted
+(`DatabaseActor.recovering_state`): until it runs, none of this node's replicas of it
+is ended as an orphan (the one being promoted must reach its hand-over)."""
+
 WAITING_SECONDS = 0.5
 """How often a node brings its primaries' waited-for replicas up to date."""
 WAITED_SQL = (
@@ -180,7 +185,8 @@ class ReplicaWaits:
 
     async def end_orphaned_replicas(self) -> None:
         rows = await self.db.fetch_all(
-            "SELECT r.id, p.node AS primary_node, n.advertise_url FROM databases r JOIN databases p ON p.id = r.primary_id"
+            "SELECT r.id, p.node AS primary_node, p.status AS primary_status, n.advertise_url"
+            " FROM databases r JOIN databases p ON p.id = r.primary_id"
             " LEFT JOIN nodes n ON n.name = p.node"
             " WHERE r.node = ? AND r.status = 'running' AND p.node IS NOT NULL AND p.status NOT IN ('deleted', 'error')",
             (self.node_name,),
@@ -195,6 +201,8 @@ class ReplicaWaits:
             host = advertised_host(str(row["advertise_url"] or ""))
             if primary_node != self.node_name and host == streams_from:
                 continue  # still its primary's
+            if primary_node == self.node_name and row["primary_status"] == PROMOTING_STATUS:
+                continue  # its primary is being promoted here, perhaps from this very replica
             try:
                 ref = await self.refs.get(self.actor_class, replica_id)
                 if await ref.ask(PrimaryMoved(primary_node), timeout=60):

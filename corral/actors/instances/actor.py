@@ -228,10 +228,14 @@ class InstanceActor(RecordActor):
         every status is written, so a meter stops (`corral.actors.nodes.lost`). A node
         that stopped cleanly is waited for (`lost.RESTART_GRACE_SECONDS`) meanwhile."""
         node = self.services.settings.node_name
+        held_here = self.services.runtime.holds(self.instance_id)
+        copy_here = await self.has_copy_here()
+        recovering = self.recovering_state if copy_here and not held_here else None
         taken = await lost.take_over(
             self.db, table=self.store.table, id_column=self.store.id_column, resource_id=self.id,
             lost_node=lost_node, node=node, kind=self.kind, instance_id=self.instance_id,
-            held_here=self.services.runtime.holds(self.instance_id), copy_here=await self.has_copy_here(),
+            held_here=held_here, copy_here=copy_here,
+            recovering={self.state_column: recovering} if recovering is not None else None,
         )
         if taken is None:
             home = await self.store.value(self.db, self.id, "node")
@@ -244,6 +248,8 @@ class InstanceActor(RecordActor):
         if taken.error is None:
             log.warning("%s %s of node %s, whose instance is here, is this node's now", self.kind, self.id, lost_node)
             return
+        if recovering is not None:
+            await self.persist(state=recovering)  # what the move wrote, adopted here
         if await self.adopt_move() or await self.recover_here(lost_node):
             return
         await self.persist(state=self.error_state, error=taken.error)
@@ -255,6 +261,10 @@ class InstanceActor(RecordActor):
         """A resource moved to this node by a drain: make its instance here from what
         the old home sent (`moving.MovingInstance`); False: nothing was moved here."""
         return False
+
+    recovering_state: str | None = None
+    """What a resource taken over from a lost node reads while `recover_here` brings it
+    back from the copy this node has (`has_copy_here`); None: the state it had stays."""
 
     async def has_copy_here(self) -> bool:
         """Whether this node has a copy of the resource that `recover_here` comes back

@@ -133,7 +133,7 @@ class TakenOver:
 
 def _take_over(
     tx: Transaction, table: str, id_column: str, resource_id: str, lost_node: str, node: str, kind: str,
-    instance_id: str, held_here: bool, copy_here: bool,
+    instance_id: str, held_here: bool, copy_here: bool, recovering: dict[str, str],
 ) -> TakenOver | None:
     when = _may_take_over(tx.fetch_one("SELECT boot_id, heartbeat_at, updated_at FROM nodes WHERE name = ?", (lost_node,)))
     if when is None:  # back, or not gone long enough
@@ -146,9 +146,11 @@ def _take_over(
             f"this {noun}'s node {lost_node} {when}, and this node ({node}) is draining: node {instead}"
             f" takes the {noun} over within seconds; send the request again",
         )
+    written = {"node": node, **(recovering if copy_here and not held_here else {})}
     moved = tx.execute(
-        f"UPDATE {sql_identifier(table)} SET node = ? WHERE {sql_identifier(id_column)} = ? AND node = ?",
-        (node, resource_id, lost_node),
+        f"UPDATE {sql_identifier(table)} SET {', '.join(f'{sql_identifier(column)} = ?' for column in written)}"
+        f" WHERE {sql_identifier(id_column)} = ? AND node = ?",
+        (*written.values(), resource_id, lost_node),
     )
     if not moved:
         return None
@@ -164,7 +166,7 @@ def _take_over(
 
 async def take_over(
     db: Database, *, table: str, id_column: str, resource_id: str, lost_node: str, node: str, kind: str,
-    instance_id: str, held_here: bool, copy_here: bool = False,
+    instance_id: str, held_here: bool, copy_here: bool = False, recovering: dict[str, str] | None = None,
 ) -> TakenOver | None:
     """Move a resource's home from `lost_node` to `node` (compare-and-set, only while
     `lost_node` may be taken over from), and list its instance for the lost node to
@@ -173,10 +175,15 @@ async def take_over(
     A draining node takes over only what it holds or has a copy of to come back from
     (`copy_here`: a database's replica); else, while another node takes new work, it
     refuses (`503`) and leaves the resource to that node (the sweep's holder).
+    `recovering` (columns and values) is written with the move when the resource comes
+    back from its copy here, so that no reader sees it on this node in the state it had
+    on the lost one (a database reads `restarting` while its replica is promoted, not
+    `running` where nothing answers yet).
     The caller is the resource's actor (`InstanceActor.take_over_from`)."""
     return await db.transaction(
         lambda tx: _take_over(
-            tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here, copy_here
+            tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here, copy_here,
+            recovering or {},
         )
     )
 

@@ -60,6 +60,12 @@ class DeliveryWorker:
         """Attempts by outcome (`delivered`, `failed`, `error`: the worker itself failed):
         plain counters the node's metrics read."""
 
+    @property
+    def stopping(self) -> bool:
+        """True once the worker was cancelled: it claims nothing more, and what is in
+        flight has until the shutdown grace ends."""
+        return self._stopping
+
     def drain(self) -> None:
         """Claim nothing more: the node is stopping (what is in flight finishes; what is
         queued waits for the next start, or another node)."""

@@ -409,8 +409,10 @@ async def test_a_draining_node_leaves_a_lost_nodes_resource_to_a_node_that_takes
     db = open_database(url)
     try:
         await migrate(db)
-        await db.execute("CREATE TABLE homed_things (id TEXT PRIMARY KEY, node TEXT)")
-        await db.execute("INSERT INTO homed_things VALUES ('one', 'node-a'), ('two', 'node-a'), ('three', 'node-a')")
+        await db.execute("CREATE TABLE homed_things (id TEXT PRIMARY KEY, node TEXT, status TEXT)")
+        await db.execute(
+            "INSERT INTO homed_things VALUES ('one', 'node-a', 'running'), ('two', 'node-a', 'running'), ('three', 'node-a', 'running')"
+        )
         now, stale = utc_now_iso(), "2000-01-01T00:00:00.000000Z"
         await insert_node(db, "node-a", "active", boot_id="boot", heartbeat_at=stale)
         await insert_node(db, "node-b", "draining", boot_id="boot", heartbeat_at=now)
@@ -420,10 +422,14 @@ async def test_a_draining_node_leaves_a_lost_nodes_resource_to_a_node_that_takes
             return await lost.take_over(
                 db, table="homed_things", id_column="id", resource_id=thing, lost_node="node-a", node=node,
                 kind="computer", instance_id=f"vm-{thing}", held_here=False, copy_here=copy_here,
+                recovering={"status": "restarting"},
             )
 
         async def home(thing: str) -> str:
             return str(await db.fetch_value("SELECT node FROM homed_things WHERE id = ?", (thing,)))
+
+        async def status(thing: str) -> str:
+            return str(await db.fetch_value("SELECT status FROM homed_things WHERE id = ?", (thing,)))
 
         with pytest.raises(ApiError) as refused:
             await take("one", "node-b")
@@ -434,9 +440,10 @@ async def test_a_draining_node_leaves_a_lost_nodes_resource_to_a_node_that_takes
 
         taken = await take("two", "node-b", copy_here=True)
         assert taken is not None and await home("two") == "node-b"
+        assert await status("two") == "restarting"  # written with the move: it comes back from its copy
         taken = await take("one", "node-c")
         assert taken is not None and taken.error is not None and taken.error.startswith("NODE_LOST: node node-a stopped answering")
-        assert await home("one") == "node-c"
+        assert await home("one") == "node-c" and await status("one") == "running"  # the actor writes its error next
 
         await db.execute("UPDATE nodes SET heartbeat_at = ? WHERE name = 'node-c'", (stale,))  # C lost too
         assert await take("three", "node-b") is not None and await home("three") == "node-b"

@@ -4,7 +4,6 @@ the home (and PostgreSQL) only at advertised addresses (tests/actors/nodes/clust
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -197,12 +196,20 @@ async def credentials_url(client: httpx.AsyncClient, node: Node, database_id: st
 
 
 async def until_rows(url: str, statement: str, want: list[tuple[object, ...]], seconds: float = 30) -> None:
-    with trio.fail_after(seconds):
+    """Until `statement` at `url` answers `want`; a timeout says what it answered last."""
+    last: object = "nothing yet"
+    with trio.move_on_after(seconds):
         while True:
-            with contextlib.suppress(psycopg.Error):
-                if await trio.to_thread.run_sync(query, url, statement) == want:
-                    return
+            started = trio.current_time()
+            try:
+                last = await trio.to_thread.run_sync(query, url, statement)
+            except psycopg.Error as error:
+                last = f"{type(error).__name__}: {error}"
+            if last == want:
+                return
+            last = f"{last!r} after {trio.current_time() - started:.1f} s"
             await trio.sleep(0.1)
+    raise AssertionError(f"{statement!r} at {url} did not answer {want} in {seconds} s; last: {last}")
 
 
 async def until_waiting_for(url: str, replica_ids: list[str], seconds: float = 10) -> None:
@@ -258,17 +265,24 @@ async def test_replicas_live_on_other_nodes_take_every_acknowledged_write_and_on
         assert await trio.to_thread.run_sync(query, url, "INSERT INTO t VALUES (4) RETURNING v") == [(4,)]
         cluster.kill_machine(home)
         killed = trio.current_time()
+        seen: list[tuple[object, object]] = []
         with trio.fail_after(30):
             while True:
                 answer = await client.get(f"{replica_node.base}{API}/databases/{did}")
                 record = answer.json()["data"] if answer.status_code == 200 else {}
+                if not seen or seen[-1] != (record.get("status"), record.get("node")):
+                    seen.append((record.get("status"), record.get("node")))
                 if record.get("status") == "running" and record.get("node") == replica_node.name:
                     break
                 assert record.get("status") != "error", record  # never NODE_LOST: it had a replica
                 await trio.sleep(0.1)
+        # Taken over, it read `restarting` on its new node until the promoted server ran.
+        print(f"the database through its new node, after the kill: {seen}")
+        assert set(seen[:-1]) <= {(None, None), ("running", home.name), ("restarting", replica_node.name)}, seen
         new_url = await credentials_url(client, replica_node, did)
         assert httpx.URL(new_url).host == replica_node.address and httpx.URL(new_url).port == httpx.URL(url).port
-        await until_rows(new_url, "SELECT v FROM t ORDER BY v", [(1,), (2,), (3,), (4,)])
+        # `running` on the new node: its url answers at once, with every acknowledged write.
+        assert await trio.to_thread.run_sync(query, new_url, "SELECT v FROM t ORDER BY v") == [(1,), (2,), (3,), (4,)]
         answering = trio.current_time() - killed
         print(f"kill -9 of the primary's machine -> the promoted replica answering at the database's url: {answering:.2f} s")
         assert answering < 30

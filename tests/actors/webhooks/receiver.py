@@ -1,7 +1,7 @@
 """A real HTTPS webhook receiver on loopback, with a certificate from a `trustme` CA.
 
-Each path can be scripted: a list of statuses answered in order (then 200), and a
-delay before answering. `verify_signatures` checks both signatures with hmac and
+Each path can be scripted: a list of statuses answered in order (then 200), a
+delay before answering, or a gate the answers wait behind until the test opens it. `verify_signatures` checks both signatures with hmac and
 base64 directly, independently of `corral.actors.webhooks.signing`.
 """
 
@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,9 @@ class Receiver:
     scripts: dict[str, list[int]] = field(default_factory=dict)
     delays: dict[str, float] = field(default_factory=dict)
     redirects: dict[str, str] = field(default_factory=dict)
+    gates: dict[str, trio.Event] = field(default_factory=dict)
+    arrivals: Counter[str] = field(default_factory=Counter)
+    """Requests by path that arrived in full, answered or not yet."""
     _changed: trio.Event = field(default_factory=trio.Event)
 
     def url(self, path: str = "/hook", host: str = "localhost") -> str:
@@ -62,6 +66,11 @@ class Receiver:
     def script(self, path: str, statuses: list[int]) -> None:
         """Answer the next requests to `path` with `statuses`, in order, then 200."""
         self.scripts[path] = list(statuses)
+
+    def hold(self, path: str) -> trio.Event:
+        """Answer nothing on `path` until the returned event is set."""
+        gate = self.gates[path] = trio.Event()
+        return gate
 
     def to(self, path: str) -> list[Received]:
         return [r for r in self.requests if r.path == path]
@@ -73,6 +82,10 @@ class Receiver:
         with trio.fail_after(timeout):
             while not predicate():
                 await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -91,7 +104,11 @@ class Receiver:
                 break
         path = scope["path"]
         arrived = trio.current_time()
+        self.arrivals[path] += 1
+        self._notify()
         await trio.sleep(self.delays.get(path, 0.0))
+        if path in self.gates:
+            await self.gates[path].wait()
         script = self.scripts.get(path)
         status = script.pop(0) if script else 200
         headers = [(b"content-type", b"text/plain")]
@@ -106,8 +123,7 @@ class Receiver:
             at=arrived,
         )
         self.requests.append(received)
-        self._changed.set()
-        self._changed = trio.Event()
+        self._notify()
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b"ok"})
 

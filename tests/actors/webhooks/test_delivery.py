@@ -140,15 +140,24 @@ async def test_restart_in_the_middle_of_a_retry_sequence_delivers_once(tmp_path:
 
 async def test_restart_mid_queue_loses_and_repeats_nothing(tmp_path: Path, database_url: str, receiver: Receiver) -> None:
     data_dir = tmp_path / "data"
-    # Each attempt takes 3 s and the events are published all at once, so the close
-    # below comes while the first 16 are in flight and the rest queued, however slow the
-    # machine (0.3 s, with the events published one after another, let a loaded one
-    # deliver all before the close); in-flight attempts end within the shutdown grace (10 s).
-    receiver.delays["/hook"] = 3.0
+    # The receiver answers nothing until the node is stopping, so every sending slot is
+    # taken and the rest of the events wait in the queue when the close begins, however
+    # fast or slow the machine (a fixed delay let a slow one finish the first attempts and
+    # claim the queued ones before the close). The held attempts then end within the
+    # shutdown grace; the queued ones are sent after the restart.
+    gate = receiver.hold("/hook")
     count = 24  # more than one node sends at once (16), so some wait in the queue
-    async with hooks_server(data_dir, database_url, receiver) as api:
+
+    async def open_once_stopping(worker: Any) -> None:
+        with trio.fail_after(30):
+            while not worker.stopping:
+                await trio.sleep(0.01)
+        gate.set()
+
+    async with trio.open_nursery() as watchers, hooks_server(data_dir, database_url, receiver) as api:
         tenant = await api.create_tenant()
         hook_id, _ = await create_hook(api, tenant, receiver.url())
+        worker = runtime_of(api.platform).worker
         events: list[Event] = []
 
         async def publish_one() -> None:
@@ -157,10 +166,12 @@ async def test_restart_mid_queue_loses_and_repeats_nothing(tmp_path: Path, datab
         async with trio.open_nursery() as nursery:
             for _ in range(count):
                 nursery.start_soon(publish_one)
-        await receiver.wait_for(lambda: len(receiver.requests) >= 1)
+        await receiver.wait_for(lambda: receiver.arrivals["/hook"] == worker.concurrency)
+        await trio.sleep(0.3)
+        assert receiver.arrivals["/hook"] == worker.concurrency, "a node sends more at once than its slots"
+        watchers.start_soon(open_once_stopping, worker)
         # close while attempts are in flight and others are queued
-    before_restart = len(receiver.requests)
-    assert 0 < before_restart < count
+    assert len(receiver.requests) == worker.concurrency < count
 
     async with hooks_server(data_dir, database_url, receiver) as api:
         await receiver.wait_for(lambda: len(receiver.requests) >= count)
