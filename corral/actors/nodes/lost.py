@@ -133,7 +133,7 @@ class TakenOver:
 
 def _take_over(
     tx: Transaction, table: str, id_column: str, resource_id: str, lost_node: str, node: str, kind: str,
-    instance_id: str, held_here: bool, copy_here: bool, recovering: dict[str, str],
+    instance_id: str, held_here: bool, copy_here: bool, recovering: dict[str, str] | None,
 ) -> TakenOver | None:
     when = _may_take_over(tx.fetch_one("SELECT boot_id, heartbeat_at, updated_at FROM nodes WHERE name = ?", (lost_node,)))
     if when is None:  # back, or not gone long enough
@@ -146,7 +146,7 @@ def _take_over(
             f"this {noun}'s node {lost_node} {when}, and this node ({node}) is draining: node {instead}"
             f" takes the {noun} over within seconds; send the request again",
         )
-    written = {"node": node, **(recovering if copy_here and not held_here else {})}
+    written = {"node": node, **(recovering or {})}
     moved = tx.execute(
         f"UPDATE {sql_identifier(table)} SET {', '.join(f'{sql_identifier(column)} = ?' for column in written)}"
         f" WHERE {sql_identifier(id_column)} = ? AND node = ?",
@@ -175,15 +175,14 @@ async def take_over(
     A draining node takes over only what it holds or has a copy of to come back from
     (`copy_here`: a database's replica); else, while another node takes new work, it
     refuses (`503`) and leaves the resource to that node (the sweep's holder).
-    `recovering` (columns and values) is written with the move when the resource comes
-    back from its copy here, so that no reader sees it on this node in the state it had
-    on the lost one (a database reads `restarting` while its replica is promoted, not
-    `running` where nothing answers yet).
+    `recovering` (columns and values), given when the resource comes back from its copy
+    here, is written with the move, so that no reader sees it on this node in the state
+    it had on the lost one (a database reads `restarting` while its replica is promoted,
+    not `running` where nothing answers yet).
     The caller is the resource's actor (`InstanceActor.take_over_from`)."""
     return await db.transaction(
         lambda tx: _take_over(
-            tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here, copy_here,
-            recovering or {},
+            tx, table, id_column, resource_id, lost_node, node, kind, instance_id, held_here, copy_here, recovering
         )
     )
 

@@ -422,7 +422,7 @@ async def test_a_draining_node_leaves_a_lost_nodes_resource_to_a_node_that_takes
             return await lost.take_over(
                 db, table="homed_things", id_column="id", resource_id=thing, lost_node="node-a", node=node,
                 kind="computer", instance_id=f"vm-{thing}", held_here=False, copy_here=copy_here,
-                recovering={"status": "restarting"},
+                recovering={"status": "restarting"} if copy_here else None,
             )
 
         async def home(thing: str) -> str:
