@@ -84,6 +84,10 @@ def _templates_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     build.add_argument("name", help="template name, e.g. default")
     build.add_argument("--data-dir", default=None, help="data directory (CORRAL_DATA_DIR, default ./.corral)")
     build.add_argument("--template-dir", default=None, help="where templates live (CORRAL_TEMPLATE_DIR)")
+    build.add_argument(
+        "--if-missing", action="store_true",
+        help="only when it is not built yet (waits for a build a running server has under way); tools/serve uses it",
+    )
     actions.add_parser("list", help="known templates and whether they are built")
 
 
@@ -117,11 +121,17 @@ def templates_command(args: argparse.Namespace) -> int:
             state = "built" if store.is_built(name) else "not built"
             print(f"{name}\t{state}\t{store.rootfs(name)}")
         return 0
+    if args.if_missing and store.is_built(args.name):
+        print(f"template {args.name} is built at {store.rootfs(args.name)}")
+        return 0
     progress = StageProgress(f"template {args.name}", TEMPLATE_STAGES)
     try:
         from corral.vm import build_template
 
-        path = build_template(args.name, store.template_dir(args.name), progress, store.uid_base)
+        if args.if_missing:  # under the store's lock, as a server's first create builds it
+            path = store.ensure_sync(args.name, progress).parent
+        else:
+            path = build_template(args.name, store.template_dir(args.name), progress, store.uid_base)
     except RuntimeErrorBase as exc:
         progress.finish()
         print(f"corral: {exc}", file=sys.stderr)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 from corral.progress import TEMPLATE_STAGES, StageProgress
+from corral.vm.templates import BUILD_REVISION, RECIPES, TemplateStore
 
 CORRAL = [sys.executable, "-m", "corral"]
 
@@ -20,6 +22,28 @@ def test_templates_list_and_unknown_template(tmp_path: Path) -> None:
     unknown = subprocess.run([*CORRAL, "templates", "build", "nope"], capture_output=True, text=True, env=env)
     assert unknown.returncode == 1
     assert "unknown template: nope" in unknown.stderr
+
+
+def test_build_if_missing_leaves_a_built_template_alone_and_still_refuses_an_unknown_one(tmp_path: Path) -> None:
+    """What tools/serve runs before the server: a built template is not built again
+    (no mmdebstrap, no progress), and a name no recipe has is an error either way."""
+    store = TemplateStore(tmp_path)
+    recipe = RECIPES["default"]
+    store.template_dir("default").mkdir(parents=True)
+    (store.template_dir("default") / "manifest.json").write_text(json.dumps(
+        {"uid_base": store.uid_base, "revision": BUILD_REVISION, "recipe_revision": recipe.revision}
+    ))
+    assert store.is_built("default")
+    env = {**os.environ, "CORRAL_TEMPLATE_DIR": str(tmp_path), "PATH": "/nonexistent"}  # no mmdebstrap to run
+    built = subprocess.run([*CORRAL, "templates", "build", "default", "--if-missing"], capture_output=True, text=True, env=env)
+    assert built.returncode == 0, built.stderr
+    assert built.stdout == f"template default is built at {store.rootfs('default')}\n" and built.stderr == ""
+    unknown = subprocess.run([*CORRAL, "templates", "build", "nope", "--if-missing"], capture_output=True, text=True, env=env)
+    assert unknown.returncode == 1 and "unknown template: nope" in unknown.stderr
+    # Not built: it is built (here it cannot be: no mmdebstrap on PATH, which it says).
+    (store.template_dir("default") / "manifest.json").unlink()
+    missing = subprocess.run([*CORRAL, "templates", "build", "default", "--if-missing"], capture_output=True, text=True, env=env)
+    assert missing.returncode == 1 and "mmdebstrap is not installed" in missing.stderr
 
 
 def test_progress_advances_with_the_builds_own_phases() -> None:

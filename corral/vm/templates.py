@@ -226,6 +226,7 @@ def build_template(
         raise TemplateBuildFailed("mmdebstrap is not installed (apt-get install mmdebstrap)")
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    remove_abandoned_builds(dest)
     work = dest.parent / f".{dest.name}.build-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
@@ -282,6 +283,42 @@ def build_template(
         raise
     _emit(progress, f"template {name!r} ready in {time.monotonic() - started:.1f} s at {dest}")
     return dest
+
+
+def remove_abandoned_builds(dest: Path) -> list[Path]:
+    """Remove what builds of `dest` left that stopped with their process (a server
+    stopped while it built a template in the background leaves its `.<name>.build-<pid>`
+    directory, 1.7 GB for a desktop): each one whose process is gone and under which
+    nothing is mounted any more (an orphaned mmdebstrap may still be finishing in it).
+    Returns what was removed."""
+    removed = []
+    mounted = _mount_points()
+    for work in dest.parent.glob(f".{dest.name}.build-*"):
+        pid = work.name.rsplit("-", 1)[-1]
+        if not pid.isdigit() or _alive(int(pid)) or any(point == work or work in point.parents for point in mounted):
+            continue
+        shutil.rmtree(work, ignore_errors=True)
+        removed.append(work)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mount_points() -> list[Path]:
+    try:
+        lines = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return []
+    # Fields are space-separated with spaces in paths escaped as \040.
+    return [Path(line.split(" ")[1].replace("\\040", " ")) for line in lines if len(line.split(" ")) > 1]
 
 
 class TemplateStore:

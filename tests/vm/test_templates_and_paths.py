@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from corral.actors.runtime_errors import answer_for
 from corral.vm import TemplateNotFound, TemplateStore, build_template, known_templates
 from corral.vm.agent import paths
 from corral.vm.agent.errors import AgentError
-from corral.vm.templates import shift_ownership
+from corral.vm.templates import remove_abandoned_builds, shift_ownership
 
 
 def test_unknown_template(tmp_path: Path) -> None:
@@ -27,6 +28,32 @@ def test_unknown_template(tmp_path: Path) -> None:
     assert TemplateStore(tmp_path, build_missing=False).exists("default")
     with pytest.raises(TemplateNotFound):
         TemplateStore(tmp_path, build_missing=False).ensure_sync("default")
+
+
+def test_a_build_removes_what_builds_that_died_left(tmp_path: Path) -> None:
+    """A server stopped mid-build leaves `.<name>.build-<pid>` behind (its thread dies
+    with it); the next build of that template removes it, but never a running build's
+    (its process lives) nor one something is still mounted in (an orphaned mmdebstrap
+    finishing its chroot), nor another template's."""
+    dead, finishing = subprocess.Popen(["true"]), subprocess.Popen(["true"])
+    dead.wait()
+    finishing.wait()
+    left = tmp_path / f".desktop.build-{dead.pid}"
+    (left / "rootfs" / "usr").mkdir(parents=True)
+    (left / "rootfs" / "usr" / "big").write_bytes(b"x" * 4096)
+    running = tmp_path / f".desktop.build-{os.getpid()}"
+    running.mkdir()
+    other = tmp_path / f".default.build-{dead.pid}"
+    other.mkdir()
+    mounted = tmp_path / f".desktop.build-{finishing.pid}"
+    (mounted / "rootfs" / "proc").mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "none", str(mounted / "rootfs" / "proc")], check=True)
+    try:
+        assert remove_abandoned_builds(tmp_path / "desktop") == [left]
+        assert not left.exists() and running.is_dir() and other.is_dir() and mounted.is_dir()
+    finally:
+        subprocess.run(["umount", str(mounted / "rootfs" / "proc")], check=True)
+    assert remove_abandoned_builds(tmp_path / "desktop") == [mounted]
 
 
 def test_built_default_template(template_store: TemplateStore) -> None:
