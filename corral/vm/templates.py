@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import shutil
 import stat
@@ -31,6 +32,8 @@ import trio
 
 from .errors import TemplateBuildFailed, TemplateNotFound
 from .snapshots import tar_keeping_everything
+
+log = logging.getLogger("corral.vm.templates")
 
 Progress = Callable[[str], None]
 
@@ -286,16 +289,23 @@ def build_template(
 
 
 def remove_abandoned_builds(dest: Path) -> list[Path]:
-    """Remove what builds of `dest` left that stopped with their process (a server
+    """Remove what builds of `dest` left that stopped with their process: a server
     stopped while it built a template in the background leaves its `.<name>.build-<pid>`
-    directory, 1.7 GB for a desktop): each one whose process is gone and under which
-    nothing is mounted any more (an orphaned mmdebstrap may still be finishing in it).
-    Returns what was removed."""
+    directory (1.7 GB for a desktop), and an mmdebstrap that died with it (its output
+    pipe broken) leaves the chroot's mounts (proc, sys, devpts, a tmpfs). Each one whose
+    process is gone and in which no process still works (an orphaned mmdebstrap
+    finishing: its command line names the directory) has its mounts detached, deepest
+    first, then is removed. Returns what was removed."""
     removed = []
-    mounted = _mount_points()
-    for work in dest.parent.glob(f".{dest.name}.build-*"):
+    for work in sorted(dest.parent.glob(f".{dest.name}.build-*")):
         pid = work.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or _alive(int(pid)) or any(point == work or work in point.parents for point in mounted):
+        if not pid.isdigit() or _alive(int(pid)) or _worked_in(work):
+            continue
+        inside = [point for point in _mount_points() if point == work or work in point.parents]
+        for point in sorted(inside, key=lambda point: len(point.parts), reverse=True):
+            subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
+        if any(point == work or work in point.parents for point in _mount_points()):
+            log.warning("an abandoned template build at %s keeps its mounts; left in place", work)
             continue
         shutil.rmtree(work, ignore_errors=True)
         removed.append(work)
@@ -310,6 +320,18 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _worked_in(work: Path) -> bool:
+    """Whether a running process names `work` (or a path in it) on its command line."""
+    needle = str(work).encode()
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if needle in cmdline.read_bytes():
+                return True
+        except OSError:  # it ended meanwhile
+            continue
+    return False
 
 
 def _mount_points() -> list[Path]:

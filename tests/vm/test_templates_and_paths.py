@@ -32,12 +32,13 @@ def test_unknown_template(tmp_path: Path) -> None:
 
 def test_a_build_removes_what_builds_that_died_left(tmp_path: Path) -> None:
     """A server stopped mid-build leaves `.<name>.build-<pid>` behind (its thread dies
-    with it); the next build of that template removes it, but never a running build's
-    (its process lives) nor one something is still mounted in (an orphaned mmdebstrap
-    finishing its chroot), nor another template's."""
-    dead, finishing = subprocess.Popen(["true"]), subprocess.Popen(["true"])
-    dead.wait()
-    finishing.wait()
+    with it), and its mmdebstrap, dead of a broken pipe, the chroot's mounts: the next
+    build of that template detaches them and removes the directory. Never a running
+    build's (its process lives) nor one an orphaned mmdebstrap still works in (its
+    command line names it), nor another template's."""
+    dead, died_mounted, orphaned = (subprocess.Popen(["true"]) for _ in range(3))
+    for process in (dead, died_mounted, orphaned):
+        process.wait()
     left = tmp_path / f".desktop.build-{dead.pid}"
     (left / "rootfs" / "usr").mkdir(parents=True)
     (left / "rootfs" / "usr" / "big").write_bytes(b"x" * 4096)
@@ -45,15 +46,25 @@ def test_a_build_removes_what_builds_that_died_left(tmp_path: Path) -> None:
     running.mkdir()
     other = tmp_path / f".default.build-{dead.pid}"
     other.mkdir()
-    mounted = tmp_path / f".desktop.build-{finishing.pid}"
-    (mounted / "rootfs" / "proc").mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "none", str(mounted / "rootfs" / "proc")], check=True)
+    mounted = tmp_path / f".desktop.build-{died_mounted.pid}"
+    for point in ("proc", "dev/shm"):
+        (mounted / "rootfs" / point).mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "none", str(mounted / "rootfs" / point)], check=True)
+    (mounted / "rootfs" / "dev" / "shm" / "file").write_text("in a mount")
+    finishing = tmp_path / f".desktop.build-{orphaned.pid}"
+    (finishing / "rootfs").mkdir(parents=True)
+    worker = subprocess.Popen(["sh", "-c", "sleep 30", str(finishing / "rootfs")])  # as mmdebstrap names its chroot
     try:
-        assert remove_abandoned_builds(tmp_path / "desktop") == [left]
-        assert not left.exists() and running.is_dir() and other.is_dir() and mounted.is_dir()
+        assert remove_abandoned_builds(tmp_path / "desktop") == sorted([left, mounted])
+        assert not left.exists() and not mounted.exists()
+        assert not any(str(tmp_path) in line for line in Path("/proc/self/mounts").read_text().splitlines())
+        assert running.is_dir() and other.is_dir() and finishing.is_dir()
     finally:
-        subprocess.run(["umount", str(mounted / "rootfs" / "proc")], check=True)
-    assert remove_abandoned_builds(tmp_path / "desktop") == [mounted]
+        worker.kill()
+        worker.wait()
+        for point in ("dev/shm", "proc"):
+            subprocess.run(["umount", str(mounted / "rootfs" / point)], capture_output=True, check=False)
+    assert remove_abandoned_builds(tmp_path / "desktop") == [finishing]
 
 
 def test_built_default_template(template_store: TemplateStore) -> None:
