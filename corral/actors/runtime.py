@@ -207,7 +207,12 @@ class RuntimeHolder:
         log.info("the %r template is ready", name)
 
     async def prepare_templates(self, names: tuple[str, ...] = ("default", "desktop")) -> None:
-        """`prepare_template` for each of `names` in turn: sandboxes' first, then desktops'."""
+        """`prepare_template` for each of `names` in turn: sandboxes' first, then desktops';
+        first, what builds a stopped node abandoned is removed, whether or not the
+        templates are built now."""
+        removed = await trio.to_thread.run_sync(self.templates.remove_abandoned_builds)
+        if removed:
+            log.info("removed %d abandoned template build(s): %s", len(removed), ", ".join(map(str, removed)))
         for name in names:
             await self.prepare_template(name)
 

@@ -327,7 +327,8 @@ def _worked_in(work: Path) -> bool:
     needle = str(work).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
-            if needle in cmdline.read_bytes():
+            arguments = cmdline.read_bytes()
+            if needle + b"\0" in arguments or needle + b"/" in arguments:  # not `.x.build-12` for `.x.build-123`
                 return True
         except OSError:  # it ended meanwhile
             continue
@@ -494,6 +495,10 @@ class TemplateStore:
         """Remove a layered template and every layer it has (a recipe template is kept)."""
         if self.is_layered(name):
             shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def remove_abandoned_builds(self) -> list[Path]:
+        """`remove_abandoned_builds` for every template with a recipe (a node's start)."""
+        return [work for name in RECIPES for work in remove_abandoned_builds(self.template_dir(name))]
 
     def ensure_sync(self, name: str, progress: Progress | None = None) -> Path:
         """The template's rootfs, building it (once, under a lock) if needed."""
