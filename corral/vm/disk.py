@@ -129,8 +129,9 @@ def _clone_mount(source: Path) -> int:
     return _check(_libc.syscall(SYS_OPEN_TREE, AT_FDCWD, str(source).encode(), OPEN_TREE_CLONE | os.O_CLOEXEC), "open_tree")
 
 
-def _unmount(path: Path) -> None:
-    """Detach whatever is mounted on `path` (lazily: the file system goes once unused)."""
+def unmount(path: Path) -> None:
+    """Detach whatever is mounted on `path` (lazily: the file system goes once unused);
+    nothing mounted there is fine."""
     while _libc.umount2(str(path).encode(), MNT_DETACH) == 0:
         pass  # mounted twice over: every layer goes
     code = ctypes.get_errno()
@@ -491,7 +492,7 @@ class DiskStore:
         if _is_mount(mount):
             if loop is not None and os.stat(mount).st_dev == loop[1]:
                 return
-            _unmount(mount)  # another file system (an old image's) is there
+            unmount(mount)  # another file system (an old image's) is there
         self._mount_image(image, mount)
 
     def _settle_sync(self, directory: Path) -> None:
@@ -501,7 +502,7 @@ class DiskStore:
 
     def _discard_next(self, directory: Path) -> None:
         """A replacement disk that was not committed goes."""
-        _unmount(directory / NEXT_MOUNT)
+        unmount(directory / NEXT_MOUNT)
         (directory / NEXT_IMAGE).unlink(missing_ok=True)
         with contextlib.suppress(FileNotFoundError):
             (directory / NEXT_MOUNT).rmdir()
@@ -510,7 +511,7 @@ class DiskStore:
         """`disk.next` becomes the instance's disk: the rename of its image is the commit
         (`settle` mounts whatever `disk.img` is after a crash anywhere in here)."""
         mount, next_mount = directory / MOUNT, directory / NEXT_MOUNT
-        _unmount(mount)
+        unmount(mount)
         os.replace(directory / NEXT_IMAGE, directory / IMAGE)
         mount.mkdir(exist_ok=True)
         clone = _clone_mount(next_mount)
@@ -518,12 +519,12 @@ class DiskStore:
             _move_mount(clone, mount)
         finally:
             os.close(clone)
-        _unmount(next_mount)
+        unmount(next_mount)
         next_mount.rmdir()
 
     def _remove_sync(self, directory: Path) -> None:
         for name in (MOUNT, NEXT_MOUNT):
-            _unmount(directory / name)
+            unmount(directory / name)
 
     def _resize_sync(self, directory: Path, size_mb: int) -> None:
         """Offline (online growth needs CAP_SYS_RESOURCE, which a node in a container may
@@ -533,7 +534,7 @@ class DiskStore:
         current = image.stat().st_size
         if size == current:
             return
-        _unmount(mount)
+        unmount(mount)
         deadline = time.monotonic() + DETACH_WAIT_SECONDS
         while _loop_of(image) is not None:  # its loop device detaches once the file system is gone
             if time.monotonic() > deadline:
@@ -567,10 +568,7 @@ def release_mounts(owner: str) -> int:
     """Unmount every disk of the store named `owner` (its node's cgroup parent) still
     mounted on this machine: test clean-ups after a crash. Returns how many."""
     released = 0
-    with open("/proc/self/mountinfo") as f:
-        lines = f.read().splitlines()
-    for line in lines:
-        point = Path(line.split(" ")[4].encode().decode("unicode_escape"))
+    for point in mount_points():
         if point.name not in (MOUNT, NEXT_MOUNT):
             continue
         # <data dir>/instances/<id>/disk (instances), <root>/<id>/disk (database servers)
@@ -578,9 +576,16 @@ def release_mounts(owner: str) -> int:
         if not any(_read(path) == owner for path in owners):
             continue
         with contextlib.suppress(OSError):
-            _unmount(point)
+            unmount(point)
             released += 1
     return released
+
+
+def mount_points() -> list[Path]:
+    """Where something is mounted on this machine (as this process sees it)."""
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    return [Path(line.split(" ")[4].encode().decode("unicode_escape")) for line in lines]
 
 
 def _read(path: Path) -> str | None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import trio
 
+from .disk import mount_points, unmount
 from .errors import TemplateBuildFailed, TemplateNotFound
 from .snapshots import tar_keeping_everything
 
@@ -301,10 +302,13 @@ def remove_abandoned_builds(dest: Path) -> list[Path]:
         pid = work.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or _alive(int(pid)) or _worked_in(work):
             continue
-        inside = [point for point in _mount_points() if point == work or work in point.parents]
-        for point in sorted(inside, key=lambda point: len(point.parts), reverse=True):
-            subprocess.run(["umount", "--lazy", str(point)], capture_output=True, check=False)
-        if any(point == work or work in point.parents for point in _mount_points()):
+        try:
+            for point in sorted(_mounted_in(work), key=lambda point: len(point.parts), reverse=True):
+                unmount(point)
+        except OSError as exc:
+            log.warning("an abandoned template build at %s keeps its mounts (%s); left in place", work, exc)
+            continue
+        if _mounted_in(work):
             log.warning("an abandoned template build at %s keeps its mounts; left in place", work)
             continue
         shutil.rmtree(work, ignore_errors=True)
@@ -335,13 +339,8 @@ def _worked_in(work: Path) -> bool:
     return False
 
 
-def _mount_points() -> list[Path]:
-    try:
-        lines = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return []
-    # Fields are space-separated with spaces in paths escaped as \040.
-    return [Path(line.split(" ")[1].replace("\\040", " ")) for line in lines if len(line.split(" ")) > 1]
+def _mounted_in(work: Path) -> list[Path]:
+    return [point for point in mount_points() if point == work or work in point.parents]
 
 
 class TemplateStore:

@@ -16,7 +16,7 @@ from corral.vm import (
     NamespaceDriver,
     TemplateStore,
 )
-from corral.vm.disk import _unmount
+from corral.vm.disk import unmount
 
 from .conftest import make_driver, new_spec
 
@@ -40,7 +40,7 @@ async def test_a_reboot_mounts_the_disks_again(driver: NamespaceDriver, template
         await agent.write_file("/workspace/kept.txt", b"kept")
     await driver.stop(info.id)
     directory = driver.instance_dir(info.id)
-    _unmount(directory / "disk")  # what a reboot leaves: the image, no mount
+    unmount(directory / "disk")  # what a reboot leaves: the image, no mount
     assert not os.path.ismount(directory / "disk")
     again = make_driver(driver.data_dir, template_store)
     try:
