@@ -189,3 +189,19 @@ async def test_a_launch_whose_time_ran_out_before_its_handoff_says_why(driver: N
     assert "did not report ready in time" in reply["error"], reply
     info = await driver.create(new_spec())
     await assert_own_instance(info)
+
+
+async def test_a_launch_whose_network_namespace_came_too_late_says_why(driver: NamespaceDriver, tmp_path: Path) -> None:
+    """The launch waits for its network namespace on its channel, and the namespace
+    is not there within the launch's time: the reply says so (before, the waiter left
+    without a word, and the launch failed as "the request ended without a reply")."""
+
+    async def late_handoff() -> int:
+        await trio.sleep(1.0)
+        return os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    request = {"op": "launch", "timeout": 0.2, "instance_id": "late", "log_path": str(tmp_path / "console.log"), "cgroup_procs": []}
+    reply = await driver.zygote.request(request, late_handoff)
+    assert reply["error"] == "its network namespace did not come within 0.2 s", reply
+    info = await driver.create(new_spec())
+    await assert_own_instance(info)

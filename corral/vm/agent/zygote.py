@@ -235,7 +235,10 @@ def _wait_for_launch(req: dict[str, Any], reply_fd: int) -> None:
         if launcher.needs_idmap(req):  # made beside the launcher, not in its way
             launcher.send_idmap(req, ours.fileno())
         if not req.get("netns") and not _forward_handoff(reply_fd, ours, timeout):
-            return  # the caller left (or sent nothing): the launcher finds its channel closed
+            # The caller left, or its network namespace did not come in time: the
+            # launcher finds its channel closed, and a caller still there learns why.
+            _send(reply_fd, {"id": req.get("id"), "error": f"its network namespace did not come within {timeout:g} s"})
+            return
         ours.close()
         reply = collect(read_fd, reply_fd, timeout)
         if reply is not None:
