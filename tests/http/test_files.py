@@ -163,9 +163,12 @@ async def test_paths_outside_the_allowed_prefixes_are_forbidden(files: Files, pa
 
 
 async def test_planted_symlinks_cannot_escape(files: Files) -> None:
-    await files.exec("ln -s /etc/passwd /workspace/passwd; ln -s /etc /workspace/etc; ln -s /workspace/real.txt /workspace/ok")
+    await files.exec(
+        "ln -s /etc/passwd /workspace/passwd; ln -s /etc /workspace/etc; ln -s /workspace/real.txt /workspace/ok;"
+        " ln -s /proc/1/root /workspace/init-root"
+    )
     await files.call("POST", "/write", json={"path": "/workspace/real.txt", "content": "fine"})
-    for path in ("/workspace/passwd", "/workspace/etc/passwd"):
+    for path in ("/workspace/passwd", "/workspace/etc/passwd", "/workspace/init-root/etc/hostname"):
         response = await files.call("GET", "/download", params={"path": path})
         assert response.status_code == 403 and code(response) == "FORBIDDEN_PATH", path
     write_through = await files.call("POST", "/write", json={"path": "/workspace/etc/evil", "content": "x"})

@@ -149,8 +149,15 @@ async def test_agent_port_only_for_root_on_host(instance: InstanceInfo) -> None:
 
 
 async def test_symlink_escape_refused(agent: AgentClient) -> None:
-    await agent.exec("ln -s /etc/passwd /workspace/pw; ln -s /etc /workspace/etcdir; ln -s / /tmp/root")
-    for path in ("/workspace/pw", "/workspace/etcdir/passwd", "/tmp/root/etc/shadow", "/workspace/../etc/passwd", "/etc/passwd"):
+    await agent.exec(
+        "ln -s /etc/passwd /workspace/pw; ln -s /etc /workspace/etcdir; ln -s / /tmp/root;"
+        " ln -s /proc/1/root /workspace/init-root; ln -s /proc/self/root /workspace/own-root"
+    )
+    escapes = ("/workspace/pw", "/workspace/etcdir/passwd", "/tmp/root/etc/shadow", "/workspace/../etc/passwd", "/etc/passwd")
+    # Magic links: PID 1's root cannot even be read (it is not dumpable), and a
+    # process's own root is the instance's `/`: both are refused as paths outside.
+    magic = ("/workspace/init-root/etc/hostname", "/workspace/own-root/etc/passwd", "/workspace/init-root")
+    for path in escapes + magic:
         with pytest.raises(PathForbidden):
             await agent.read_file(path)
     with pytest.raises(PathForbidden):

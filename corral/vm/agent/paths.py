@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import forbidden_path, invalid_path, missing_path
+from .errors import AgentError, forbidden_path, invalid_path, missing_path
 
 ALLOWED_PREFIXES: tuple[str, ...] = ("/workspace", "/home", "/root", "/tmp", "/opt", "/srv")
 HOME = "/root"
@@ -36,7 +36,14 @@ def is_allowed(resolved: str, prefixes: tuple[str, ...] = ALLOWED_PREFIXES) -> b
 def resolve(path: str | None, prefixes: tuple[str, ...] = ALLOWED_PREFIXES) -> str:
     """The real path that `path` names, or FORBIDDEN_PATH when it escapes the prefixes."""
     expanded = expand(path)
-    resolved = os.path.realpath(expanded)
+    try:
+        resolved = os.path.realpath(expanded)
+    except PermissionError:
+        # A link that cannot even be read (`/proc/1/root`: PID 1 is not dumpable)
+        # leads nowhere a tenant's path may go.
+        raise forbidden_path(expanded) from None
+    except OSError as exc:
+        raise AgentError(400, "INVALID_PATH", f"cannot resolve {expanded}: {exc.strerror}") from None
     if not is_allowed(resolved, prefixes):
         raise forbidden_path(expanded)
     return resolved
