@@ -6,6 +6,7 @@ import base64
 from typing import Any
 
 import pytest
+import trio
 
 from tests.support import Api, Tenant
 
@@ -175,3 +176,20 @@ async def test_planted_symlinks_cannot_escape(files: Files) -> None:
     assert write_through.status_code == 403
     inside = await files.call("GET", "/download", params={"path": "/workspace/ok"})
     assert inside.status_code == 200 and inside.content == b"fine"
+
+
+async def test_a_planted_fifo_is_no_file_and_holds_nothing_up(files: Files) -> None:
+    """Reading, writing or copying a FIFO nobody writes to would block for good: each
+    answers 400 INVALID_PATH at once, and the sandbox answers the next call."""
+    await files.exec("mkfifo /workspace/pipe")
+    with trio.fail_after(20):
+        calls = [
+            ("GET", "/download", {"params": {"path": "/workspace/pipe"}}),
+            ("POST", "/write", {"json": {"path": "/workspace/pipe", "content": "x"}}),
+            ("POST", "/copy", {"json": {"source": "/workspace/pipe", "destination": "/workspace/pipe2"}}),
+        ]
+        for method, suffix, kwargs in calls:
+            response = await files.call(method, suffix, **kwargs)
+            assert response.status_code == 400 and code(response) == "INVALID_PATH", (suffix, response.text)
+            assert "not a regular file: /workspace/pipe" in response.json()["error"]["message"]
+        assert (await files.exec("echo alive"))["stdout"] == "alive\n"

@@ -318,3 +318,24 @@ async def test_ten_megabyte_transfer_both_ways(agent: AgentClient) -> None:
     await agent.write_file("/workspace/big.bin", data)
     content = await agent.read_file("/workspace/big.bin")
     assert content.size_bytes == len(data) and content.data == data
+
+
+async def test_special_files_are_refused_without_holding_up_the_agent(agent: AgentClient) -> None:
+    """A FIFO or a socket planted in /workspace is no file to read, write or copy: each
+    call says so at once (opening a FIFO with nobody on the other end would block), and
+    the agent answers the next call."""
+    await agent.exec("mkfifo /workspace/fifo && python3 -c 'import socket; socket.socket(socket.AF_UNIX).bind(\"/workspace/sock\")'")
+    with trio.fail_after(10):
+        for path in ("/workspace/fifo", "/workspace/sock"):
+            with pytest.raises(InvalidPath, match="not a regular file"):
+                await agent.read_file(path)
+            with pytest.raises(InvalidPath, match="not a regular file"):
+                await agent.write_file(path, b"x")
+            with pytest.raises(InvalidPath, match="not a regular file"):
+                await agent.copy(path, path + "-copy")
+        assert (await agent.exec("echo alive")).stdout == "alive\n"
+    await agent.exec("printf run > /workspace/tool && chmod 751 /workspace/tool && touch -d 2020-01-02T03:04:05Z /workspace/tool")
+    await agent.copy("/workspace/tool", "/workspace/tool-copy")
+    copied = await agent.stat("/workspace/tool-copy")
+    assert (copied["permissions"], copied["modified_at"]) == ("-rwxr-x--x", "2020-01-02T03:04:05.000Z")
+    assert (await agent.read_file("/workspace/tool-copy")).data == b"run"

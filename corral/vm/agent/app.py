@@ -95,7 +95,15 @@ class Agent:
                 continue
             path_matched = True
             if method == request.method:
-                return await handler(request, *match.groups())
+                try:
+                    return await handler(request, *match.groups())
+                except OSError as exc:
+                    if not request.path.startswith("/files/"):
+                        raise
+                    # A failure the files module has no name for (a full disk, an
+                    # entry that cannot be removed): said, not a dropped connection.
+                    what = request.path.removeprefix("/files/")
+                    raise AgentError(400, "INVALID_PATH", f"cannot {what}: {exc.strerror or exc}") from exc
         if path_matched:
             raise AgentError(405, "METHOD_NOT_ALLOWED", f"{request.method} not allowed here")
         raise AgentError(404, "NOT_FOUND", f"no route {request.path}")
@@ -215,7 +223,7 @@ class Agent:
         elif op == "rename":
             result = files.rename(body.get("source"), body.get("destination"))
         elif op == "copy":
-            result = files.copy(body.get("source"), body.get("destination"))
+            result = await trio.to_thread.run_sync(files.copy, body.get("source"), body.get("destination"))
         elif op == "chmod":
             result = files.chmod(body.get("path"), body.get("mode"))
         else:

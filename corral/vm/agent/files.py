@@ -7,6 +7,7 @@ JSON-ready dictionaries; failures are `AgentError`s carrying the API's codes.
 
 from __future__ import annotations
 
+import errno
 import grp
 import os
 import pwd
@@ -98,19 +99,39 @@ def list_directory(path: str | None) -> dict[str, Any]:
     return {"path": resolved, "files": files}
 
 
+def not_a_regular_file(path: str) -> AgentError:
+    return AgentError(400, "INVALID_PATH", f"not a regular file: {path}")
+
+
+def open_regular(resolved: str, flags: int, mode: int = 0o644) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file `resolved`, and its status.
+
+    Opened non-blocking: a FIFO the tenant planted, with nobody at its other end,
+    would otherwise hold the agent up for good. What is not a regular file (a FIFO, a
+    socket, a directory) is refused by what the descriptor is, not by a check before
+    the open that a swap could beat."""
+    try:
+        fd = os.open(resolved, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO nobody reads
+            raise not_a_regular_file(resolved) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise not_a_regular_file(resolved)
+    return fd, st
+
+
 def open_for_read(path: str | None) -> tuple[str, int, os.stat_result]:
-    """An open descriptor of a regular file; a directory is INVALID_PATH."""
+    """An open descriptor of a regular file; anything else is INVALID_PATH."""
     resolved = paths.resolve(path)
     try:
-        fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd, st = open_regular(resolved, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         raise file_not_found(resolved) from None
     except OSError as exc:
         raise AgentError(400, "INVALID_PATH", f"cannot open {resolved}: {exc.strerror}") from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise AgentError(400, "INVALID_PATH", f"not a regular file: {resolved}")
     return resolved, fd, st
 
 
@@ -125,7 +146,7 @@ def write_file(path: str | None, data: bytes, make_parents: bool = True) -> dict
         except (FileExistsError, NotADirectoryError):
             raise AgentError(400, "INVALID_PATH", f"parent is not a directory: {parent}") from None
     try:
-        fd = os.open(resolved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd, _ = open_regular(resolved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     except FileNotFoundError:
         raise file_not_found(parent) from None
     except IsADirectoryError:
@@ -184,10 +205,32 @@ def rename(source: str | None, destination: str | None) -> dict[str, Any]:
 
 
 def copy(source: str | None, destination: str | None) -> dict[str, Any]:
+    """One regular file to a new name, with its mode and times (as `cp -p` would).
+    The destination is created exclusively, and removed again if the copy fails."""
     src, dst = _existing_pair(source, destination)
     if os.path.isdir(src):
         raise AgentError(400, "INVALID_PATH", "only single files can be copied, not directories")
-    shutil.copy2(src, dst)
+    try:
+        source_fd, st = open_regular(src, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        raise file_not_found(src) from None
+    try:
+        try:
+            target_fd, _ = open_regular(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, stat.S_IMODE(st.st_mode))
+        except FileExistsError:
+            raise AgentError(409, "DESTINATION_EXISTS", f"destination exists: {dst}") from None
+        try:
+            while os.sendfile(target_fd, source_fd, None, 1 << 30):
+                pass
+            os.fchmod(target_fd, stat.S_IMODE(st.st_mode))
+            os.utime(target_fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        except BaseException:
+            os.unlink(dst)
+            raise
+        finally:
+            os.close(target_fd)
+    finally:
+        os.close(source_fd)
     return {"source": src, "destination": dst}
 
 
