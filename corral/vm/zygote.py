@@ -197,7 +197,13 @@ class Zygote:
                         pass  # the launch gave up before the handoff (its time ran out): its reply says why
                     finally:
                         os.close(fd)
-                data = await reply_channel.recv(MAX_REPLY)
+                try:
+                    data = await reply_channel.recv(MAX_REPLY)
+                except ConnectionResetError:
+                    # The waiter left with the handoff unread (its launch had given up
+                    # first): the kernel reports that once, and the reply it sent
+                    # before leaving is still queued behind it (or nothing: b"").
+                    data = await reply_channel.recv(MAX_REPLY)
             finally:
                 reply_channel.close()
             if not data:

@@ -205,3 +205,18 @@ async def test_a_launch_whose_network_namespace_came_too_late_says_why(driver: N
     assert reply["error"] == "its network namespace did not come within 0.2 s", reply
     info = await driver.create(new_spec())
     await assert_own_instance(info)
+
+
+async def test_a_handoff_the_launch_does_not_wait_for_is_not_taken_for_a_caller_gone(
+    driver: NamespaceDriver, hanging: HangingLaunch
+) -> None:
+    """The handoff arrives while the launch waits for progress, and the launch named its
+    namespace itself: the message is dropped, the launch still runs out of time and says
+    so (before, its waiter took the message for a caller that left, and ended without a
+    reply, which the caller read as a reset connection on a busy machine)."""
+
+    async def early_handoff() -> int:
+        return os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+
+    reply = await driver.zygote.request(hanging.request(timeout=1.0), early_handoff)
+    assert "did not report ready in time" in reply["error"], reply

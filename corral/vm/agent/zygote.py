@@ -185,6 +185,8 @@ def collect(read_fd: int, reply_fd: int, timeout: float) -> dict[str, Any] | Non
             break
         ready, _, _ = select.select([read_fd, reply_fd], [], [], remaining)
         if reply_fd in ready:
+            if _dropped_late_handoff(reply_fd):
+                continue
             return None  # the caller's end closed: nobody waits for this launch
         if not ready:
             break
@@ -266,6 +268,20 @@ def _forward_handoff(reply_fd: int, launcher_channel: socket.socket, timeout: fl
         for fd in fds:
             os.close(fd)
     return True
+
+
+def _dropped_late_handoff(reply_fd: int) -> bool:
+    """True if what made the caller's channel readable was a message (a handoff this
+    launch does not wait for: it named its namespace), now dropped with its
+    descriptors; False if the caller left."""
+    with socket.socket(fileno=os.dup(reply_fd)) as channel:
+        try:
+            message, fds, _, _ = socket.recv_fds(channel, 64, 4, socket.MSG_DONTWAIT)
+        except OSError:
+            return False
+    for fd in fds:
+        os.close(fd)
+    return bool(message)
 
 
 def _reap() -> None:
