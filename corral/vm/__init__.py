@@ -1,7 +1,7 @@
 """vm layer: instance runtimes (Linux namespaces today), templates, guest agent client."""
 
 from .cgroups import CgroupLimits, CgroupV1
-from .client import AgentClient, ExecEvent, ExecResult, FileContent, ProcessOutput
+from .client import AgentClient, ExecEvent, ExecResult, FileContent, FileStream, ProcessOutput
 from .disk import DiskStore, release_mounts
 from .driver import (
     COMPUTER_DISK_GB,
@@ -69,6 +69,7 @@ __all__ = [
     "ExecResult",
     "FileContent",
     "FileNotFound",
+    "FileStream",
     "FileTooLarge",
     "InstanceExists",
     "InstanceInfo",

@@ -37,7 +37,7 @@ from corral.sockets import DirectSocket
 from corral.tracer import recording_tracer
 
 from .driver import InstanceInfo, InstanceState
-from .errors import AGENT_ERRORS, AgentError, AgentUnavailable, RuntimeUnavailable
+from .errors import AGENT_ERRORS, AgentError, AgentUnavailable, FileTooLarge, RuntimeUnavailable
 
 NOT_ANSWERING = "the instance's agent does not answer"
 """What a tenant reads when the agent cannot be reached; where it was tried goes in `detail`."""
@@ -91,6 +91,8 @@ class ExecEvent:
     exit_code: int | None = None
     duration_ms: int | None = None
     timed_out: bool = False
+    truncated: bool = False
+    """On `exit`: output past `MAX_EXEC_OUTPUT` (of stdout or stderr) was dropped."""
 
 
 @dataclass
@@ -98,6 +100,7 @@ class ExecResult:
     exit_code: int
     duration_ms: int
     timed_out: bool = False
+    truncated: bool = False
     stdout: str = ""
     stderr: str = ""
     output: str = field(default="")  # stdout and stderr in arrival order
@@ -109,6 +112,18 @@ class FileContent:
     data: bytes
     size_bytes: int
     modified_at: str
+
+
+@dataclass(frozen=True)
+class FileStream:
+    """A file as the agent sends it: what it says of the file, then the file's bytes as
+    they come. `chunks` ends after exactly `size_bytes` bytes (the size when the file
+    was opened); more, or fewer, is `AgentUnavailable` (the file shrank as it was read)."""
+
+    path: str
+    size_bytes: int
+    modified_at: str
+    chunks: AsyncGenerator[bytes, None]
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,43 @@ OnOutput = Callable[[ExecEvent], Awaitable[None]]
 OnSent = Callable[[], Awaitable[None]]
 """Called once a request is on its way to the agent, before its answer is awaited: the
 caller's work that need not come before it is then done while the agent runs."""
+
+
+MAX_EXEC_OUTPUT = 10 << 20
+"""The most of an exec's stdout, and of its stderr, that reaches the control plane (the
+agent drops the rest, in the instance, and says so; so does this client, whatever the
+agent does): an exec's answer is held whole, and one command must not fill the
+node's memory."""
+MAX_JSON_ANSWER = 64 << 20
+"""The most of a JSON answer the control plane reads (a listing of some 400,000 files):
+an instance's agent is the tenant's to replace, and must not fill the node's memory."""
+MAX_ERROR_BODY = 1 << 16
+"""An error answer is a small JSON document; more is not read."""
+
+
+async def _gather(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The body, up to `limit` bytes (what is past it is left unread)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(parts)[:limit]
+
+
+async def _exactly(chunks: AsyncGenerator[bytes, None], size: int) -> AsyncGenerator[bytes, None]:
+    """`chunks`, which must come to `size` bytes in all."""
+    seen = 0
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            seen += len(chunk)
+            if seen > size:
+                raise AgentUnavailable(f"the instance's agent sent more than the file's {size} bytes")
+            yield chunk
+    if seen < size:
+        raise AgentUnavailable(f"the file shrank while it was read: {seen} of its {size} bytes came")
 
 
 class _TransportError(Exception):
@@ -261,7 +313,7 @@ class AgentClient:
                 raise AgentUnavailable("the instance's agent answered something unexpected", detail=repr(event))
             return conn, event
 
-    async def _body_chunks(self, conn: _Connection, read_timeout: float) -> AsyncIterator[bytes]:
+    async def _body_chunks(self, conn: _Connection, read_timeout: float) -> AsyncGenerator[bytes, None]:
         """The response body as it arrives; the connection is released at its end.
 
         Timeouts are scoped around single reads, never around a `yield` (trio forbids that).
@@ -326,7 +378,7 @@ class AgentClient:
                 conn, head = await self._start(method, path, params, body, content_type)
                 chunks: list[bytes] = []
                 size = 0
-                async with aclosing(self._body_chunks(conn, limit)) as received:  # type: ignore[type-var]
+                async with aclosing(self._body_chunks(conn, limit)) as received:
                     async for chunk in received:
                         size += len(chunk)
                         if max_bytes is not None and size > max_bytes:
@@ -341,6 +393,7 @@ class AgentClient:
         return head, data
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        kwargs.setdefault("max_bytes", MAX_JSON_ANSWER)
         _, data = await self._call(method, path, **kwargs)
         try:
             return dict(json.loads(data))
@@ -367,14 +420,18 @@ class AgentClient:
                 ) from exc
             status = head.status_code
             chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
-            async with aclosing(chunks):  # type: ignore[type-var]
+            async with aclosing(chunks):
                 if head.status_code >= 400:
-                    _raise_for(head.status_code, b"".join([chunk async for chunk in chunks]))
+                    _raise_for(head.status_code, await _gather(chunks, MAX_ERROR_BODY))
                 buffer = b""
                 async for chunk in chunks:
                     buffer += chunk
-                    while b"\n" in buffer:
-                        line, buffer = buffer.split(b"\n", 1)
+                    if len(buffer) > MAX_JSON_ANSWER and b"\n" not in buffer:
+                        raise AgentUnavailable("the instance's agent sent an event past the size allowed")
+                    if b"\n" not in chunk:
+                        continue
+                    *lines, buffer = buffer.split(b"\n")  # once per chunk, not once per line
+                    for line in lines:
                         if not line:
                             continue
                         event = json.loads(line)
@@ -423,9 +480,16 @@ class AgentClient:
         """Events as the command produces them; the last one has type `exit`.
 
         Iterate it under `contextlib.aclosing` if you may stop early. The agent
-        kills the command (SIGTERM, then SIGKILL) once `timeout` has passed.
+        kills the command (SIGTERM, then SIGKILL) once `timeout` has passed. Of each
+        of stdout and stderr, `MAX_EXEC_OUTPUT` characters at most come through; the
+        exit event says whether more was dropped (`truncated`).
         """
-        body = {"command": command, "timeout": timeout, "cwd": cwd, "env": env or {}, "combined": combined}
+        body = {
+            "command": command, "timeout": timeout, "cwd": cwd, "env": env or {}, "combined": combined,
+            "output_limit": MAX_EXEC_OUTPUT,
+        }
+        room = {"stdout": MAX_EXEC_OUTPUT, "stderr": MAX_EXEC_OUTPUT}
+        truncated = False
         final: ExecEvent | None = None
         async with aclosing(self._ndjson("POST", "/exec", json_body=body, on_sent=on_sent)) as events:
             # Read to the end of the body even after the exit event, so the
@@ -438,14 +502,23 @@ class AgentClient:
                     message = str(event.get("message"))
                     raise cls(message) if cls else AgentError(message, code)
                 if kind == "exit":
-                    final = ExecEvent(
-                        "exit",
-                        exit_code=int(event["exit_code"]),
-                        duration_ms=int(event["duration_ms"]),
-                        timed_out=bool(event.get("timed_out")),
-                    )
-                elif final is None:
-                    yield ExecEvent(str(kind), data=str(event.get("data", "")))
+                    try:
+                        final = ExecEvent(
+                            "exit",
+                            exit_code=int(event["exit_code"]),
+                            duration_ms=int(event["duration_ms"]),
+                            timed_out=bool(event.get("timed_out")),
+                            truncated=truncated or bool(event.get("truncated")),
+                        )
+                    except (KeyError, TypeError, ValueError) as exc:
+                        raise AgentUnavailable(f"the instance's agent answered an exit without its status: {exc!r}") from exc
+                elif final is None and kind in room:
+                    data = str(event.get("data", ""))
+                    if len(data) > room[kind]:  # an agent that did not cut it (an old or a foreign one)
+                        data, truncated = data[: room[kind]], True
+                    room[kind] -= len(data)
+                    if data:
+                        yield ExecEvent(kind, data=data)
         if final is None:
             raise AgentUnavailable("exec stream ended without an exit status")
         yield final
@@ -472,6 +545,7 @@ class AgentClient:
                         exit_code=event.exit_code if event.exit_code is not None else -1,
                         duration_ms=event.duration_ms or 0,
                         timed_out=event.timed_out,
+                        truncated=event.truncated,
                         stdout="".join(stdout),
                         stderr="".join(stderr),
                         output="".join(output),
@@ -484,15 +558,58 @@ class AgentClient:
 
     # -- files ----------------------------------------------------------------
 
-    async def read_file(self, path: str, timeout: float = 120.0) -> FileContent:
-        head, data = await self._call("GET", "/files/read", params={"path": path}, timeout=timeout)
-        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
-        return FileContent(
+    async def open_file(self, path: str, timeout: float = 120.0) -> FileStream:
+        """`path` to be read as a stream, never held whole (a download of any size): the
+        answer's head within `timeout`, each part of the body within
+        `STREAM_READ_TIMEOUT`. Iterate `chunks` under `aclosing`: the connection goes
+        back to the pool at its end."""
+        span = _start_span("GET", "/files/read")
+        status: int | None = None
+        try:
+            try:
+                with trio.fail_after(timeout):
+                    conn, head = await self._start("GET", "/files/read", {"path": path}, b"", None)
+            except trio.TooSlowError as exc:
+                raise AgentUnavailable(
+                    f"the instance's agent did not answer within {timeout:g} s", detail=f"agent at {self.base_url}"
+                ) from exc
+            status = head.status_code
+            chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
+            if status >= 400:
+                async with aclosing(chunks):
+                    _raise_for(status, await _gather(chunks, MAX_ERROR_BODY))
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
+            try:
+                size = int(headers["x-file-size"])
+            except (KeyError, ValueError):
+                await chunks.aclose()
+                raise AgentUnavailable("the instance's agent answered a file without its size") from None
+        except Exception as exc:
+            _end_span(span, status, exc)
+            raise
+        _end_span(span, status)
+        return FileStream(
             path=headers.get("x-file-path", path),
-            data=data,
-            size_bytes=int(headers.get("x-file-size", len(data))),
+            size_bytes=size,
             modified_at=headers.get("x-file-modified-at", ""),
+            chunks=_exactly(chunks, size),
         )
+
+    async def read_file(self, path: str, timeout: float = 120.0, max_bytes: int | None = None) -> FileContent:
+        """The whole file, read within `timeout`; one over `max_bytes` is `FileTooLarge`
+        before any of it is read."""
+        try:
+            with trio.fail_after(timeout):
+                stream = await self.open_file(path, timeout)
+                async with aclosing(stream.chunks):
+                    if max_bytes is not None and stream.size_bytes > max_bytes:
+                        raise FileTooLarge(f"{stream.path} is {stream.size_bytes} bytes, more than the {max_bytes} allowed here")
+                    data = b"".join([chunk async for chunk in stream.chunks])
+        except trio.TooSlowError as exc:
+            raise AgentUnavailable(
+                f"the instance's agent did not send {path} within {timeout:g} s", detail=f"agent at {self.base_url}"
+            ) from exc
+        return FileContent(path=stream.path, data=data, size_bytes=stream.size_bytes, modified_at=stream.modified_at)
 
     async def write_file(self, path: str, data: bytes, parents: bool = True, timeout: float = 120.0) -> dict[str, Any]:
         params = {"path": path, "parents": "1" if parents else "0"}

@@ -104,3 +104,31 @@ async def test_exec_timeout_must_be_a_positive_number(runtime_api: Api, owner: T
         "POST", f"{API}/sandboxes/{sid}/exec", key=owner.key, json={"command": "true", "timeout": timeout}
     )
     assert "timeout" in assert_error(response, 422, "VALIDATION_ERROR")["details"]
+
+
+async def test_exec_output_is_kept_up_to_ten_megabytes_a_stream(runtime_api: Api, owner: Tenant) -> None:
+    """Of stdout, and of stderr, an exec's answer carries at most 10 MiB; the command
+    runs on to its end past it (here it prints 30 MiB more, then writes a file), and
+    the answer says `output_truncated`. Exactly 10 MiB is not cut. A computer's exec
+    answers the specification's `{output, exit_code}`, with `output_truncated: true`
+    added only when output was cut."""
+    limit = 10 * 1024 * 1024
+    created = await runtime_api.request("POST", f"{API}/sandboxes", key=owner.key, json={})
+    sid = created.json()["data"]["id"]
+    at_limit, _ = await timed(
+        runtime_api, owner, f"/sandboxes/{sid}/exec", {"command": f"head -c {limit} /dev/zero | tr '\\0' o; head -c {limit} /dev/zero | tr '\\0' e >&2"}
+    )
+    assert (len(at_limit["stdout"]), len(at_limit["stderr"]), at_limit["output_truncated"]) == (limit, limit, False)
+    assert set(at_limit["stdout"]) == {"o"} and set(at_limit["stderr"]) == {"e"}
+    command = f"head -c {limit + 1} /dev/zero | tr '\\0' o; echo fine >&2; yes | head -c {3 * limit}; echo done > /tmp/after"
+    past, _ = await timed(runtime_api, owner, f"/sandboxes/{sid}/exec", {"command": command})
+    assert (len(past["stdout"]), past["stderr"], past["output_truncated"], past["exit_code"]) == (limit, "fine\n", True, 0)
+    after, _ = await timed(runtime_api, owner, f"/sandboxes/{sid}/exec", {"command": "cat /tmp/after"})
+    assert (after["stdout"], after["output_truncated"]) == ("done\n", False)
+
+    computer = await create_running(runtime_api, owner)
+    cid = computer["id"]
+    small, _ = await timed(runtime_api, owner, f"/computers/{cid}/exec", {"command": "echo hi"})
+    assert small == {"output": "hi\n", "exit_code": 0}
+    cut, _ = await timed(runtime_api, owner, f"/computers/{cid}/exec", {"command": f"head -c {limit + 1} /dev/zero | tr '\\0' o >&2; exit 3"})
+    assert (len(cut["output"]), cut["exit_code"], cut["output_truncated"]) == (limit, 3, True)

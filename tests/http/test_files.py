@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -193,3 +194,58 @@ async def test_a_planted_fifo_is_no_file_and_holds_nothing_up(files: Files) -> N
             assert response.status_code == 400 and code(response) == "INVALID_PATH", (suffix, response.text)
             assert "not a regular file: /workspace/pipe" in response.json()["error"]["message"]
         assert (await files.exec("echo alive"))["stdout"] == "alive\n"
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (the server under test runs in it)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_download_streams_however_large_the_file(files: Files) -> None:
+    """A 512 MiB file (sparse: it costs the sandbox no disk) comes whole, with its
+    Content-Length, while the server's memory stays where it was: it is never held
+    whole on the way (before, it was, twice, and a sparse file of any size filled
+    the node's memory)."""
+    size = 512 << 20
+    await files.exec(f"truncate -s {size} /workspace/sparse.bin")
+    before = resident_bytes()
+    received, peak = 0, before
+    async with files.api.client.stream(
+        "GET", f"{files.base}/download", params={"path": "/workspace/sparse.bin"}, headers={"Authorization": f"Bearer {files.key}"}
+    ) as response:
+        assert response.status_code == 200
+        assert response.headers["content-length"] == str(size)
+        async for chunk in response.aiter_raw():
+            if received == 0:
+                assert chunk.strip(b"\0") == b""
+            received += len(chunk)
+            if received % (64 << 20) < len(chunk):
+                peak = max(peak, resident_bytes())
+    assert received == size
+    assert peak - before < 256 << 20, f"the server's memory grew by {(peak - before) >> 20} MiB"
+
+
+async def test_a_file_that_grows_as_it_is_downloaded_comes_at_its_size_when_opened(files: Files) -> None:
+    await files.exec("nohup sh -c 'while :; do echo y; done > /workspace/growing' >/dev/null 2>&1 & sleep 0.5")
+    with trio.fail_after(60):
+        response = await files.call("GET", "/download", params={"path": "/workspace/growing"})
+    assert response.status_code == 200
+    assert int(response.headers["content-length"]) == len(response.content) > 0
+    assert set(response.content) <= set(b"y\n")
+    await files.exec("pkill -f 'while :'")
+
+
+async def test_export_answers_files_up_to_ten_megabytes(files: Files) -> None:
+    """Export carries the file in base64 inside JSON: at most 10 MB (the upload limit);
+    past it, 413 FILE_TOO_LARGE, which names download instead."""
+    limit = 10 * 1024 * 1024
+    await files.exec(f"head -c {limit} /dev/urandom > /workspace/at-limit && head -c {limit + 1} /dev/zero > /workspace/past-limit")
+    at_limit = await files.call("POST", "/export", json={"path": "/workspace/at-limit"})
+    assert at_limit.status_code == 200 and at_limit.json()["file"]["size_bytes"] == limit
+    assert len(base64.b64decode(at_limit.json()["content_base64"])) == limit
+    past = await files.call("POST", "/export", json={"path": "/workspace/past-limit"})
+    assert past.status_code == 413 and code(past) == "FILE_TOO_LARGE", past.text
+    assert "10485761 bytes" in past.json()["error"]["message"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from contextlib import aclosing
 
 import pytest
 import trio
@@ -339,3 +340,18 @@ async def test_special_files_are_refused_without_holding_up_the_agent(agent: Age
     copied = await agent.stat("/workspace/tool-copy")
     assert (copied["permissions"], copied["modified_at"]) == ("-rwxr-x--x", "2020-01-02T03:04:05.000Z")
     assert (await agent.read_file("/workspace/tool-copy")).data == b"run"
+
+
+async def test_many_short_lines_come_in_few_events(agent: AgentClient) -> None:
+    """An event carries the complete lines of one read (at most 64 KiB), not one line:
+    `seq 1 200000` (1.3 MB, 200,000 lines) is tens of events, not 200,000 (which took
+    longer than the exec's default timeout to relay)."""
+    counts = {"stdout": 0}
+    text: list[str] = []
+    async with aclosing(agent.exec_stream("seq 1 200000")) as events:
+        async for event in events:
+            if event.type == "stdout":
+                counts["stdout"] += 1
+                text.append(event.data)
+    assert "".join(text) == "".join(f"{n}\n" for n in range(1, 200001))
+    assert counts["stdout"] <= 1_288_895 // 4096, counts

@@ -69,7 +69,7 @@ async def _capture_one(agent: AgentClient, blobs: BlobStore, run_id: str, tenant
     if size > MAX_ARTIFACT_BYTES:
         return _failed(base, f"larger than {MAX_ARTIFACT_BYTES} bytes", size)
     try:
-        content = await agent.read_file(path)
+        content = await agent.read_file(path, max_bytes=MAX_ARTIFACT_BYTES)  # it may have grown since
     except RuntimeErrorBase as exc:
         return _failed(base, f"could not be read: {public_text(exc, 'artifact')}", size)
     blob = await blobs.put_bytes(content.data)

@@ -50,6 +50,8 @@ DRAG_STEP_MS = 20
 MAX_SCREEN_BYTES = MAX_RESOLUTION[0] * MAX_RESOLUTION[1] * 4
 """The most the host takes from an agent for one screenshot (a PNG of the largest
 screen, incompressible, is about its raw size)."""
+XWD_HEADER_ROOM = 1 << 16
+"""An xwd dump is the screen's pixels after a header and a colour map: this much more."""
 FALL_BACK = ("DISPLAY_UNAVAILABLE",)
 """The agent's codes for "no X connection here": the X tools are tried instead."""
 
@@ -228,7 +230,7 @@ async def screenshot(platform: ComputerServices, row: ComputerRecord, box: tuple
     path = f"/tmp/.corral-screen-{new_ulid()}.xwd"
     try:
         await desktop.check(f"xwd -root -silent -out {path}")
-        dump = (await desktop.agent.read_file(path, timeout=ACTION_TIMEOUT)).data
+        dump = (await desktop.agent.read_file(path, timeout=ACTION_TIMEOUT, max_bytes=MAX_SCREEN_BYTES + XWD_HEADER_ROOM)).data
     finally:
         with trio.CancelScope(shield=True), trio.move_on_after(5):
             await desktop.run(f"rm -f {path}")

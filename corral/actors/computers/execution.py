@@ -92,7 +92,10 @@ async def _run(platform: ComputerServices, row: ComputerRecord, agent: AgentClie
     with activity(platform).busy(row.id):
         result = await agent.exec(command, timeout=timeout, cwd=EXEC_CWD, env=env, combined=True)
     await touch(platform, row.id)
-    return {"output": result.output, "exit_code": result.exit_code}
+    answer: dict[str, Any] = {"output": result.output, "exit_code": result.exit_code}
+    if result.truncated:  # the specification's `{output, exit_code}`, unless output was cut
+        answer["output_truncated"] = True
+    return answer
 
 
 async def exec_command(platform: ComputerServices, row: ComputerRecord, request: ExecRequest) -> dict[str, Any]:

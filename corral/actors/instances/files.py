@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from corral.vm import AgentClient, FileContent
+from corral.vm import AgentClient, FileContent, FileStream
 
 from .refusals import Refusals, runtime_refusals
 
@@ -28,8 +28,14 @@ class InstanceFiles:
         with runtime_refusals(self._refusals):
             return await call
 
-    async def read(self, path: str) -> FileContent:
-        return await self._answered(self._agent.read_file(path))
+    async def read(self, path: str, max_bytes: int) -> FileContent:
+        """The whole file, if it is at most `max_bytes` (else `FileTooLarge`)."""
+        return await self._answered(self._agent.read_file(path, max_bytes=max_bytes))
+
+    async def open(self, path: str) -> FileStream:
+        """The file as a stream, for a download of any size (iterate its `chunks`
+        under `aclosing`)."""
+        return await self._answered(self._agent.open_file(path))
 
     async def write(self, path: str, data: bytes) -> dict[str, Any]:
         return await self._answered(self._agent.write_file(path, data))

@@ -30,6 +30,8 @@ from .store import SandboxDraft, SandboxRecord
 
 SIZE_NAMES = tuple(SIZES)
 MAX_LINE_EVENTS = 2000
+MAX_LINE_CHARS = 16384
+"""A longer line is published as several events (the whole of it is in the answer)."""
 """Line events one exec may publish; the response always has the whole output."""
 
 PUBLIC_FIELDS = (
@@ -203,8 +205,14 @@ class _LineEvents:
         self.published = 0
 
     async def feed(self, event: ExecEvent) -> None:
+        if self.published >= MAX_LINE_EVENTS:
+            return  # nothing more is published: nothing more is kept
         text = self.partial[event.type] + event.data
-        *lines, self.partial[event.type] = text.split("\n")
+        *lines, rest = text.split("\n")
+        while len(rest) > MAX_LINE_CHARS:  # a line without end: published in parts
+            lines.append(rest[:MAX_LINE_CHARS])
+            rest = rest[MAX_LINE_CHARS:]
+        self.partial[event.type] = rest
         for line in lines:
             await self.line(event.type, line)
 
@@ -273,4 +281,5 @@ async def exec_command(platform: SandboxServices, sandbox: SandboxRecord, reques
         "stderr": result.stderr,
         "duration_ms": result.duration_ms or int((time.monotonic() - started) * 1000),
         "timed_out": result.timed_out,
+        "output_truncated": result.truncated,
     }

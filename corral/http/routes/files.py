@@ -14,7 +14,8 @@ import binascii
 import mimetypes
 import posixpath
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
@@ -30,6 +31,9 @@ from ..replies import Reply, raw
 from ..routing import Router
 
 MAX_UPLOAD_BYTES = 10 * 1024 * 1024
+MAX_EXPORT_BYTES = MAX_UPLOAD_BYTES
+"""An export answers the file whole, in base64 inside JSON: larger files are downloaded
+(streamed, of any size)."""
 DEFAULT_DIR = "/workspace"
 
 Resolver = Callable[[RequestContext, str], Awaitable[InstanceFiles]]
@@ -202,13 +206,25 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
     async def download(ctx: RequestContext, id: str) -> Response:
         files = await resolve(ctx, id)
         path = require_path(ctx.query("path"))
-        content = await files.read(path)
-        filename = posixpath.basename(content.path or path) or "download"
-        return Response(
-            content.data,
+        stream = await files.open(path)
+        filename = posixpath.basename(stream.path or path) or "download"
+
+        async def body() -> AsyncIterator[bytes]:
+            async with aclosing(stream.chunks):
+                async for chunk in stream.chunks:
+                    yield chunk
+
+        response = Response(
+            body(),
             status=200,
-            headers={"Content-Disposition": attachment(filename), "Content-Type": content_type_for(filename)},
+            headers={
+                "Content-Disposition": attachment(filename),
+                "Content-Type": content_type_for(filename),
+                "Content-Length": str(stream.size_bytes),
+            },
         )
+        response.timeout = None  # quart: a large file takes what it takes
+        return response
 
     @router.post(
         f"{prefix}/export",
@@ -220,7 +236,7 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
     async def export(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
         path = (await ctx.body(OnePath)).path
-        content = await files.read(path)
+        content = await files.read(path, MAX_EXPORT_BYTES)
         if content.size_bytes == 0:
             raise ApiError(404, "FILE_NOT_FOUND", "file is empty")
         filename = posixpath.basename(content.path or path)

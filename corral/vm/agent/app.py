@@ -132,6 +132,8 @@ class Agent:
         env = dict(self.base_env)
         env.update({str(k): str(v) for k, v in (body.get("env") or {}).items()})
         combined = bool(body.get("combined", False))
+        limit = body.get("output_limit")
+        output_limit = limit if isinstance(limit, int) and limit >= 0 else None
         # Check what can be checked before the 200 goes out, so it is a proper error status.
         if not os.path.isdir(cwd):
             raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
@@ -141,7 +143,7 @@ class Agent:
                 await send(ndjson(event))
 
             try:
-                final = await execute(command, cwd, env, timeout, emit, combined)
+                final = await execute(command, cwd, env, timeout, emit, combined, output_limit)
             except AgentError as exc:
                 final = {"type": "error", "code": exc.code, "message": exc.message}
             await send(ndjson(final), final=True)
@@ -188,11 +190,15 @@ class Agent:
         resolved, fd, st = files.open_for_read(request.query.get("path"))
 
         async def writer(send: Send) -> None:
+            # The size it had when opened, no more: a file that grows as it is read
+            # (a log, `yes > f`, a sparse file made larger) does not make the answer endless.
+            left = st.st_size
             try:
-                while True:
-                    chunk = os.read(fd, 1 << 20)
+                while left > 0:
+                    chunk = os.read(fd, min(1 << 20, left))
                     if not chunk:
                         break
+                    left -= len(chunk)
                     await send(chunk)
             finally:
                 os.close(fd)

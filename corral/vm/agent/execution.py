@@ -1,8 +1,9 @@
 """Running one command to completion with streamed output and a timeout.
 
-Output is cut into lines (a partial line is flushed when the process ends or the
-buffer grows large) so the control plane can turn each event straight into a
-`sandbox.exec.stdout` / `stderr` event. Past the timeout the whole process group
+Output is cut at line ends: an event carries the complete lines one read brought (a
+partial line is flushed when the process ends or the buffer grows large), so the
+control plane can split each event into `sandbox.exec.stdout` / `stderr` line events,
+and a command printing a million short lines is not a million events. Past the timeout the whole process group
 gets SIGTERM, then SIGKILL after a grace period, as the specification asks.
 """
 
@@ -134,8 +135,10 @@ async def pump_lines(
     stream: trio.abc.ReceiveStream,
     on_line: Callable[[str], Awaitable[None]],
     on_bytes: Callable[[bytes], None] | None = None,
+    per_line: bool = True,
 ) -> None:
-    """Read `stream` to its end and hand over complete lines (with their newline);
+    """Read `stream` to its end and hand over complete lines (with their newline):
+    one at a time, or (`per_line=False`) all that one read completed, together;
     `on_bytes` also sees the raw bytes as they come."""
     buffer = b""
     while True:
@@ -147,6 +150,9 @@ async def pump_lines(
         buffer += data
         if b"\n" in buffer:
             head, _, buffer = buffer.rpartition(b"\n")
+            if not per_line:
+                await on_line((head + b"\n").decode("utf-8", "replace"))
+                continue
             for line in (head + b"\n").splitlines(keepends=True):
                 await on_line(line.decode("utf-8", "replace"))
         if len(buffer) >= FLUSH_AT:
@@ -174,15 +180,32 @@ async def execute(
     timeout: float,
     emit: Emit,
     combined: bool = False,
+    output_limit: int | None = None,
 ) -> dict[str, Any]:
-    """Run a command, emitting `{"type": "stdout"|"stderr", "data"}`; return the exit event."""
+    """Run a command, emitting `{"type": "stdout"|"stderr", "data"}`; return the exit event.
+
+    Past `output_limit` bytes of a stream its output is read and dropped here, in the
+    instance (the command runs on, never blocked on a full pipe), and the exit event
+    says `truncated`: what the control plane holds of one exec stays bounded."""
     started = time.monotonic()
     process = await spawn(command, cwd, env, combined)
     send_lock = trio.Lock()
     timed_out = False
+    room = {"stdout": output_limit, "stderr": output_limit}
+    truncated = False
 
     def emitter(kind: str) -> Callable[[str], Awaitable[None]]:
         async def on_line(line: str) -> None:
+            nonlocal truncated
+            left = room[kind]
+            if left is not None:
+                if left <= 0:
+                    truncated = True
+                    return
+                encoded = line.encode()
+                if len(encoded) > left:
+                    line, truncated = encoded[:left].decode("utf-8", "ignore"), True
+                room[kind] = left - len(encoded)
             async with send_lock:
                 await emit({"type": kind, "data": line})
 
@@ -195,9 +218,10 @@ async def execute(
             async def pumps() -> None:
                 async with trio.open_nursery() as inner:
                     assert process.stdout is not None
-                    inner.start_soon(pump_lines, process.stdout, emitter("stdout"))
+                    # A read's lines go out as one event: `yes` is not a million sends.
+                    inner.start_soon(pump_lines, process.stdout, emitter("stdout"), None, False)
                     if process.stderr is not None:
-                        inner.start_soon(pump_lines, process.stderr, emitter("stderr"))
+                        inner.start_soon(pump_lines, process.stderr, emitter("stderr"), None, False)
                 pumps_done.set()
 
             nursery.start_soon(pumps)
@@ -232,4 +256,5 @@ async def execute(
         "exit_code": exit_status(process.returncode),
         "duration_ms": int((time.monotonic() - started) * 1000),
         "timed_out": timed_out,
+        "truncated": truncated,
     }
