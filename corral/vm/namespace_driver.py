@@ -296,7 +296,7 @@ class NamespaceDriver(RuntimeDriver):
         dest.parent.mkdir(parents=True, exist_ok=True)
         async with self._still(state):
             result = await trio.run_process(
-                ["tar", "--xattrs", "--xattrs-include=*", "-C", str(upper), "-czf", str(dest), "."],
+                ["tar", "--xattrs", "--xattrs-include=*", "--sparse", "-C", str(upper), "-czf", str(dest), "."],
                 capture_stderr=True,
                 check=False,
             )

@@ -207,3 +207,24 @@ async def test_a_snapshot_exported_to_an_archive_comes_back_whole_on_a_node_that
     assert not [p.name for p in driver.snapshots.root.iterdir() if p.name.startswith("snap-junk")]
     with pytest.raises(SnapshotNotFound):
         await driver.export_snapshot("snap-missing", tmp_path / "none.tar")
+
+
+async def test_a_sparse_file_travels_sparse(driver: NamespaceDriver, instance: InstanceInfo, tmp_path: Path) -> None:
+    """A tenant's 64 GiB sparse file (no disk of its own) is kilobytes in the archive
+    another node fetches, and sparse again where it is unpacked: not 64 GiB of zeros
+    read, written to the node's disk and sent."""
+    size = 64 << 30
+    async with AgentClient.for_instance(instance) as agent:
+        ran = await agent.exec(f"truncate -s {size} /workspace/sparse && echo tail >> /workspace/sparse")
+        assert ran.exit_code == 0, ran
+    await driver.snapshot(instance.id, "snap-sparse")
+    archive = tmp_path / "snap-sparse.tar"
+    await driver.export_snapshot("snap-sparse", archive)
+    assert archive.stat().st_size < 1 << 20
+    await driver.delete_snapshot("snap-sparse")
+    await driver.import_snapshot("snap-sparse", archive)
+    unpacked = os.stat(driver.snapshots.files("snap-sparse") / "workspace" / "sparse")
+    assert unpacked.st_size == size + 5 and unpacked.st_blocks * 512 < 1 << 20
+    copy = await driver.create_from_snapshot("snap-sparse", new_spec())
+    async with AgentClient.for_instance(copy) as agent:
+        assert (await agent.exec("tail -c 5 /workspace/sparse")).stdout == "tail\n"
