@@ -27,7 +27,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
 import h11
 import trio
@@ -589,7 +589,7 @@ class AgentClient:
             raise
         _end_span(span, status)
         return FileStream(
-            path=headers.get("x-file-path", path),
+            path=unquote(headers["x-file-path"]) if "x-file-path" in headers else path,
             size_bytes=size,
             modified_at=headers.get("x-file-modified-at", ""),
             chunks=_exactly(chunks, size),

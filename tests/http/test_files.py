@@ -249,3 +249,25 @@ async def test_export_answers_files_up_to_ten_megabytes(files: Files) -> None:
     past = await files.call("POST", "/export", json={"path": "/workspace/past-limit"})
     assert past.status_code == 413 and code(past) == "FILE_TOO_LARGE", past.text
     assert "10485761 bytes" in past.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("name", "fallback", "exact"),
+    [
+        ("файл.txt", "????.txt", "%D1%84%D0%B0%D0%B9%D0%BB.txt"),
+        ("a\nb.txt", "a_b.txt", "a%0Ab.txt"),
+        ('say "hi".txt', "say _hi_.txt", "say%20%22hi%22.txt"),
+        ("100%25.txt", "100%25.txt", "100%2525.txt"),
+    ],
+)
+async def test_any_file_name_downloads_and_exports(files: Files, name: str, fallback: str, exact: str) -> None:
+    """A name with letters outside ASCII, a newline or quotes (a tenant's files are
+    named anyhow) comes back under its own name: `filename*` exact, `filename` an ASCII
+    stand-in (before, any of these was a 502 or a 500)."""
+    path = f"/workspace/{name}"
+    assert (await files.call("POST", "/write", json={"path": path, "content": "hello"})).status_code == 201
+    download = await files.call("GET", "/download", params={"path": path})
+    assert download.status_code == 200 and download.content == b"hello", download.text
+    assert download.headers["content-disposition"] == f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{exact}"
+    export = await files.call("POST", "/export", json={"path": path})
+    assert export.status_code == 200 and export.json()["file"]["path"] == path and export.json()["file"]["filename"] == name

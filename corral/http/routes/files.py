@@ -127,8 +127,12 @@ def content_type_for(path: str) -> str:
 
 
 def attachment(filename: str) -> str:
-    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "_")
-    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"
+    """`Content-Disposition` for any name a tenant's file may have: an ASCII fallback
+    without quotes or control characters (a newline would end the header), and the
+    exact name in `filename*` (its bytes, whatever they are, percent-encoded)."""
+    ascii_name = re.sub(r'[\x00-\x1f\x7f"\\]', "_", filename.encode("ascii", "replace").decode())
+    exact = quote(filename.encode("utf-8", "surrogateescape"))
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{exact}"
 
 
 def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scope: str, write_scope: str, noun: str) -> None:

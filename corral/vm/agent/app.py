@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import trio
 
@@ -205,7 +206,7 @@ class Agent:
 
         headers = {
             "content-type": "application/octet-stream",
-            "x-file-path": resolved,
+            "x-file-path": quote(os.fsencode(resolved), safe="/"),  # any name, as ASCII
             "x-file-size": str(st.st_size),
             "x-file-modified-at": files.iso(st.st_mtime),
         }
