@@ -132,3 +132,31 @@ async def test_exec_output_is_kept_up_to_ten_megabytes_a_stream(runtime_api: Api
     assert small == {"output": "hi\n", "exit_code": 0}
     cut, _ = await timed(runtime_api, owner, f"/computers/{cid}/exec", {"command": f"head -c {limit + 1} /dev/zero | tr '\\0' o >&2; exit 3"})
     assert (len(cut["output"]), cut["exit_code"], cut["output_truncated"]) == (limit, 3, True)
+
+
+async def test_what_linux_cannot_run_is_refused_before_anything_runs(runtime_api: Api, owner: Tenant) -> None:
+    """`/bin/sh -c` takes the command as one argument: at most 131,071 bytes (Linux's
+    128 KiB for one argument, its NUL included), no NUL inside; variables need a name a
+    shell can read and a value without NUL. What breaks these is 422 with the field
+    named (before, the agent's connection broke: 502, or the start failed: 500)."""
+    created = await runtime_api.request("POST", f"{API}/sandboxes", key=owner.key, json={})
+    sid = created.json()["data"]["id"]
+    most = 128 * 1024 - 1
+    at_most, _ = await timed(runtime_api, owner, f"/sandboxes/{sid}/exec", {"command": ": " + "x" * (most - 2)})
+    assert at_most["exit_code"] == 0
+    refused = [
+        ("command", ": " + "x" * (most - 1), None, "must be at most 131071 bytes (a longer script goes in a file)"),
+        ("command", "echo a\u0000b", None, "must not contain NUL characters"),
+        ("env", "true", {"A=B": "x"}, "'A=B': a name is letters, digits and _, not starting with a digit"),
+        ("env", "true", {"A": "x\u0000y"}, "A: a value must not contain NUL characters"),
+    ]
+    for field, command, env, problem in refused:
+        response = await runtime_api.request("POST", f"{API}/sandboxes/{sid}/exec", key=owner.key, json={"command": command, "env": env})
+        assert assert_error(response, 422, "VALIDATION_ERROR")["details"] == {field: problem}
+        process = await runtime_api.request("POST", f"{API}/sandboxes/{sid}/processes", key=owner.key, json={"cmd": command, "env": env})
+        assert assert_error(process, 422, "VALIDATION_ERROR")["details"] == {field.replace("command", "cmd"): problem}
+    lower, _ = await timed(runtime_api, owner, f"/sandboxes/{sid}/exec", {"command": "echo $http_proxy", "env": {"http_proxy": "http://p:3128"}})
+    assert lower["stdout"] == "http://p:3128\n"
+    computer = await create_running(runtime_api, owner)
+    response = await runtime_api.request("POST", f"{API}/computers/{computer['id']}/exec", key=owner.key, json={"command": "echo a\u0000b"})
+    assert assert_error(response, 422, "VALIDATION_ERROR")["details"] == {"command": "must not contain NUL characters"}

@@ -355,3 +355,16 @@ async def test_many_short_lines_come_in_few_events(agent: AgentClient) -> None:
                 text.append(event.data)
     assert "".join(text) == "".join(f"{n}\n" for n in range(1, 200001))
     assert counts["stdout"] <= 1_288_895 // 4096, counts
+
+
+async def test_what_execve_cannot_take_is_a_400_and_the_agent_answers_on(agent: AgentClient) -> None:
+    """A NUL in a command or a variable, or a name with `=`, is the caller's mistake: 400
+    INVALID_PARAM before anything runs (before, the agent's connection broke)."""
+    for command, env in (("echo a\0b", None), ("true", {"A": "x\0y"}), ("true", {"A=B": "x"}), ("true", {"": "x"})):
+        with pytest.raises(AgentError) as caught:
+            await agent.exec(command, env=env)
+        assert (caught.value.status, caught.value.code) == (400, "INVALID_PARAM")
+        with pytest.raises(AgentError) as caught:
+            await agent.spawn(command, env=env)
+        assert (caught.value.status, caught.value.code) == (400, "INVALID_PARAM")
+    assert (await agent.exec("echo alive")).stdout == "alive\n"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import trio
 
 from corral.actors.instances import (
+    Command,
     ExecTimeout,
     InstanceFiles,
     RunningInstance,
@@ -75,7 +76,7 @@ async def files_for(platform: ComputerServices, row: ComputerRecord) -> Instance
 class ExecRequest:
     """A command under `/bin/sh -c`, stdout and stderr combined."""
 
-    command: Annotated[str, Rule(strip=False)]
+    command: Command
     timeout: ExecTimeout = None
 
 

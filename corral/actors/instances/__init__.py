@@ -2,6 +2,7 @@
 
 from .activity import InstanceDraft, record_activity
 from .actor import InstanceActor, RunningInstance, failure_summary
+from .commands import MAX_COMMAND_BYTES, Command, CommandEnv
 from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
@@ -13,9 +14,12 @@ from .sealed_env import MAX_VARS, SealedEnv, SealedEnvTable
 __all__ = [
     "EXEC_DEFAULT_TIMEOUT",
     "EXEC_MAX_TIMEOUT",
+    "MAX_COMMAND_BYTES",
     "MAX_VARS",
     "Boot",
     "Booted",
+    "Command",
+    "CommandEnv",
     "Connect",
     "ExecTimeout",
     "Get",

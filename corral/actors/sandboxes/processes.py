@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from corral.actors.instances import Command, CommandEnv
 from corral.actors.runtime_errors import answer_for, public_text
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
@@ -47,9 +48,9 @@ def process_public(process: ProcessRecord) -> dict[str, Any]:
 class NewProcess:
     """A background process, run as `/bin/sh -c cmd` with the sandbox env, then `env`."""
 
-    cmd: Annotated[str, Rule(strip=False, description="run as /bin/sh -c")]
+    cmd: Command
     cwd: Annotated[str | None, Rule(pattern=f"(?:{ABSOLUTE_PATH})?", allow_empty=True, message="must be an absolute path", schema={"default": DEFAULT_CWD})] = None
-    env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
+    env: CommandEnv = None
     name: Annotated[str | None, Rule(max_length=MAX_NAME, message=f"must be a non-empty string of at most {MAX_NAME} characters")] = None
 
     @property

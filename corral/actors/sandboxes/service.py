@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 import trio
 
-from corral.actors.instances import ExecTimeout, RunningInstance, clamp_timeout
+from corral.actors.instances import Command, CommandEnv, ExecTimeout, RunningInstance, clamp_timeout
 from corral.actors.nodes import claims, placement
 from corral.actors.nodes.lost import public_error
 from corral.actors.runtime_errors import public_text
@@ -237,10 +237,10 @@ async def publish(platform: SandboxServices, sandbox: SandboxRecord, event_type:
 class ExecRequest:
     """A command run to completion under `/bin/sh -c`, with its output."""
 
-    command: Annotated[str, Rule(strip=False)]
+    command: Command
     timeout: ExecTimeout = None
     cwd: Annotated[str | None, Rule(pattern=ABSOLUTE_PATH, message="must be an absolute path")] = None
-    env: Annotated[dict[str, str] | None, Rule(description="after the sandbox's own variables")] = None
+    env: CommandEnv = None
 
 
 async def exec_command(platform: SandboxServices, sandbox: SandboxRecord, request: ExecRequest) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import trio
 
 from . import files
 from .errors import AgentError
-from .execution import base_environment, execute
+from .execution import base_environment, check_runnable, execute
 from .httpserver import Request, Response, Send, json_response, serve
 from .processes import ProcessTable
 from .services import start_services
@@ -136,6 +136,7 @@ class Agent:
         limit = body.get("output_limit")
         output_limit = limit if isinstance(limit, int) and limit >= 0 else None
         # Check what can be checked before the 200 goes out, so it is a proper error status.
+        check_runnable(command, env)
         if not os.path.isdir(cwd):
             raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
 

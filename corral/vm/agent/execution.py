@@ -104,6 +104,17 @@ class Child:
                     await pipe.aclose()
 
 
+def check_runnable(command: str, env: dict[str, str]) -> None:
+    """What `execve` cannot take, refused as the caller's mistake (400 INVALID_PARAM)
+    before anything runs: a NUL in the command or in the environment, a variable
+    name that is empty or has `=`."""
+    if "\0" in command:
+        raise AgentError(400, "INVALID_PARAM", "command must not contain NUL characters")
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise AgentError(400, "INVALID_PARAM", f"environment variable {name!r}: a name must be non-empty, without '=' or NUL, and a value without NUL")
+
+
 async def spawn(
     command: str,
     cwd: str,
@@ -113,6 +124,7 @@ async def spawn(
 ) -> Child:
     """Start `/bin/sh -c command` in its own session; PROCESS_START_FAILED if it cannot.
     With `stdin` its standard input is a pipe (`Child.stdin`), else /dev/null."""
+    check_runnable(command, env)
     if not os.path.isdir(cwd):
         raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
     try:
