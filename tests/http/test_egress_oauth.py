@@ -48,6 +48,8 @@ class AuthServer:
     token_requests: list[dict[str, str]] = field(default_factory=list)
     token_status: int = 200
     refresh_token: str = REFRESH
+    token_answer_bytes: int = 0
+    """When set, a successful token answer is padded to exactly this many bytes."""
 
     @property
     def base(self) -> str:
@@ -83,7 +85,12 @@ class AuthServer:
         if self.token_status != 200:
             return self.token_status, {"content-type": "text/plain"}, b"down"
         body = {"access_token": ACCESS, "refresh_token": REFRESH, "token_type": "bearer", "expires_in": 3600}
-        return 200, {"content-type": "application/json"}, json.dumps(body).encode()
+        answer = json.dumps(body).encode()
+        if self.token_answer_bytes:
+            padded = {**body, "padding": ""}
+            padded["padding"] = "x" * (self.token_answer_bytes - len(json.dumps(padded).encode()))
+            answer = json.dumps(padded).encode()
+        return 200, {"content-type": "application/json"}, answer
 
     async def handle(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
@@ -271,6 +278,17 @@ async def test_callback_and_start_errors(oauth_api: Api, auth_server: AuthServer
     assert (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]["status"] == "failed"
     auth_server.token_status = 200
 
+    # A token answer of 64 KiB is taken; one byte more is refused (a tenant's token
+    # endpoint is the tenant's server, and is not read whole).
+    for size, answered in ((64 * 1024, 200), (64 * 1024 + 1, 502)):
+        auth_server.token_answer_bytes = size
+        started = await start(api, tenant)
+        page = await browse(api, started["authorize_url"])
+        assert page.status_code == answered, page.text
+        if answered == 502:
+            assert "token endpoint answered more than 65536 bytes" in page.text
+    auth_server.token_answer_bytes = 0
+
     # A state too old to use.
     started = await start(api, tenant)
     await api.platform.db.execute(
@@ -279,7 +297,7 @@ async def test_callback_and_start_errors(oauth_api: Api, auth_server: AuthServer
     page = await browse(api, started["authorize_url"])
     assert page.status_code == 400 and "expired" in page.text
     assert (await call(api, tenant, "GET", f"/status?state={started['state']}")).json()["data"]["status"] == "failed"
-    assert (await api.request("GET", f"{API}/egress/secrets", key=tenant.key)).json()["data"] == []
+    assert len((await api.request("GET", f"{API}/egress/secrets", key=tenant.key)).json()["data"]) == 1  # the 64 KiB answer's
     del member_id
 
 

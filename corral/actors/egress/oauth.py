@@ -60,6 +60,8 @@ FLOW_RETENTION = timedelta(days=1)
 """Flows that did not complete are deleted this long after they started."""
 """A flow's callback must arrive within this long of its start."""
 TOKEN_TIMEOUT = 15.0
+MAX_TOKEN_ANSWER = 64 * 1024
+"""A token endpoint's answer is a small JSON object (tokens, expiry, scopes)."""
 REFRESH_MARGIN = 60.0
 """An access token this close to its expiry (seconds) is refreshed before it is used."""
 
@@ -501,14 +503,21 @@ async def _token_request(provider: Provider, form: dict[str, str]) -> dict[str, 
     if provider.client_secret:
         form["client_secret"] = provider.client_secret
     try:
-        async with httpx.AsyncClient(timeout=TOKEN_TIMEOUT, follow_redirects=False) as client:
-            response = await client.post(
-                provider.token_url, data=form, headers={"Accept": "application/json"}
-            )
+        async with (
+            httpx.AsyncClient(timeout=TOKEN_TIMEOUT, follow_redirects=False) as client,
+            client.stream("POST", provider.token_url, data=form, headers={"Accept": "application/json"}) as response,
+        ):
+            # A tenant's token endpoint is the tenant's server: what it sends is read up
+            # to what a token answer can be, never whole.
+            raw = b""
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_TOKEN_ANSWER:
+                    raise CallbackError(502, f"token endpoint answered more than {MAX_TOKEN_ANSWER} bytes")
     except httpx.HTTPError as exc:
         raise CallbackError(502, f"token endpoint unreachable: {type(exc).__name__}") from None
     try:
-        body = response.json()
+        body = json.loads(raw)
     except ValueError:
         body = None
     if not isinstance(body, dict):
