@@ -400,6 +400,26 @@ class AgentClient:
         except (ValueError, TypeError) as exc:
             raise AgentUnavailable("the instance's agent answered something that is not JSON") from exc
 
+    async def _open_stream(
+        self, method: str, path: str, params: dict[str, Any] | None, body: bytes, timeout: float,
+        on_sent: OnSent | None = None,
+    ) -> tuple[h11.Response, AsyncGenerator[bytes, None]]:
+        """A request whose answer's body is read as it comes: its head (within
+        `timeout`) and its body's chunks (each within `STREAM_READ_TIMEOUT`); an error
+        status is raised, its body read up to `MAX_ERROR_BODY`."""
+        try:
+            with trio.fail_after(timeout):
+                conn, head = await self._start(method, path, params, body, "application/json" if body else None, on_sent)
+        except trio.TooSlowError as exc:
+            raise AgentUnavailable(
+                f"the instance's agent did not answer within {timeout:g} s", detail=f"agent at {self.base_url}"
+            ) from exc
+        chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
+        if head.status_code >= 400:
+            async with aclosing(chunks):
+                _raise_for(head.status_code, await _gather(chunks, MAX_ERROR_BODY))
+        return head, chunks
+
     async def _ndjson(
         self, method: str, path: str, params: dict[str, Any] | None = None, json_body: dict[str, Any] | None = None,
         on_sent: OnSent | None = None,
@@ -411,18 +431,9 @@ class AgentClient:
         status: int | None = None
         failure: Exception | None = None
         try:
-            try:
-                with trio.fail_after(self.timeout):
-                    conn, head = await self._start(method, path, params, body, "application/json" if body else None, on_sent)
-            except trio.TooSlowError as exc:
-                raise AgentUnavailable(
-                    f"the instance's agent did not answer within {self.timeout:g} s", detail=f"agent at {self.base_url}"
-                ) from exc
+            head, chunks = await self._open_stream(method, path, params, body, self.timeout, on_sent)
             status = head.status_code
-            chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
             async with aclosing(chunks):
-                if head.status_code >= 400:
-                    _raise_for(head.status_code, await _gather(chunks, MAX_ERROR_BODY))
                 buffer = b""
                 async for chunk in chunks:
                     buffer += chunk
@@ -434,7 +445,10 @@ class AgentClient:
                     for line in lines:
                         if not line:
                             continue
-                        event = json.loads(line)
+                        try:
+                            event = dict(json.loads(line))
+                        except (ValueError, TypeError) as exc:
+                            raise AgentUnavailable("the instance's agent sent an event that is not a JSON object") from exc
                         if event.get("type") != "heartbeat":
                             yield event
         except Exception as exc:
@@ -566,18 +580,8 @@ class AgentClient:
         span = _start_span("GET", "/files/read")
         status: int | None = None
         try:
-            try:
-                with trio.fail_after(timeout):
-                    conn, head = await self._start("GET", "/files/read", {"path": path}, b"", None)
-            except trio.TooSlowError as exc:
-                raise AgentUnavailable(
-                    f"the instance's agent did not answer within {timeout:g} s", detail=f"agent at {self.base_url}"
-                ) from exc
+            head, chunks = await self._open_stream("GET", "/files/read", {"path": path}, b"", timeout)
             status = head.status_code
-            chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
-            if status >= 400:
-                async with aclosing(chunks):
-                    _raise_for(status, await _gather(chunks, MAX_ERROR_BODY))
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
             try:
                 size = int(headers["x-file-size"])

@@ -27,6 +27,11 @@ def events(*items: dict[str, object]) -> bytes:
 
 
 async def foreign(request: Request) -> Response:
+    if request.path == "/exec" and request.json().get("command") == "junk":
+        async def junk(send: Send) -> None:
+            await send(b"not json\n", final=True)
+
+        return Response(200, headers={"content-type": "application/x-ndjson"}, writer=junk)
     if request.path == "/exec":
         async def flood(send: Send) -> None:  # ignores `output_limit`
             for _ in range(50):
@@ -78,3 +83,8 @@ async def test_a_file_must_be_the_size_it_was_said_to_be(agent: AgentClient) -> 
 async def test_a_json_answer_past_the_limit_is_refused(agent: AgentClient) -> None:
     with pytest.raises(AgentUnavailable, match="more than was asked for"):
         await agent.health()
+
+
+async def test_an_event_that_is_not_json_is_the_agent_failing(agent: AgentClient) -> None:
+    with pytest.raises(AgentUnavailable, match="not a JSON object"):
+        await agent.exec("junk")
