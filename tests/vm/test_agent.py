@@ -368,3 +368,21 @@ async def test_what_execve_cannot_take_is_a_400_and_the_agent_answers_on(agent: 
             await agent.spawn(command, env=env)
         assert (caught.value.status, caught.value.code) == (400, "INVALID_PARAM")
     assert (await agent.exec("echo alive")).stdout == "alive\n"
+
+
+async def test_long_log_lines_come_in_answers_the_control_plane_takes(agent: AgentClient) -> None:
+    """5,000 lines of 16,384 characters (80 MiB) are more than one answer may carry: the
+    tail is the newest lines that fit, and reading on from `next` gets every line."""
+    started = await agent.spawn("python3 -c \"for i in range(5000): print(str(i).rjust(16384, 'x'))\"")
+    while (await agent.process(started["pid"]))["status"] == "running":
+        await trio.sleep(0.1)
+    tail = await agent.logs(started["pid"], tail=10_000)
+    assert 0 < len(tail["lines"]) < 5000 and tail["lines"][-1]["line"].endswith("x4999")
+    seen: list[str] = []
+    after = 0
+    while len(seen) < 5000:
+        page = await agent.logs_after(started["pid"], after)
+        assert page["lines"], after
+        seen += [entry["line"] for entry in page["lines"]]
+        after = page["next"]
+    assert [line.lstrip("x") for line in seen] == [str(i) for i in range(5000)]

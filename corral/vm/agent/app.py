@@ -49,6 +49,21 @@ def ndjson(value: dict[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode() + b"\n"
 
 
+LOG_ANSWER_BUDGET = 32 << 20
+"""The most one answer of log lines carries, in JSON (10,000 lines of 16,384 characters
+would be 160 MB and more): the control plane reads at most 64 MiB of an answer."""
+
+
+def _within_budget(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first of `entries` whose JSON fits `LOG_ANSWER_BUDGET` (at least one)."""
+    used = 0
+    for count, entry in enumerate(entries):
+        used += len(json.dumps(entry)) + 2
+        if used > LOG_ANSWER_BUDGET and count:
+            return entries[:count]
+    return entries
+
+
 class Agent:
     """Routes requests to the operations; owns the process table."""
 
@@ -272,14 +287,16 @@ class Agent:
         record = self.processes.get(process_id)
         if "after" in request.query:
             wait = min(float(request.query.get("wait") or 0), 60.0)
-            lines = await record.wait_after(int(request.query["after"]), wait)
+            entries = [entry.to_json() for entry in await record.wait_after(int(request.query["after"]), wait)]
+            entries = _within_budget(entries)  # the earliest: `next` goes on from the last
         else:
-            lines = record.tail(int(request.query.get("tail") or 200))
+            entries = [entry.to_json() for entry in record.tail(int(request.query.get("tail") or 200))]
+            entries = _within_budget(entries[::-1])[::-1]  # the newest
         return json_response(
             {
-                "lines": [entry.to_json() for entry in lines],
+                "lines": entries,
                 "process": record.to_json(),
-                "next": lines[-1].seq if lines else int(request.query.get("after") or 0),
+                "next": entries[-1]["id"] if entries else int(request.query.get("after") or 0),
             }
         )
 
