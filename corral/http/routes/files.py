@@ -129,8 +129,9 @@ def content_type_for(path: str) -> str:
 def attachment(filename: str) -> str:
     """`Content-Disposition` for any name a tenant's file may have: an ASCII fallback
     without quotes or control characters (a newline would end the header), and the
-    exact name in `filename*` (its bytes, whatever they are, percent-encoded)."""
-    ascii_name = re.sub(r'[\x00-\x1f\x7f"\\]', "_", filename.encode("ascii", "replace").decode())
+    exact name in `filename*` (its bytes, whatever they are, percent-encoded; curl -J and
+    older clients take the stand-in, where `_` replaces what ASCII cannot say)."""
+    ascii_name = re.sub(r'[^\x20-\x7e]|["\\]', "_", filename)
     exact = quote(filename.encode("utf-8", "surrogateescape"))
     return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{exact}"
 
@@ -240,7 +241,12 @@ def mount_file_routes(router: Router, base: str, resolve: Resolver, *, read_scop
     async def export(ctx: RequestContext, id: str) -> Reply:
         files = await resolve(ctx, id)
         path = (await ctx.body(OnePath)).path
-        content = await files.read(path, MAX_EXPORT_BYTES)
+        try:
+            content = await files.read(path, MAX_EXPORT_BYTES)
+        except ApiError as exc:
+            if exc.code != "FILE_TOO_LARGE":
+                raise
+            raise ApiError(413, "FILE_TOO_LARGE", f"{exc.message} by export (download streams a file of any size)") from None
         if content.size_bytes == 0:
             raise ApiError(404, "FILE_NOT_FOUND", "file is empty")
         filename = posixpath.basename(content.path or path)
