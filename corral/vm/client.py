@@ -33,7 +33,7 @@ import h11
 import trio
 from opentelemetry import trace
 
-from corral.sockets import DirectSocket
+from corral.sockets import RECEIVE_SIZE, DirectSocket
 from corral.tracer import recording_tracer
 
 from .driver import InstanceInfo, InstanceState
@@ -149,6 +149,9 @@ node's memory."""
 MAX_JSON_ANSWER = 64 << 20
 """The most of a JSON answer the control plane reads (a listing of some 400,000 files):
 an instance's agent is the tenant's to replace, and must not fill the node's memory."""
+FILE_RECEIVE_SIZE = 1 << 20
+"""A file's bytes are read from the agent a megabyte at a time, as it sends them: a
+sixteenth of the chunks every layer above handles one by one."""
 MAX_ERROR_BODY = 1 << 16
 """An error answer is a small JSON document; more is not read."""
 
@@ -214,11 +217,11 @@ class _Connection:
         data += self.h11.send(h11.EndOfMessage())
         await self.sock.send_all(data)
 
-    async def next_event(self) -> Any:
+    async def next_event(self, receive_size: int = RECEIVE_SIZE) -> Any:
         while True:
             event = self.h11.next_event()
             if event is h11.NEED_DATA:
-                self.h11.receive_data(await self.sock.receive_some())
+                self.h11.receive_data(await self.sock.receive_some(receive_size))
                 continue
             if isinstance(event, h11.ConnectionClosed):
                 raise _TransportError("the agent closed the connection")
@@ -313,7 +316,9 @@ class AgentClient:
                 raise AgentUnavailable("the instance's agent answered something unexpected", detail=repr(event))
             return conn, event
 
-    async def _body_chunks(self, conn: _Connection, read_timeout: float) -> AsyncGenerator[bytes, None]:
+    async def _body_chunks(
+        self, conn: _Connection, read_timeout: float, receive_size: int = RECEIVE_SIZE
+    ) -> AsyncGenerator[bytes, None]:
         """The response body as it arrives; the connection is released at its end.
 
         Timeouts are scoped around single reads, never around a `yield` (trio forbids that).
@@ -323,7 +328,7 @@ class AgentClient:
             while True:
                 try:
                     with trio.fail_after(read_timeout):
-                        event = await conn.next_event()
+                        event = await conn.next_event(receive_size)
                 except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, _TransportError, h11.ProtocolError) as exc:
                     raise AgentUnavailable(
                         "the connection to the instance's agent broke", detail=f"agent at {self.base_url}: {exc!r}"
@@ -402,7 +407,7 @@ class AgentClient:
 
     async def _open_stream(
         self, method: str, path: str, params: dict[str, Any] | None, body: bytes, timeout: float,
-        on_sent: OnSent | None = None,
+        on_sent: OnSent | None = None, receive_size: int = RECEIVE_SIZE,
     ) -> tuple[h11.Response, AsyncGenerator[bytes, None]]:
         """A request whose answer's body is read as it comes: its head (within
         `timeout`) and its body's chunks (each within `STREAM_READ_TIMEOUT`); an error
@@ -414,7 +419,7 @@ class AgentClient:
             raise AgentUnavailable(
                 f"the instance's agent did not answer within {timeout:g} s", detail=f"agent at {self.base_url}"
             ) from exc
-        chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT)
+        chunks = self._body_chunks(conn, STREAM_READ_TIMEOUT, receive_size)
         if head.status_code >= 400:
             async with aclosing(chunks):
                 _raise_for(head.status_code, await _gather(chunks, MAX_ERROR_BODY))
@@ -580,7 +585,7 @@ class AgentClient:
         span = _start_span("GET", "/files/read")
         status: int | None = None
         try:
-            head, chunks = await self._open_stream("GET", "/files/read", {"path": path}, b"", timeout)
+            head, chunks = await self._open_stream("GET", "/files/read", {"path": path}, b"", timeout, receive_size=FILE_RECEIVE_SIZE)
             status = head.status_code
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in head.headers}
             try:
