@@ -403,3 +403,29 @@ async def test_added_latency_is_small() -> None:
     added_ms = (routed[len(routed) // 2] - direct[len(direct) // 2]) * 1000
     print(f"router adds {added_ms:.3f} ms at p50")
     assert added_ms < 2.0, f"router adds {added_ms:.3f} ms at p50"
+
+
+async def test_an_app_sets_cookies_for_its_own_host_only() -> None:
+    """Previews of every tenant are hosts under one parent domain: a cookie an app sets
+    for that parent (or for another host) would reach every other tenant's preview in
+    the visitor's browser, and one named as the router's own would stand in for the
+    visitor's token. Those are dropped; the app's own cookies pass as they were."""
+    set_cookies = [
+        "plain=1; Path=/",
+        "own=2; Domain=3000-app.test; HttpOnly",
+        "own-dot=3; domain=.3000-APP.test",
+        "parent=4; Domain=test; Path=/",
+        "sibling=5; Path=/; Domain=3000-other.test",
+        "corral_preview=forged; Path=/",
+    ]
+
+    async def cookie_app(stream: trio.SocketStream) -> None:
+        buffered = bytearray()
+        await read_request(stream, buffered)
+        head = "".join(f"Set-Cookie: {value}\r\n" for value in set_cookies)
+        await stream.send_all(f"HTTP/1.1 200 OK\r\n{head}Content-Length: 2\r\nConnection: close\r\n\r\nok".encode())
+
+    async with app_server(cookie_app) as app, router_to(app, drop_cookies=frozenset({"corral_preview"})) as port, client(port) as http:
+        response = await http.get("/", headers={"Host": "3000-app.test"})
+    assert response.status_code == 200 and response.text == "ok"
+    assert response.headers.get_list("set-cookie") == set_cookies[:3]

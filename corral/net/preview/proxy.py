@@ -11,7 +11,9 @@ next request goes to the same app.
 
 The router adds `X-Forwarded-For` (appended), `X-Forwarded-Proto` and
 `X-Forwarded-Host`, and removes hop-by-hop headers. When no app listens it answers
-a 502 page saying so.
+a 502 page saying so. An app's `Set-Cookie` reaches the browser only when it stays
+with the app's own host (`_AppCookies`): previews of every tenant share one parent
+domain.
 
 A resolver may instead relay a request to another node's router (`Forward.relay`,
 for an instance that lives there): the head goes on as it came, with the signed
@@ -33,6 +35,7 @@ import math
 import os
 import socket as stdlib_socket
 import time
+from dataclasses import dataclass
 
 import trio
 
@@ -340,16 +343,17 @@ class PreviewRouter:
             except (OSError, PeerClosed):
                 response_head = None
             if response_head is not None:
-                return await self._respond(exchange, request, decision, app, response_head, client_keep)
+                return await self._respond(exchange, request, decision, app, response_head, client_keep, host_header)
             exchange.drop_app()
             if not reused or attempt == 2:
                 reply = pages.upstream_failed(upstream.label, "closed the connection without answering")
                 return await self._refuse(exchange, request, reply, client_keep)
             # a kept-alive connection the app had closed meanwhile: once more on a new one
-        return await self._forward_with_body(exchange, request, decision, app, head, client_keep)
+        return await self._forward_with_body(exchange, request, decision, app, head, client_keep, host_header)
 
     async def _forward_with_body(
-        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, head: bytes, client_keep: bool
+        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, head: bytes, client_keep: bool,
+        host_header: str,
     ) -> bool:
         failed = False
         finished = False
@@ -377,7 +381,7 @@ class PreviewRouter:
                 reply = pages.upstream_failed(decision.upstream.label, "closed the connection without answering")
                 await self._refuse(exchange, request, reply, False)
                 return False
-            keep = await self._respond(exchange, request, decision, app, response_head, client_keep)
+            keep = await self._respond(exchange, request, decision, app, response_head, client_keep, host_header)
             if not finished:
                 nursery.cancel_scope.cancel()  # the app answered before reading the whole body
         if failed or not finished:
@@ -386,11 +390,14 @@ class PreviewRouter:
         return keep
 
     async def _respond(
-        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, raw_head: bytes, client_keep: bool
+        self, exchange: _Exchange, request: Head, decision: Forward, app: _AppConnection, raw_head: bytes, client_keep: bool,
+        host_header: str,
     ) -> bool:
         """Relay the app's response (after any 1xx); whether the client connection stays open."""
         method = request.first[0]
         client = exchange.client.sock
+        # Another node's router filtered what it relays; here the app's own cookies are.
+        cookies = None if decision.relay else _AppCookies(_host_name(host_header), decision.drop_cookies)
         while True:
             try:
                 response, status = parse_response(raw_head, method)
@@ -400,7 +407,7 @@ class PreviewRouter:
                 return False
             if status == 101 and "upgrade" in request.connection_tokens:
                 exchange.status = 101
-                await send_all(client, _response_head(response, (), decision.response_headers, keep_upgrade=True))
+                await send_all(client, _response_head(response, (), decision.response_headers, keep_upgrade=True, cookies=cookies))
                 await _tunnel(exchange.client, app.reader)
                 exchange.drop_app()
                 return False
@@ -421,7 +428,7 @@ class PreviewRouter:
             extra = (("Connection", "keep-alive"),)
         else:
             extra = ()
-        head = _response_head(response, extra, decision.response_headers, keep_upgrade=False)
+        head = _response_head(response, extra, decision.response_headers, keep_upgrade=False, cookies=cookies)
         exchange.status = status
         exchange.sent = response.length if response.framing is Framing.LENGTH else None
         if response.framing is Framing.LENGTH and len(app.reader.buf) >= response.length:
@@ -496,8 +503,31 @@ def _without_cookies(value: str, names: frozenset[str]) -> str:
     return ";".join(kept).strip()
 
 
+@dataclass(frozen=True, slots=True)
+class _AppCookies:
+    """Which of an app's `Set-Cookie`s reach the browser: those that stay with the app's
+    own host. One with a `Domain` other than that host would be sent to its parent
+    domain, and so to every other tenant's preview host under it (cookie tossing:
+    previews share `*.sandbox.<domain>`, which no public suffix list separates); one
+    named as the router's own cookies would stand in for a visitor's token."""
+
+    host: str
+    reserved: frozenset[str]
+
+    def allow(self, value: str) -> bool:
+        name, _, rest = value.partition("=")
+        if name.strip() in self.reserved:
+            return False
+        for attribute in rest.split(";")[1:]:
+            key, _, domain = attribute.partition("=")
+            if key.strip().lower() == "domain" and domain.strip().lstrip(".").lower() != self.host:
+                return False
+        return True
+
+
 def _response_head(
-    response: Head, extra: tuple[tuple[str, str], ...], added: tuple[tuple[str, str], ...], *, keep_upgrade: bool
+    response: Head, extra: tuple[tuple[str, str], ...], added: tuple[tuple[str, str], ...], *, keep_upgrade: bool,
+    cookies: _AppCookies | None = None,
 ) -> bytes:
     version, code, reason = response.first
     # An app's empty reason (h11 writes `HTTP/1.1 101 `) gets the standard one: the line
@@ -508,6 +538,8 @@ def _response_head(
             lines.append(f"{name}: {value}")
             continue
         if lower in HOP_BY_HOP or lower in response.connection_tokens:
+            continue
+        if lower == "set-cookie" and cookies is not None and not cookies.allow(value):
             continue
         lines.append(f"{name}: {value}")
     lines.extend(f"{name}: {value}" for name, value in extra)
