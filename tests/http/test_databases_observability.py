@@ -99,3 +99,23 @@ async def test_logs_default_to_the_last_200_lines(db_api: Api, owner: Tenant) ->
     assert len(lines) == 200 and lines[-1]["line"].endswith("note 299")
     every = (await db_api.request("GET", f"{API}/databases/{database['id']}/logs?tail=5000", key=owner.key)).json()["data"]["lines"]
     assert len(every) > 300
+
+
+async def test_a_log_flooded_by_the_tenant_is_cut_to_its_last_lines(db_api: Api, owner: Tenant) -> None:
+    """Every `RAISE WARNING` (and every failed statement) is written to the server's log,
+    which is on the node's disk: 80 MB of them are cut back to the last 16 MiB within
+    a round of the node's trimming (10 s), the log says so, and the server goes on."""
+    database = await running_db(db_api, owner, name="flooded")
+    did = database["id"]
+    creds = await credentials(db_api, owner, did)
+    await sql(creds["url"], "DO $$ BEGIN FOR i IN 1..40 LOOP RAISE WARNING 'flood %', repeat('w', 2000000); END LOOP; END $$")
+    path = db_api.platform.databases.driver.log_path(did)
+    with trio.fail_after(40):
+        while path.stat().st_size > 64 << 20 or "bytes were removed" not in path.read_text(errors="replace")[:300]:
+            await trio.sleep(0.5)
+    assert path.stat().st_size < (16 << 20) + (4 << 20)
+    assert path.read_text(errors="replace").startswith(tuple(f"{n}" for n in range(10)))  # a timestamp: the note
+    assert "[corral] LOG:  the log passed 67108864 bytes" in path.read_text(errors="replace").split("\n", 1)[0]
+    lines = (await db_api.request("GET", f"{API}/databases/{did}/logs?tail=5", key=owner.key)).json()["data"]["lines"]
+    assert any("flood" in line["line"] for line in lines)
+    assert await sql(creds["url"], "SELECT 1") == [[(1,)]]

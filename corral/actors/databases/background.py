@@ -31,6 +31,7 @@ from corral.vm import InstanceNotFound, InstanceState
 from . import store
 from .actor import DatabaseActor
 from .hooks import ProxyHooks
+from .logs import trim_logs_forever
 from .messages import Boot, ServerExited, Suspend
 from .service import listen
 
@@ -51,6 +52,7 @@ async def start_background(platform: DatabaseServices) -> None:
     await node.access.reset()  # an earlier run's fast paths go; this node's running servers open theirs below
     await platform.nursery.start(run_periodically, node.access.renew, lambda: RENEW_SECONDS, "renewing databases' fast paths")
     platform.nursery.start_soon(node.driver.keep_ready)  # copies of the template ready for creates
+    await platform.nursery.start(trim_logs_forever, node.driver)
     rows = await store.live(platform.db)
     if rows:  # a node without databases makes no template (test servers start by the hundred)
         platform.nursery.start_soon(_prepare_template, platform)

@@ -3,6 +3,7 @@ notes on restarts and restores) as `{line, ts}` records, recent or followed."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -10,14 +11,22 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from corral.vm.postgres import LOG_KEEP_BYTES, PostgresDriver, log_tail_bytes
+
+from ..periodic import run_periodically
 from .store import DatabaseRecord
 
 if TYPE_CHECKING:
     from .services import DatabaseServices
 
+log = logging.getLogger("corral.databases")
+
 DEFAULT_TAIL = 200
 MAX_TAIL = 5000
 FOLLOW_POLL = 0.25
+FOLLOW_READ = 1 << 20
+"""A log written faster than it is followed is read a megabyte a poll."""
+TRIM_SECONDS = 10.0
 _STAMP = re.compile(r"^(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}:\d{2}(?:\.\d+)?) UTC ")
 
 
@@ -44,13 +53,13 @@ def _path(platform: DatabaseServices, row: DatabaseRecord) -> Path:
 
 
 def _read_tail(path: Path, tail: int) -> tuple[list[str], int]:
+    """The last `tail` lines (of at most the log's last `LOG_KEEP_BYTES`), and the size."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data, size = log_tail_bytes(path, LOG_KEEP_BYTES)
     except FileNotFoundError:
         return [], 0
     lines = data.decode(errors="replace").splitlines()
-    return (lines[-tail:] if tail else []), len(data)
+    return (lines[-tail:] if tail else []), size
 
 
 async def recent_lines(platform: DatabaseServices, row: DatabaseRecord, tail: int) -> list[dict[str, Any]]:
@@ -82,12 +91,12 @@ async def follow_log(
         except FileNotFoundError:
             return
         if size < offset:
-            offset = 0  # replaced (a restore keeps the file; a delete removes it)
+            offset = size  # cut to its last lines (`PostgresDriver.trim_logs`), which were sent already
         if size == offset:
             continue
         with open(path, "rb") as handle:
             handle.seek(offset)
-            chunk = handle.read(size - offset)
+            chunk = handle.read(min(size - offset, FOLLOW_READ))
         offset += len(chunk)
         pending += chunk
         *complete, pending = pending.split(b"\n")
@@ -96,3 +105,17 @@ async def follow_log(
             line = raw.decode(errors="replace")
             previous = _ts(line, previous)
             yield {"line": line, "ts": previous}
+
+
+async def trim_logs_forever(
+    servers: PostgresDriver, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """This node's servers' logs kept to a bounded size (`PostgresDriver.trim_logs`), every
+    `TRIM_SECONDS`: a tenant's failing statements are each logged, and the log is on
+    the node's disk."""
+
+    async def round_() -> None:
+        if cut := await trio.to_thread.run_sync(servers.trim_logs):
+            log.info("cut %d database server log(s) to their last %d bytes", cut, LOG_KEEP_BYTES)
+
+    await run_periodically(round_, lambda: TRIM_SECONDS, "trimming database server logs", task_status=task_status)

@@ -34,7 +34,7 @@ from ..cgroups import CgroupLimits, CgroupV1
 from ..disk import DiskStore
 from ..driver import InstanceInfo, InstanceSpec, InstanceState, Limits, RuntimeDriver
 from ..errors import InstanceNotFound, InvalidInstanceState, LaunchFailed
-from . import admin, files
+from . import admin, files, server_log
 from .layout import (
     ADMIN_ROLE,
     ENGINE_VERSION,
@@ -135,6 +135,11 @@ class PostgresDriver(RuntimeDriver):
     def note(self, server_id: str, text: str) -> None:
         self._note(server_id, text)
 
+    def trim_logs(self) -> int:
+        """Every server's log on this node kept under `server_log.MAX_BYTES`; how many
+        were cut."""
+        return sum(1 for server_id in self.layout.server_ids() if server_log.trim(self.layout.log(server_id)))
+
     # -- the template -----------------------------------------------------------------------
 
     async def prepare_template(self) -> None:
@@ -222,7 +227,7 @@ class PostgresDriver(RuntimeDriver):
 
     def _log_tail(self, server_id: str) -> str:
         try:
-            lines = self.layout.log(server_id).read_text(errors="replace").splitlines()
+            lines = server_log.tail_bytes(self.layout.log(server_id), 1 << 16)[0].decode(errors="replace").splitlines()
         except OSError:
             return ""
         return " | ".join(line for line in lines[-3:] if "FATAL" in line or "ERROR" in line)
