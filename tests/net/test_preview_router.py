@@ -429,3 +429,21 @@ async def test_an_app_sets_cookies_for_its_own_host_only() -> None:
         response = await http.get("/", headers={"Host": "3000-app.test"})
     assert response.status_code == 200 and response.text == "ok"
     assert response.headers.get_list("set-cookie") == set_cookies[:3]
+
+
+async def test_on_a_tenants_own_domain_its_app_may_set_cookies_for_the_parents() -> None:
+    """A custom domain is the tenant's, and so are its parents: `Domain=example.test`
+    from `app.example.test` is the app sharing a session across its own hosts. A
+    cookie for a domain that is not a parent, or for a bare top-level name, is still
+    dropped (browsers would too)."""
+    set_cookies = ["parent=1; Domain=example.test", "own=2; Domain=app.example.test", "other=3; Domain=elsewhere.test", "tld=4; Domain=test"]
+
+    async def cookie_app(stream: trio.SocketStream) -> None:
+        buffered = bytearray()
+        await read_request(stream, buffered)
+        head = "".join(f"Set-Cookie: {value}\r\n" for value in set_cookies)
+        await stream.send_all(f"HTTP/1.1 200 OK\r\n{head}Content-Length: 2\r\nConnection: close\r\n\r\nok".encode())
+
+    async with app_server(cookie_app) as app, router_to(app, own_domain=True) as port, client(port) as http:
+        response = await http.get("/", headers={"Host": "app.example.test"})
+    assert response.headers.get_list("set-cookie") == set_cookies[:2]

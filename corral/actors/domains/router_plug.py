@@ -22,7 +22,7 @@ import logging
 import re
 from collections.abc import Callable
 
-from corral.net.preview import Decision, PreviewRequest, RouteTable, page
+from corral.net.preview import Decision, Forward, PreviewRequest, RouteTable, page
 from corral.storage import utc_now_iso
 
 from .routing_map import DomainMap, DomainRoute
@@ -78,7 +78,10 @@ class CustomDomainRoutes:
         if found is None or found[0] == self.resolve:
             return page(404, "no_site", "No such site", f"Nothing is served at {request.host} yet.")
         resolver, inner = found
-        return await resolver(PreviewRequest(request.head, route.target, request.peer, request.cookies), inner)
+        decision = await resolver(PreviewRequest(request.head, route.target, request.peer, request.cookies), inner)
+        if isinstance(decision, Forward):
+            decision.own_domain = True  # the tenant's domain: its app's cookies may name its parents
+        return decision
 
 
 def plug_custom_domains(platform: CustomDomainServices, edge_secret: str) -> Callable[[RouteTable], None]:

@@ -13,7 +13,7 @@ The router adds `X-Forwarded-For` (appended), `X-Forwarded-Proto` and
 `X-Forwarded-Host`, and removes hop-by-hop headers. When no app listens it answers
 a 502 page saying so. An app's `Set-Cookie` reaches the browser only when it stays
 with the app's own host (`_AppCookies`): previews of every tenant share one parent
-domain.
+domain. On a tenant's own domain its parents are the tenant's, and allowed.
 
 A resolver may instead relay a request to another node's router (`Forward.relay`,
 for an instance that lives there): the head goes on as it came, with the signed
@@ -397,7 +397,7 @@ class PreviewRouter:
         method = request.first[0]
         client = exchange.client.sock
         # Another node's router filtered what it relays; here the app's own cookies are.
-        cookies = None if decision.relay else _AppCookies(_host_name(host_header), decision.drop_cookies)
+        cookies = None if decision.relay else _AppCookies(_host_name(host_header), decision.drop_cookies, decision.own_domain)
         while True:
             try:
                 response, status = parse_response(raw_head, method)
@@ -513,6 +513,8 @@ class _AppCookies:
 
     host: str
     reserved: frozenset[str]
+    parents: bool = False
+    """The host is the tenant's own domain: a `Domain` of one of its parents is allowed."""
 
     def allow(self, value: str) -> bool:
         name, _, rest = value.partition("=")
@@ -520,9 +522,12 @@ class _AppCookies:
             return False
         for attribute in rest.split(";")[1:]:
             key, _, domain = attribute.partition("=")
-            if key.strip().lower() == "domain" and domain.strip().lstrip(".").lower() != self.host:
+            if key.strip().lower() == "domain" and not self._covers(domain.strip().lstrip(".").lower()):
                 return False
         return True
+
+    def _covers(self, domain: str) -> bool:
+        return domain == self.host or (self.parents and "." in domain and self.host.endswith("." + domain))
 
 
 def _response_head(

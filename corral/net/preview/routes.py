@@ -45,6 +45,10 @@ class Forward:
     headers of the same names are dropped."""
     response_headers: tuple[tuple[str, str], ...] = ()
     """Added to the app's response (e.g. Set-Cookie)."""
+    own_domain: bool = False
+    """The host is the tenant's own (a custom domain): its app may set cookies for the
+    host's parent domains, which are the tenant's too. Otherwise the host is under a
+    parent every tenant's previews share, and an app's cookies stay with its host."""
     relay: bool = False
     """The upstream is another node's preview router, where the resource lives: the
     request goes on as it came (its Host, tokens, cookies and `X-Forwarded-*`; none
