@@ -163,26 +163,26 @@ class BuildActor(InstanceActor):
         if message.info is None:
             with trio.CancelScope(shield=True):
                 await self._remove_instance()  # made before the step that failed, or before a restart
-            await self.persist(state="failed", error=message.error, finished_at=now)
+            await self._template_follows("failed")
             await self.logs.line(f"build failed: {message.error}")
-            await self._template_follows()
+            await self.persist(state="failed", error=message.error, finished_at=now)
             await self.emit("failed", {**self.subject, "error": message.error})
             return
         self.info = None
+        await self._template_follows(next_state)
+        await self.logs.line(f"build ready ({self._layer_size} bytes)")
         await self.persist(
             state=next_state, error=None, finished_at=now, size_bytes=self._layer_size, archive_sha256=self._layer_archive
         )
-        await self.logs.line(f"build ready ({self._layer_size} bytes)")
-        await self._template_follows()
         await self.emit("ready", self.subject)
 
     @handles(Cancel)
     async def cancel(self, message: Cancel) -> BuildRecord:
         next_state = self.transition(message)
         await self.destroy_instance()  # cancels the boot child first
-        await self.persist(state=next_state, finished_at=utc_now_iso())
+        await self._template_follows(next_state)
         await self.logs.line("build cancelled")
-        await self._template_follows()
+        await self.persist(state=next_state, finished_at=utc_now_iso())
         await self.emit("cancelled", self.subject)
         return self.record
 
@@ -191,13 +191,16 @@ class BuildActor(InstanceActor):
         with contextlib.suppress(Exception):
             await self._template_follows()
 
-    async def _template_follows(self) -> None:
-        """The template's row after this build ended (unless a newer build is running)."""
+    async def _template_follows(self, ending: str | None = None) -> None:
+        """The template's row as this build ends in `ending` (its state by default),
+        unless a newer build is running. Written before the build's own row (as is its
+        last log line): whoever sees the build ended finds its template, and its log,
+        as it left them."""
         template = await store.load_template(self.db, self.record.template_id)
         if template is None:
             return
         now = utc_now_iso()
-        if self.state == "ready":
+        if (ending or self.state) == "ready":
             await store.update_template(
                 self.db, template.id, {"status": "ready", "size_bytes": self._layer_size, "layer_build_id": self.id, "updated_at": now}
             )
