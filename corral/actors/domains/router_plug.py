@@ -17,6 +17,7 @@ certificate.
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import logging
 import re
@@ -79,8 +80,8 @@ class CustomDomainRoutes:
             return page(404, "no_site", "No such site", f"Nothing is served at {request.host} yet.")
         resolver, inner = found
         decision = await resolver(PreviewRequest(request.head, route.target, request.peer, request.cookies), inner)
-        if isinstance(decision, Forward):
-            decision.own_domain = True  # the tenant's domain: its app's cookies may name its parents
+        if isinstance(decision, Forward):  # the tenant's domain: its app's cookies may name its parents
+            return dataclasses.replace(decision, own_domain=True)
         return decision
 
 
