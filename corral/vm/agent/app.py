@@ -55,7 +55,7 @@ would be 160 MB and more): the control plane reads at most 64 MiB of an answer."
 
 
 def _within_budget(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first of `entries` whose JSON fits `LOG_ANSWER_BUDGET` (at least one)."""
+    """The leading `entries` whose JSON together fits `LOG_ANSWER_BUDGET` (at least one)."""
     used = 0
     for count, entry in enumerate(entries):
         used += len(json.dumps(entry)) + 2
