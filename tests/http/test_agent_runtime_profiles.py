@@ -108,6 +108,8 @@ async def test_validation_and_errors(api: Api, tenant: Tenant, other_tenant: Ten
         ({"name": "x" * 101}, "name"),
         ({"env": {f"K{i}": "v" for i in range(201)}}, "env"),
         ({"env": {"BIG": "v" * 32769}}, "env"),
+        ({"env": {"NUL": "a\u0000b"}}, "env"),
+        ({"provider": "custom", "command": "run \u0000"}, "command"),
     ]
     for extra, field_name in bad:
         response = await api.request("POST", PATH, key=tenant.key, json={"name": "n", "provider": "claude", **extra})

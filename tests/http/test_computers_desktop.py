@@ -187,6 +187,11 @@ async def test_keyboard_errors(desk: tuple[Api, Tenant, dict[str, Any]]) -> None
     assert assert_error(await post(api, tenant, cid, "/keyboard/type", text=""), 422, "VALIDATION_ERROR")["details"] == {
         "text": "must be text of 1 to 10000 characters"
     }
+    # X cannot type a NUL; before, it reached the agent as an environment variable (502).
+    nul = await post(api, tenant, cid, "/keyboard/type", text="a\u0000b")
+    assert assert_error(nul, 422, "VALIDATION_ERROR")["details"] == {"text": "must be text of 1 to 10000 characters, without NUL"}
+    nul_key = await post(api, tenant, cid, "/keyboard/key", keys="ctrl+\u0000")
+    assert assert_error(nul_key, 422, "VALIDATION_ERROR")["details"] == {"keys": "must be X keysym names joined by + (at most 200 characters)"}
     assert_error(await post(api, tenant, cid, "/keyboard/type", text="a" * 10_001), 422, "VALIDATION_ERROR")
     assert_error(await post(api, tenant, cid, "/keyboard/type", text="a", delay_ms=1001), 422, "VALIDATION_ERROR")
     assert_error(await post(api, tenant, cid, "/keyboard/type", text="a", delay_ms=-1), 422, "VALIDATION_ERROR")

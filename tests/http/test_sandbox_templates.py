@@ -212,6 +212,8 @@ async def test_errors_builtins_isolation_and_replay(runtime_api: Api, owner: Ten
         ({"setup": ["true"] * 51}, "setup"),
         ({"setup": ["  "]}, "setup"),
         ({"env": {"bad-key": "x"}}, "env"),
+        ({"env": {"NUL": "a\u0000b"}}, "env"),
+        ({"setup": ["echo a\u0000b"]}, "setup"),
         ({"default_preview_port": 0}, "default_preview_port"),
         ({"default_preview_port": 65536}, "default_preview_port"),
     ]

@@ -50,6 +50,8 @@ async def test_create_validation(runtime_api: Api, owner: Tenant) -> None:
     bad = await runtime_api.request("POST", "/api/v1/sandboxes", key=owner.key, json={"size": "huge", "env": {"A": 1}, "auto_stop": -1})
     assert bad.status_code == 422
     assert set(bad.json()["error"]["details"]) == {"size", "env", "auto_stop"}
+    nul = await runtime_api.request("POST", "/api/v1/sandboxes", key=owner.key, json={"env": {"TOKEN": "a\u0000b"}})
+    assert nul.status_code == 422 and nul.json()["error"]["details"] == {"env": "TOKEN: a value must not contain NUL characters"}
     not_json = await runtime_api.request("POST", "/api/v1/sandboxes", key=owner.key, content=b"{nope")
     assert not_json.status_code == 400 and not_json.json()["error"]["code"] == "INVALID_BODY"
 

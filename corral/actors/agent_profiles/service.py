@@ -22,7 +22,7 @@ import json
 from typing import Annotated, Any
 
 from corral.actors.egress import get_secret
-from corral.actors.instances import MAX_VARS
+from corral.actors.instances import MAX_VARS, commands_without_nul, values_without_nul
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import store as tenancy_store
 from corral.errors import ApiError, conflict, not_found, validation_error
@@ -43,12 +43,15 @@ MAX_SECRETS = 50
 _NAME = Rule(max_length=100, message="must be a non-empty string of at most 100 characters")
 _PROVIDER = Rule(choices=PROVIDERS)
 _MODEL = Rule(max_length=200)
-_COMMAND = Rule(max_length=10_000, strip=False, description="run under /bin/sh -c in the target")
+_COMMAND = Rule(
+    max_length=10_000, strip=False, check=lambda command: commands_without_nul([command]), description="run under /bin/sh -c in the target"
+)
 _APPLIES_TO = Rule(min_length=1, max_length=10, items=Rule(choices=KINDS), description="sandbox, computer (default both)")
 _ENV = Rule(
     keys=KEY_PATTERN.pattern,
     max_length=MAX_VARS,
     items=Rule(strip=False, allow_empty=True, max_length=MAX_VALUE),
+    check=values_without_nul,
     description="sealed; values are never returned",
 )
 _SECRET_IDS = Rule(max_length=MAX_SECRETS, items=Rule(format="uuid"), description="vault secrets bound as svc-tok- placeholders")

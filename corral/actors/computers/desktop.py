@@ -92,13 +92,25 @@ class Scroll:
 
 @model
 class TypeText:
-    text: Annotated[str, Rule(max_length=10_000, strip=False, allow_empty=True, message="must be text of 1 to 10000 characters")]
+    text: Annotated[
+        str,
+        Rule(
+            max_length=10_000, strip=False, allow_empty=True, pattern="[^\\x00]*",
+            message="must be text of 1 to 10000 characters, without NUL",
+        ),
+    ]
     delay_ms: Annotated[int, Rule(minimum=0, maximum=1000)] = 12
 
 
 @model
 class KeyPress:
-    keys: Annotated[str, Rule(max_length=200, description="X keysym names joined by +, e.g. Return, ctrl+l, alt+F4")]
+    keys: Annotated[
+        str,
+        Rule(
+            max_length=200, pattern="[^\\x00]*", message="must be X keysym names joined by + (at most 200 characters)",
+            description="X keysym names joined by +, e.g. Return, ctrl+l, alt+F4",
+        ),
+    ]
 
 
 @model

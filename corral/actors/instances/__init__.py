@@ -2,7 +2,13 @@
 
 from .activity import InstanceDraft, record_activity
 from .actor import InstanceActor, RunningInstance, failure_summary
-from .commands import MAX_COMMAND_BYTES, Command, CommandEnv
+from .commands import (
+    MAX_COMMAND_BYTES,
+    Command,
+    CommandEnv,
+    commands_without_nul,
+    values_without_nul,
+)
 from .exec_timeout import EXEC_DEFAULT_TIMEOUT, EXEC_MAX_TIMEOUT, ExecTimeout, clamp_timeout
 from .files import InstanceFiles
 from .idle import IdleWatch, stop_idle, watch_idle
@@ -34,9 +40,11 @@ __all__ = [
     "SealedEnv",
     "SealedEnvTable",
     "clamp_timeout",
+    "commands_without_nul",
     "failure_summary",
     "record_activity",
     "runtime_refusals",
     "stop_idle",
+    "values_without_nul",
     "watch_idle",
 ]

@@ -25,13 +25,24 @@ def _command_problem(command: str) -> str | None:
     return None
 
 
-def _env_problem(env: dict[str, str] | None) -> str | None:
+def values_without_nul(env: dict[str, str] | None) -> str | None:
+    """The problem of variables a process could not be given (a NUL in a value)."""
     for name, value in (env or {}).items():
-        if not re.fullmatch(ENV_NAME, name):
-            return f"{name!r}: a name is letters, digits and _, not starting with a digit"
         if "\0" in value:
             return f"{name}: a value must not contain NUL characters"
     return None
+
+
+def commands_without_nul(commands: list[str] | None) -> str | None:
+    """The problem of shell commands `/bin/sh -c` could not be given (a NUL)."""
+    return "a command must not contain NUL characters" if any("\0" in command for command in commands or []) else None
+
+
+def _env_problem(env: dict[str, str] | None) -> str | None:
+    for name in env or {}:
+        if not re.fullmatch(ENV_NAME, name):
+            return f"{name!r}: a name is letters, digits and _, not starting with a digit"
+    return values_without_nul(env)
 
 
 Command = Annotated[

@@ -7,7 +7,14 @@ from typing import Annotated, Any, Literal
 
 import trio
 
-from corral.actors.instances import Command, CommandEnv, ExecTimeout, RunningInstance, clamp_timeout
+from corral.actors.instances import (
+    Command,
+    CommandEnv,
+    ExecTimeout,
+    RunningInstance,
+    clamp_timeout,
+    values_without_nul,
+)
 from corral.actors.nodes import claims, placement
 from corral.actors.nodes.lost import public_error
 from corral.actors.runtime_errors import public_text
@@ -55,7 +62,9 @@ class NewSandbox(Placement):
     template_id: Annotated[str, Rule(message="must be a template name")] = "default"
     name: Annotated[str | None, Rule(max_length=100, message="must be a non-empty string of at most 100 characters")] = None
     size: Literal[SIZE_NAMES] = "small"  # type: ignore[valid-type]
-    env: Annotated[dict[str, str] | None, Rule(keys=KEY_PATTERN.pattern, description="sealed; every exec and process sees it")] = None
+    env: Annotated[
+        dict[str, str] | None, Rule(keys=KEY_PATTERN.pattern, check=values_without_nul, description="sealed; every exec and process sees it")
+    ] = None
     auto_stop: Annotated[
         int | None, Rule(minimum=0, message="must be a non-negative integer number of seconds (0 disables)", description="idle seconds; 0 disables")
     ] = None

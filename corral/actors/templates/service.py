@@ -22,7 +22,14 @@ from typing import Annotated, Any
 
 import trio
 
-from corral.actors.instances import MAX_VARS, Boot, Booted, Get
+from corral.actors.instances import (
+    MAX_VARS,
+    Boot,
+    Booted,
+    Get,
+    commands_without_nul,
+    values_without_nul,
+)
 from corral.actors.nodes import claims
 from corral.actors.sandboxes.env import KEY_PATTERN
 from corral.actors.tenancy import Placement, resolve_attribution
@@ -70,10 +77,12 @@ class NewTemplate:
         list[str] | None, Rule(max_length=MAX_PACKAGES, items=Rule(pattern=PACKAGE.pattern.strip("^$")), description="Debian package names")
     ] = None
     setup: Annotated[
-        list[str] | None, Rule(max_length=MAX_SETUP, items=Rule(strip=False, max_length=10_000), description="shell commands run as root")
+        list[str] | None,
+        Rule(max_length=MAX_SETUP, items=Rule(strip=False, max_length=10_000), check=commands_without_nul, description="shell commands run as root"),
     ] = None
     env: Annotated[
-        dict[str, str] | None, Rule(keys=KEY_PATTERN.pattern, max_length=MAX_VARS, description="sealed; builds and sandboxes made from it see it")
+        dict[str, str] | None,
+        Rule(keys=KEY_PATTERN.pattern, max_length=MAX_VARS, check=values_without_nul, description="sealed; builds and sandboxes made from it see it"),
     ] = None
     default_preview_port: Annotated[int | None, Rule(minimum=1, maximum=65535, message="must be a port from 1 to 65535")] = None
     workspace_id: Annotated[str | None, Rule(format="uuid")] = None
