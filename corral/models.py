@@ -509,6 +509,9 @@ _SCALARS: dict[Any, dict[str, Any]] = {
 
 ABSOLUTE_PATH = "/[\\s\\S]*"
 """A `Rule.pattern`: a string starting with `/`."""
+NO_NUL = "[^\\x00]*"
+"""A `Rule.pattern`: a string without NUL (which no command, file name, variable or
+keystroke can carry)."""
 
 BLANK = "[\\s\\x1c-\\x1f\\x85]*"
 """What Python's `str.strip` removes entirely, in ECMA-262 syntax."""

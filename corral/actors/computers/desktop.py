@@ -26,7 +26,7 @@ import trio
 
 from corral.errors import ApiError, validation_error
 from corral.ids import new_ulid
-from corral.models import Rule, model
+from corral.models import NO_NUL, Rule, model
 from corral.vm import AgentClient, AgentError, ExecResult, ProcessNotFound
 
 from .desktop_session import DISPLAY
@@ -95,7 +95,7 @@ class TypeText:
     text: Annotated[
         str,
         Rule(
-            max_length=10_000, strip=False, allow_empty=True, pattern="[^\\x00]*",
+            max_length=10_000, strip=False, allow_empty=True, pattern=NO_NUL,
             message="must be text of 1 to 10000 characters, without NUL",
         ),
     ]
@@ -107,7 +107,7 @@ class KeyPress:
     keys: Annotated[
         str,
         Rule(
-            max_length=200, pattern="[^\\x00]*", message="must be X keysym names joined by + (at most 200 characters)",
+            max_length=200, pattern=NO_NUL, message="must be X keysym names joined by + (at most 200 characters)",
             description="X keysym names joined by +, e.g. Return, ctrl+l, alt+F4",
         ),
     ]

@@ -11,7 +11,7 @@ import re
 from typing import Annotated, Literal
 
 from corral.errors import ApiError
-from corral.models import UNSET, Rule, Unset, model
+from corral.models import NO_NUL, UNSET, Rule, Unset, model
 from corral.storage import parse_iso
 
 from .store import IDENTITY_COLUMNS, SCOPE_COLUMN, SECRET_SCOPES
@@ -41,7 +41,6 @@ def _value(value: str) -> str | None:
     return None
 
 
-NO_NUL = "[^\\x00]*"
 
 
 def _timestamp(value: str) -> str | None:

@@ -7,14 +7,13 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from corral.models import Rule
+from corral.models import NO_NUL, Rule, anchored
 
 MAX_COMMAND_BYTES = 128 * 1024 - 1
 """`/bin/sh -c` takes the command as one argument, and Linux takes at most 128 KiB
 (`MAX_ARG_STRLEN`, its NUL included) for one: a longer script goes in a file."""
 ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 """A name a shell can read back (`$name`)."""
-WITHOUT_NUL = "[^\\x00]*"
 
 
 def _command_problem(command: str) -> str | None:
@@ -50,7 +49,7 @@ Command = Annotated[
     Rule(
         strip=False,
         check=_command_problem,
-        schema={"pattern": f"^{WITHOUT_NUL}$", "maxLength": MAX_COMMAND_BYTES},
+        schema={"pattern": anchored(NO_NUL), "maxLength": MAX_COMMAND_BYTES},
         description=f"run as /bin/sh -c; no NUL, at most {MAX_COMMAND_BYTES} bytes",
     ),
 ]
@@ -60,7 +59,7 @@ CommandEnv = Annotated[
     dict[str, str] | None,
     Rule(
         check=_env_problem,
-        schema={"propertyNames": {"pattern": f"^{ENV_NAME}$"}, "additionalProperties": {"type": "string", "pattern": f"^{WITHOUT_NUL}$"}},
+        schema={"propertyNames": {"pattern": anchored(ENV_NAME)}, "additionalProperties": {"type": "string", "pattern": anchored(NO_NUL)}},
         description="after the instance's own variables; names as a shell reads them, values without NUL",
     ),
 ]

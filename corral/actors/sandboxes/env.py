@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from corral.actors.sandboxes.services import SandboxServices
 from corral.errors import ApiError, not_found
-from corral.models import Rule, model
+from corral.models import NO_NUL, Rule, anchored, model
 from corral.storage import Row
 
 from ..egress import placeholder_env
@@ -75,7 +75,7 @@ class PutVars:
                 "required": ["key", "value"],
                 "properties": {
                     "key": {"type": "string", "pattern": f"^{KEY_PATTERN.pattern}$", "maxLength": MAX_KEY_LENGTH},
-                    "value": {"type": "string", "pattern": "^[^\\x00]*$"},
+                    "value": {"type": "string", "pattern": anchored(NO_NUL)},
                     "encrypted": {"type": "boolean", "default": True},
                 },
             },

@@ -123,8 +123,8 @@ async def spawn(
     stdin: bool = False,
 ) -> Child:
     """Start `/bin/sh -c command` in its own session; PROCESS_START_FAILED if it cannot.
-    With `stdin` its standard input is a pipe (`Child.stdin`), else /dev/null."""
-    check_runnable(command, env)
+    With `stdin` its standard input is a pipe (`Child.stdin`), else /dev/null. The
+    caller has checked `check_runnable` (an exec before its answer's head)."""
     if not os.path.isdir(cwd):
         raise AgentError(500, "PROCESS_START_FAILED", f"working directory does not exist: {cwd}")
     try:

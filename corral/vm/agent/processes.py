@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from .errors import AgentError
-from .execution import Child, exit_status, pump_lines, signal_group, spawn
+from .execution import Child, check_runnable, exit_status, pump_lines, signal_group, spawn
 
 MAX_LINES = 10_000
 MAX_LINE_CHARS = 16_384
@@ -173,6 +173,7 @@ class ProcessTable:
             raise AgentError(409, "DUPLICATE_PROCESS", f"process id already used: {process_id}")
         merged_env = dict(self._base_env)
         merged_env.update(env or {})
+        check_runnable(cmd, merged_env)
         record = ManagedProcess(process_id, name or cmd.split(" ", 1)[0], cmd, cwd, time.time(), capture_limit=max(0, capture))
         record.process = await spawn(cmd, cwd, merged_env, stdin=stdin is not None)
         record.os_pid = record.process.pid

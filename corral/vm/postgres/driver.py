@@ -129,8 +129,7 @@ class PostgresDriver(RuntimeDriver):
     def _note(self, server_id: str, text: str) -> None:
         """A line of the control plane's own in the server's log (restarts, restores)."""
         with contextlib.suppress(OSError), open(self.layout.log(server_id), "a") as handle:
-            stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-            handle.write(f"{stamp} UTC [corral] LOG:  {text}\n")
+            handle.write(server_log.note_line(text))
 
     def note(self, server_id: str, text: str) -> None:
         self._note(server_id, text)

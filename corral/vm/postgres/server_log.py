@@ -20,6 +20,13 @@ MAX_BYTES = 64 << 20
 KEEP_BYTES = 16 << 20
 
 
+def note_line(text: str) -> str:
+    """A line of the control plane's own, stamped as PostgreSQL stamps its lines
+    (`log_line_prefix`), so readers date it the same way."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return f"{stamp} UTC [corral] LOG:  {text}\n"
+
+
 def tail_bytes(path: Path, limit: int) -> tuple[bytes, int]:
     """At most the last `limit` bytes of the file, from a line's start (unless one line
     is longer), and the file's size then."""
@@ -45,9 +52,8 @@ def trim(path: Path, limit: int = MAX_BYTES, keep: int = KEEP_BYTES) -> int:
         return 0
     try:
         os.ftruncate(fd, 0)
-        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         removed = size - len(kept)
-        note = f"{stamp} UTC [corral] LOG:  the log passed {limit} bytes: its first {removed} bytes were removed\n"
+        note = note_line(f"the log passed {limit} bytes: its first {removed} bytes were removed")
         data = memoryview(note.encode() + kept)
         while data:
             data = data[os.write(fd, data) :]
